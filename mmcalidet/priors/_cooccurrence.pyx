@@ -1,0 +1,273 @@
+# cython: boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Cython core of the relation statistics.
+
+Three loops that would be slow in Python, each over flat arrays:
+
+* :func:`cooccurrence` counts, over images given as a flat label array plus
+  offsets, how often each class is present (``n[j]``) and how often two
+  classes are present together (``C[i, j]``). A class listed twice in one
+  image counts once. Cost: O(sum over images of (distinct classes)^2), no
+  K x K x N dense work.
+* :func:`tar_members` walks the 512-byte blocks of an (uncompressed) tar
+  stream held in memory and returns where each ``*.txt`` member's data lies.
+* :func:`parse_yolo` reads the class index of every line of YOLO label files
+  held in one buffer.
+
+Input checks (ranges, dtypes) are done by the Python wrappers in
+:mod:`mmcalidet.priors.statistics` and :mod:`mmcalidet.priors.label_io`.
+"""
+import numpy as np
+
+cimport numpy as cnp
+
+cnp.import_array()
+
+ctypedef cnp.int64_t i64
+
+
+def cooccurrence(const i64[::1] labels, const i64[::1] offsets,
+                 Py_ssize_t num_classes):
+    """Count class presence and pairwise co-presence over images.
+
+    Args:
+        labels (int64 array): class indices of all images, concatenated.
+            Every value must lie in ``[0, num_classes)``.
+        offsets (int64 array): ``N + 1`` non-decreasing offsets; image ``k``
+            holds ``labels[offsets[k]:offsets[k + 1]]``.
+        num_classes (int): K.
+
+    Returns:
+        tuple[np.ndarray, np.ndarray]: ``C`` (K x K, int64) with ``C[i, j]``
+        the number of images where both ``i`` and ``j`` are present
+        (``C[j, j] = n[j]``), and ``n`` (K, int64) the number of images
+        where ``j`` is present.
+    """
+    cdef Py_ssize_t num_images = offsets.shape[0] - 1
+    cdef cnp.ndarray[i64, ndim=2] C_arr = np.zeros(
+        (num_classes, num_classes), dtype=np.int64)
+    cdef cnp.ndarray[i64, ndim=1] n_arr = np.zeros(num_classes,
+                                                   dtype=np.int64)
+    # last_seen[c] = 1 + index of the last image in which c was seen.
+    cdef cnp.ndarray[i64, ndim=1] seen_arr = np.zeros(num_classes,
+                                                      dtype=np.int64)
+    cdef cnp.ndarray[i64, ndim=1] uniq_arr = np.empty(max(num_classes, 1),
+                                                      dtype=np.int64)
+    cdef i64[:, ::1] C = C_arr
+    cdef i64[::1] n = n_arr
+    cdef i64[::1] seen = seen_arr
+    cdef i64[::1] uniq = uniq_arr
+    cdef Py_ssize_t k, p, a, b, m
+    cdef i64 c, ci
+    with nogil:
+        for k in range(num_images):
+            m = 0
+            for p in range(offsets[k], offsets[k + 1]):
+                c = labels[p]
+                if seen[c] != k + 1:
+                    seen[c] = k + 1
+                    uniq[m] = c
+                    m += 1
+            for a in range(m):
+                ci = uniq[a]
+                n[ci] += 1
+                for b in range(m):
+                    C[ci, uniq[b]] += 1
+    return C_arr, n_arr
+
+
+cdef inline i64 _octal(const unsigned char[::1] buf, Py_ssize_t start,
+                       Py_ssize_t length) noexcept nogil:
+    """Parse a tar octal number field; -1 if it holds a non-octal byte."""
+    cdef i64 value = 0
+    cdef Py_ssize_t i
+    cdef unsigned char ch
+    for i in range(start, start + length):
+        ch = buf[i]
+        if ch == 0 or ch == 32:  # NUL or space terminate / pad
+            if value > 0:
+                break
+            continue
+        if ch < 48 or ch > 55:
+            return -1
+        value = value * 8 + (ch - 48)
+    return value
+
+
+cdef inline bint _ends_with_txt(const unsigned char[::1] buf,
+                                Py_ssize_t start,
+                                Py_ssize_t length) noexcept nogil:
+    """Whether the NUL-terminated name at ``buf[start:start+length]`` ends
+    with ``.txt``."""
+    cdef Py_ssize_t end = start
+    while end < start + length and buf[end] != 0:
+        end += 1
+    if end - start < 4:
+        return False
+    return (buf[end - 4] == 46 and buf[end - 3] == 116
+            and buf[end - 2] == 120 and buf[end - 1] == 116)
+
+
+def tar_members(const unsigned char[::1] buf):
+    """Find the ``*.txt`` regular-file members of a tar stream in memory.
+
+    Only members whose header and data lie wholly in ``buf`` are returned;
+    the caller keeps ``buf[consumed:]`` and appends more bytes.
+
+    Args:
+        buf (bytes-like): uncompressed tar bytes, starting at a header.
+
+    Returns:
+        tuple: ``(data_start, data_size, name_pos, name_len, consumed,
+        finished)`` where the first four are int64 arrays (one entry per
+        ``*.txt`` member: offset and size of its data, offset and maximal
+        length of its NUL-terminated name in ``buf``), ``consumed`` is the
+        number of bytes fully processed and ``finished`` tells whether the
+        end-of-archive marker was reached.
+
+    Raises:
+        ValueError: if a header is corrupt (bad checksum field or size).
+    """
+    cdef Py_ssize_t total = buf.shape[0]
+    cdef Py_ssize_t cap = total // 512 + 1
+    cdef cnp.ndarray[i64, ndim=1] start_arr = np.empty(cap, dtype=np.int64)
+    cdef cnp.ndarray[i64, ndim=1] size_arr = np.empty(cap, dtype=np.int64)
+    cdef cnp.ndarray[i64, ndim=1] npos_arr = np.empty(cap, dtype=np.int64)
+    cdef cnp.ndarray[i64, ndim=1] nlen_arr = np.empty(cap, dtype=np.int64)
+    cdef i64[::1] starts = start_arr
+    cdef i64[::1] sizes = size_arr
+    cdef i64[::1] npos = npos_arr
+    cdef i64[::1] nlen = nlen_arr
+    cdef Py_ssize_t pos = 0, count = 0, i, data_blocks
+    cdef Py_ssize_t long_name_pos = -1, long_name_len = 0
+    cdef i64 size
+    cdef unsigned char flag
+    cdef bint finished = False, all_zero, is_txt
+    while pos + 512 <= total:
+        all_zero = True
+        for i in range(pos, pos + 512):
+            if buf[i] != 0:
+                all_zero = False
+                break
+        if all_zero:
+            finished = True
+            pos += 512
+            break
+        size = _octal(buf, pos + 124, 12)
+        if size < 0 or _octal(buf, pos + 148, 8) < 0:
+            raise ValueError(
+                f'corrupt tar header at byte {pos} of the stream')
+        data_blocks = (size + 511) // 512
+        if pos + 512 + data_blocks * 512 > total:
+            break  # member not complete yet
+        flag = buf[pos + 156]
+        if flag == 76:  # 'L': GNU long name of the next member
+            long_name_pos = pos + 512
+            long_name_len = size
+        elif flag == 48 or flag == 0 or flag == 55:  # regular file
+            if long_name_pos >= 0:
+                is_txt = _ends_with_txt(buf, long_name_pos, long_name_len)
+                npos[count] = long_name_pos
+                nlen[count] = long_name_len
+            else:
+                is_txt = _ends_with_txt(buf, pos, 100)
+                npos[count] = pos
+                nlen[count] = 100
+            if is_txt:
+                starts[count] = pos + 512
+                sizes[count] = size
+                count += 1
+            long_name_pos = -1
+        else:  # directories, links, pax headers: skipped
+            if flag != 120 and flag != 103:  # keep a long name past pax
+                long_name_pos = -1
+        pos += 512 + data_blocks * 512
+    return (start_arr[:count].copy(), size_arr[:count].copy(),
+            npos_arr[:count].copy(), nlen_arr[:count].copy(), pos, finished)
+
+
+cdef inline bint _is_space(unsigned char ch) noexcept nogil:
+    return ch == 32 or ch == 9 or ch == 13 or ch == 11 or ch == 12
+
+
+def parse_yolo(const unsigned char[::1] buf, const i64[::1] starts,
+               const i64[::1] sizes, Py_ssize_t num_fields=5):
+    """Read the class index of each line of YOLO label files in a buffer.
+
+    Each non-blank line must hold ``num_fields`` whitespace-separated fields
+    whose first is a non-negative integer (the class index).
+
+    Args:
+        buf (bytes-like): the buffer holding every file's bytes.
+        starts (int64 array): offset of each file in ``buf``.
+        sizes (int64 array): size of each file.
+        num_fields (int): fields per line. Defaults to 5.
+
+    Returns:
+        tuple: ``(labels, offsets, bad_file, bad_line, bad_fields)``:
+        ``labels`` (int64) are the class indices of all files concatenated,
+        ``offsets`` (int64, N + 1) delimit each file's labels. If a line is
+        malformed, parsing stops and ``bad_file`` (index into ``starts``),
+        ``bad_line`` (1-based) and ``bad_fields`` (number of fields found,
+        or -1 for a non-integer class) describe it; else all three are -1.
+    """
+    cdef Py_ssize_t num_files = starts.shape[0]
+    cdef Py_ssize_t cap = 1
+    cdef Py_ssize_t f
+    for f in range(num_files):
+        cap += sizes[f] // 2 + 1
+    cdef cnp.ndarray[i64, ndim=1] label_arr = np.empty(cap, dtype=np.int64)
+    cdef cnp.ndarray[i64, ndim=1] off_arr = np.zeros(num_files + 1,
+                                                     dtype=np.int64)
+    cdef i64[::1] labels = label_arr
+    cdef i64[::1] offs = off_arr
+    cdef Py_ssize_t count = 0, p, end, line_no, fields
+    cdef i64 cls
+    cdef bint in_field, cls_ok, first_field
+    cdef unsigned char ch
+    cdef Py_ssize_t bad_file = -1, bad_line = -1, bad_fields = -1
+    with nogil:
+        for f in range(num_files):
+            p = starts[f]
+            end = starts[f] + sizes[f]
+            line_no = 0
+            while p < end and bad_file < 0:
+                line_no += 1
+                fields = 0
+                in_field = False
+                cls = 0
+                cls_ok = True
+                while p < end and buf[p] != 10:
+                    ch = buf[p]
+                    if _is_space(ch):
+                        in_field = False
+                    else:
+                        if not in_field:
+                            in_field = True
+                            fields += 1
+                        if fields == 1:
+                            if 48 <= ch <= 57 and cls < 1000000000:
+                                cls = cls * 10 + (ch - 48)
+                            else:
+                                cls_ok = False
+                    p += 1
+                p += 1  # skip the newline
+                if fields == 0:
+                    continue
+                if fields != num_fields:
+                    bad_file = f
+                    bad_line = line_no
+                    bad_fields = fields
+                elif not cls_ok:
+                    bad_file = f
+                    bad_line = line_no
+                    bad_fields = -1
+                else:
+                    labels[count] = cls
+                    count += 1
+            offs[f + 1] = count
+            if bad_file >= 0:
+                break
+    return (label_arr[:count].copy(), off_arr, bad_file, bad_line,
+            bad_fields)

@@ -1,0 +1,330 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Prior files: validate, load (reordered by class name), save atomically.
+
+A prior file is JSON::
+
+    {"classes": ["person", "bicycle", ...],
+     "matrix": [[1.0, 0.12, ...], ...],
+     ...any metadata (source, num_images, ...)}
+
+``.npy`` files (a bare K x K array, no class names) are accepted too.
+"""
+import difflib
+import json
+import os
+import os.path as osp
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..utils.file_io import atomic_write, check_readable_file
+
+PriorSource = Union[str, os.PathLike, np.ndarray, Sequence, Dict[str, Any]]
+
+#: prior files are small (K=80: ~100 kB); refuse anything huge
+MAX_PRIOR_FILE_BYTES = 64 * 1024 * 1024
+
+
+def _close_matches(name: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.5)
+    return f' (did you mean {", ".join(map(repr, close))}?)' if close else ''
+
+
+def validate_prior(matrix: Any,
+                   num_classes: Optional[int] = None,
+                   reset_diagonal: bool = False,
+                   atol: float = 1e-6) -> np.ndarray:
+    """Check a relation matrix and return it as a float64 array.
+
+    Args:
+        matrix (array-like): the K x K matrix E (E[i, j] = P(i | j)). A
+            torch tensor is accepted.
+        num_classes (int, optional): the expected K.
+        reset_diagonal (bool): set the diagonal to 1 instead of requiring
+            it. Defaults to False.
+        atol (float): tolerance for the diagonal and the [0, 1] range.
+
+    Returns:
+        np.ndarray: K x K float64 (a copy), clipped to [0, 1] within
+        ``atol``.
+
+    Raises:
+        ValueError: if the matrix is not numeric, not square, of the wrong
+            K, has NaN/inf, values outside [0, 1], or a diagonal that is
+            not 1.
+    """
+    if isinstance(matrix, (str, bytes)):
+        raise ValueError('prior must be a numeric K x K matrix, got a '
+                         'string (pass a path to load_prior instead)')
+    if hasattr(matrix, 'detach'):  # torch.Tensor
+        matrix = matrix.detach().cpu().numpy()
+    try:
+        arr = np.array(matrix, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f'prior must be a numeric K x K matrix: {exc}') from exc
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
+        raise ValueError(f'prior must be a square K x K matrix, got shape '
+                         f'{tuple(arr.shape)}')
+    if arr.shape[0] == 0:
+        raise ValueError('prior is empty (K = 0)')
+    if num_classes is not None and arr.shape[0] != num_classes:
+        raise ValueError(f'prior has K={arr.shape[0]} classes, expected '
+                         f'{num_classes}')
+    if not np.all(np.isfinite(arr)):
+        i, j = np.argwhere(~np.isfinite(arr))[0]
+        raise ValueError(f'prior has a non-finite value {arr[i, j]} at '
+                         f'[{i}, {j}]')
+    if arr.min() < -atol or arr.max() > 1 + atol:
+        bad = np.argwhere((arr < -atol) | (arr > 1 + atol))[0]
+        raise ValueError(f'prior values must lie in [0, 1], got '
+                         f'{arr[bad[0], bad[1]]:.6g} at [{bad[0]}, '
+                         f'{bad[1]}]')
+    np.clip(arr, 0.0, 1.0, out=arr)
+    diag = np.diagonal(arr)
+    if reset_diagonal:
+        np.fill_diagonal(arr, 1.0)
+    elif np.any(np.abs(diag - 1.0) > atol):
+        k = int(np.argmax(np.abs(diag - 1.0)))
+        raise ValueError(f'prior diagonal must be 1 (P(i | i) = 1), got '
+                         f'{diag[k]:.6g} at [{k}, {k}] (pass '
+                         'reset_diagonal=True to set it)')
+    else:
+        np.fill_diagonal(arr, 1.0)
+    return arr
+
+
+def reorder_prior(matrix: np.ndarray, file_classes: Sequence[str],
+                  classes: Sequence[str]) -> np.ndarray:
+    """Reorder a prior stored in ``file_classes`` order to ``classes``.
+
+    Args:
+        matrix (np.ndarray): K x K matrix in ``file_classes`` order.
+        file_classes (Sequence[str]): the names of its rows/columns.
+        classes (Sequence[str]): the wanted order (e.g. the model's
+            ``dataset_meta['classes']``).
+
+    Returns:
+        np.ndarray: K x K matrix in ``classes`` order.
+
+    Raises:
+        ValueError: if a name is duplicated, unknown, or missing.
+    """
+    file_classes = check_class_names(file_classes, 'prior file classes')
+    classes = check_class_names(classes, 'classes')
+    index = {name: k for k, name in enumerate(file_classes)}
+    unknown = [name for name in classes if name not in index]
+    if unknown:
+        name = unknown[0]
+        raise ValueError(f'class {name!r} is not in the prior file'
+                         f'{_close_matches(name, file_classes)}')
+    missing = [name for name in file_classes if name not in set(classes)]
+    if missing:
+        raise ValueError(f'prior file class {missing[0]!r} is missing from '
+                         f'the given classes ({len(classes)} given, '
+                         f'{len(file_classes)} in the file)')
+    order = np.array([index[name] for name in classes])
+    return matrix[np.ix_(order, order)]
+
+
+def check_class_names(classes: Any, what: str = 'classes') -> List[str]:
+    """Check a list of class names: strings, non-empty, no duplicates.
+
+    Args:
+        classes (Sequence[str]): the names.
+        what (str): name used in error messages.
+
+    Returns:
+        list[str]: the names.
+    """
+    if isinstance(classes, (str, bytes)) or not isinstance(
+            classes, (list, tuple)):
+        raise ValueError(f'{what} must be a list of class names, got '
+                         f'{type(classes).__name__}')
+    if not classes:
+        raise ValueError(f'{what} is empty')
+    seen = set()
+    for name in classes:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f'{what}: class names must be non-empty '
+                             f'strings, got {name!r}')
+        if name in seen:
+            raise ValueError(f'{what}: duplicated class name {name!r}')
+        seen.add(name)
+    return list(classes)
+
+
+def _read_prior_file(path: str) -> Tuple[Any, Optional[List[str]], dict]:
+    check_readable_file(path, MAX_PRIOR_FILE_BYTES, what='prior file')
+    if path.endswith('.npy'):
+        try:
+            matrix = np.load(path, allow_pickle=False)
+        except Exception as exc:  # numpy raises several types
+            raise ValueError(f'cannot read prior file {path}: {exc}') from exc
+        return matrix, None, {}
+    try:
+        with open(path, encoding='utf-8') as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f'prior file {path} is not valid JSON: {exc}') \
+            from exc
+    return _split_prior_dict(data, path)
+
+
+def _split_prior_dict(data: Any,
+                      where: str) -> Tuple[Any, Optional[List[str]], dict]:
+    if not isinstance(data, dict):
+        raise ValueError(f'{where}: a prior file must hold a JSON object '
+                         '{"classes": [...], "matrix": [[...]]}, got '
+                         f'{type(data).__name__}')
+    if 'matrix' not in data:
+        raise ValueError(f'{where}: no "matrix" key')
+    matrix = data['matrix']
+    if isinstance(matrix, str):
+        raise ValueError(f'{where}: "matrix" must be a list of rows, got a '
+                         'string')
+    classes = data.get('classes')
+    if classes is not None:
+        classes = check_class_names(classes, f'{where}: "classes"')
+    meta = {k: v for k, v in data.items() if k not in ('matrix', 'classes')}
+    return matrix, classes, meta
+
+
+def load_prior(src: PriorSource,
+               classes: Optional[Sequence[str]] = None,
+               num_classes: Optional[int] = None,
+               reset_diagonal: bool = False,
+               return_meta: bool = False):
+    """Load and validate a prior.
+
+    Args:
+        src (str | PathLike | array-like | dict): a ``.json`` or ``.npy``
+            file, a K x K matrix, or a dict in the file format.
+        classes (Sequence[str], optional): reorder the matrix by class name
+            to this order (needs class names in ``src``). Every name must
+            be in the file and every file class in ``classes``.
+        num_classes (int, optional): the expected K (checked after
+            reordering).
+        reset_diagonal (bool): set the diagonal to 1 instead of requiring
+            it.
+        return_meta (bool): also return the file's class names and extra
+            keys.
+
+    Returns:
+        np.ndarray | tuple: the K x K float64 matrix, or ``(matrix, meta)``
+        with ``meta = {'classes': [...] or None, **extra keys}``.
+
+    Raises:
+        ValueError: naming the problem (file missing/empty/malformed,
+            shape, K, values, class names).
+    """
+    where = 'prior'
+    if isinstance(src, (str, os.PathLike)):
+        where = os.fspath(src)
+        matrix, file_classes, meta = _read_prior_file(where)
+    elif isinstance(src, dict):
+        matrix, file_classes, meta = _split_prior_dict(src, 'prior')
+    else:
+        matrix, file_classes, meta = src, None, {}
+    try:
+        arr = validate_prior(matrix, reset_diagonal=reset_diagonal)
+    except ValueError as exc:
+        raise ValueError(f'{where}: {exc}') from exc
+    if file_classes is not None and len(file_classes) != arr.shape[0]:
+        raise ValueError(f'{where}: {len(file_classes)} class names for a '
+                         f'{arr.shape[0]} x {arr.shape[0]} matrix')
+    if classes is not None:
+        classes = check_class_names(list(classes))
+        if file_classes is None:
+            if len(classes) != arr.shape[0]:
+                raise ValueError(f'{where}: prior has K={arr.shape[0]} '
+                                 f'classes, expected {len(classes)}')
+            # no names to reorder by: taken to be in ``classes`` order
+        else:
+            try:
+                arr = reorder_prior(arr, file_classes, classes)
+            except ValueError as exc:
+                raise ValueError(f'{where}: {exc}') from exc
+            file_classes = list(classes)
+    if num_classes is not None and arr.shape[0] != num_classes:
+        raise ValueError(f'{where}: prior has K={arr.shape[0]} classes, '
+                         f'expected {num_classes}')
+    if return_meta:
+        return arr, dict(classes=file_classes, **meta)
+    return arr
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f'{type(obj).__name__} is not JSON serialisable')
+
+
+def save_prior(path: Union[str, os.PathLike],
+               matrix: Any,
+               classes: Optional[Sequence[str]] = None,
+               decimals: Optional[int] = None,
+               **meta) -> str:
+    """Validate and write a prior file atomically.
+
+    Args:
+        path (str | PathLike): ``.json`` (with class names) or ``.npy``.
+        matrix (array-like): the K x K matrix.
+        classes (Sequence[str], optional): the K class names (required for
+            ``.json``).
+        decimals (int, optional): round the stored values.
+        **meta: extra JSON keys (source, num_images, ...).
+
+    Returns:
+        str: the path written.
+    """
+    path = os.fspath(path)
+    arr = validate_prior(matrix)
+    if path.endswith('.npy'):
+        with atomic_write(path, 'wb') as f:
+            np.save(f, arr)
+        return path
+    if classes is None:
+        raise ValueError('save_prior: class names are required for a JSON '
+                         'prior file')
+    classes = check_class_names(list(classes))
+    if len(classes) != arr.shape[0]:
+        raise ValueError(f'save_prior: {len(classes)} class names for a '
+                         f'{arr.shape[0]} x {arr.shape[0]} matrix')
+    for key in ('classes', 'matrix'):
+        if key in meta:
+            raise ValueError(f'save_prior: {key!r} is reserved')
+    rows = np.round(arr, decimals) if decimals is not None else arr
+    head = json.dumps(
+        dict(classes=classes, **meta), default=_json_default,
+        allow_nan=False)
+    # one matrix row per line keeps diffs of edited priors readable
+    body = ',\n'.join('  ' + json.dumps([float(v) for v in row])
+                       for row in rows)
+    text = head[:-1] + ', "matrix": [\n' + body + '\n]}\n'
+    with atomic_write(path, 'w', encoding='utf-8') as f:
+        f.write(text)
+    return path
+
+
+def default_prior_path(name: str) -> str:
+    """Path of a prior shipped in ``mmcalidet/data/priors``.
+
+    Args:
+        name (str): e.g. ``'coco2017_train'``.
+
+    Returns:
+        str: the file path.
+    """
+    here = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    path = osp.join(here, 'data', 'priors', f'{name}.json')
+    if not osp.isfile(path):
+        shipped = sorted(
+            f[:-5] for f in os.listdir(osp.dirname(path))
+            if f.endswith('.json')) if osp.isdir(osp.dirname(path)) else []
+        raise ValueError(f'no shipped prior {name!r}; shipped: {shipped}')
+    return path

@@ -1,0 +1,78 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""File helpers: atomic writes and guarded reads."""
+import os
+import os.path as osp
+import stat
+import tempfile
+from contextlib import contextmanager
+from typing import Iterator, Union
+
+PathLike = Union[str, os.PathLike]
+
+#: default size limit for small structured files (priors, class lists)
+MAX_SMALL_FILE_BYTES = 256 * 1024 * 1024
+
+
+@contextmanager
+def atomic_write(path: PathLike, mode: str = 'w', **kwargs) -> Iterator:
+    """Open a temporary file beside ``path``; rename it onto ``path`` only
+    when the block finishes without an exception.
+
+    A crash or an error inside the block leaves ``path`` as it was (an
+    existing file is never truncated or half-written).
+
+    Args:
+        path (str | PathLike): the destination file.
+        mode (str): ``'w'`` (text) or ``'wb'`` (binary).
+        **kwargs: passed to :func:`open` (e.g. ``encoding``).
+
+    Yields:
+        file object: the temporary file, opened with ``mode``.
+    """
+    path = os.fspath(path)
+    directory = osp.dirname(osp.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f'.{osp.basename(path)}.', suffix='.tmp', dir=directory)
+    try:
+        with os.fdopen(fd, mode, **kwargs) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if osp.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def check_readable_file(path: PathLike,
+                        max_bytes: int = MAX_SMALL_FILE_BYTES,
+                        what: str = 'file') -> str:
+    """Check that ``path`` is an existing, regular, non-empty file no larger
+    than ``max_bytes`` (device files such as ``/dev/zero`` and huge files are
+    refused before anything is read).
+
+    Args:
+        path (str | PathLike): the file.
+        max_bytes (int): size limit in bytes.
+        what (str): what the file holds, for error messages.
+
+    Returns:
+        str: the path as a string.
+
+    Raises:
+        ValueError: naming the problem.
+    """
+    path = os.fspath(path)
+    if not osp.exists(path):
+        raise ValueError(f'{what} not found: {path}')
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f'{what} is not a regular file: {path}')
+    if info.st_size == 0:
+        raise ValueError(f'{what} is empty: {path}')
+    if info.st_size > max_bytes:
+        raise ValueError(f'{what} is too large ({info.st_size} bytes > '
+                         f'limit {max_bytes}): {path}')
+    return path

@@ -1,0 +1,123 @@
+#!/usr/bin/env python
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Packaging for mmcalidet.
+
+Builds the Cython counting core (``mmcalidet.priors._cooccurrence``) and the
+``.mim`` folder (tools, configs) that ``mim train mmcalidet <config>`` reads,
+as mmyolo does. Editable installs (``pip install -e .``: setuptools runs
+``editable_wheel``, or the legacy ``develop``) link the folders so edits show
+at once; regular installs copy them into the wheel.
+"""
+import os
+import os.path as osp
+import shutil
+import sys
+import warnings
+
+from setuptools import Extension, find_packages, setup
+
+ROOT = osp.dirname(osp.abspath(__file__))
+MIM_FOLDERS = ('tools', 'configs')
+
+
+def readme() -> str:
+    with open(osp.join(ROOT, 'README.md'), encoding='utf-8') as f:
+        return f.read()
+
+
+def get_version() -> str:
+    scope: dict = {}
+    with open(osp.join(ROOT, 'mmcalidet', 'version.py')) as f:
+        exec(compile(f.read(), 'version.py', 'exec'), scope)
+    return scope['__version__']
+
+
+def parse_requirements(fname: str) -> list:
+    """Read the requirement lines of ``requirements/<fname>``."""
+    reqs = []
+    with open(osp.join(ROOT, 'requirements', fname)) as f:
+        for line in f:
+            line = line.split('#', 1)[0].strip()
+            if line and not line.startswith('-'):
+                reqs.append(line)
+    return reqs
+
+
+def add_mim_extension() -> None:
+    """Add tools and configs to ``mmcalidet/.mim`` (as mmyolo's setup.py).
+
+    Symlinks in editable mode, copies otherwise, so ``mim train mmcalidet``
+    finds ``tools/train.py`` and the configs in both kinds of install.
+    """
+    if any(cmd in sys.argv for cmd in ('develop', 'editable_wheel')):
+        mode = 'symlink'
+    elif any(cmd in sys.argv
+             for cmd in ('install', 'bdist_wheel', 'sdist', 'build',
+                         'build_py')):
+        mode = 'copy'
+    else:
+        return
+    mim_path = osp.join(ROOT, 'mmcalidet', '.mim')
+    os.makedirs(mim_path, exist_ok=True)
+    for name in MIM_FOLDERS:
+        src = osp.join(ROOT, name)
+        dst = osp.join(mim_path, name)
+        if not osp.exists(src):
+            continue
+        if osp.islink(dst) or osp.isfile(dst):
+            os.remove(dst)
+        elif osp.isdir(dst):
+            shutil.rmtree(dst)
+        if mode == 'symlink':
+            os.symlink(osp.relpath(src, mim_path), dst,
+                       target_is_directory=True)
+        else:
+            shutil.copytree(src, dst,
+                            ignore=shutil.ignore_patterns('__pycache__'))
+
+
+def get_extensions() -> list:
+    """The Cython extension of the statistics core."""
+    import numpy as np
+    from Cython.Build import cythonize
+    ext = Extension(
+        'mmcalidet.priors._cooccurrence',
+        sources=['mmcalidet/priors/_cooccurrence.pyx'],
+        include_dirs=[np.get_include()],
+        define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION')],
+        extra_compile_args=['-O3'],
+    )
+    return cythonize([ext], language_level=3, quiet=True)
+
+
+if __name__ == '__main__':
+    add_mim_extension()
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        setup(
+            name='mmcalidet',
+            version=get_version(),
+            description='Run-time calibratable DETR-family detectors '
+            '(CaliDet) for MMDetection 3.x',
+            long_description=readme(),
+            long_description_content_type='text/markdown',
+            keywords='computer vision, object detection, calibration',
+            packages=find_packages(exclude=('configs', 'tools', 'tests',
+                                            'benchmarks', 'docs')),
+            include_package_data=True,
+            package_data={
+                'mmcalidet': [
+                    'data/priors/*.json', 'priors/*.pyx', '.mim/configs/**/*',
+                    '.mim/tools/**/*', '.mim/configs/*', '.mim/tools/*'
+                ]
+            },
+            ext_modules=get_extensions(),
+            python_requires='>=3.8',
+            install_requires=parse_requirements('mminstall.txt') +
+            ['numpy', 'pycocotools', 'matplotlib', 'tqdm'],
+            extras_require={
+                'tests': parse_requirements('tests.txt'),
+                'build': ['Cython>=3.0', 'numpy'],
+            },
+            license='Apache License 2.0',
+            zip_safe=False)

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Create (or reuse) the project's virtual environment in .venv/ and install
+# the pinned stack: torch 2.13.0 (CPU), mmengine 0.10.7, mmcv 2.1.0 built
+# from source with its ops, mmdet 3.3.0, openmim, and mmcalidet itself
+# (editable, with its Cython extension).
+#
+# Idempotent: every step is skipped when what it makes is already there.
+# The mmcv wheel (a ~15 minute build on 2 cores) is kept outside the clone,
+# in $MMCALIDET_CACHE (default ~/.cache/mmcalidet/wheels), so fresh clones
+# reuse it.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${MMCALIDET_VENV:-$ROOT/.venv}"
+CACHE="${MMCALIDET_CACHE:-$HOME/.cache/mmcalidet/wheels}"
+PY="$VENV/bin/python"
+PYTHON="${PYTHON:-python3}"
+MMCV_VERSION=2.1.0
+TORCH_VERSION=2.13.0
+
+log() { echo "[setup_env] $*" >&2; }
+
+if [ ! -x "$PY" ]; then
+    log "creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+
+pip_q() { "$PY" -m pip --disable-pip-version-check -q "$@"; }
+
+have() {  # have DIST VERSION: is DIST==VERSION installed in the venv?
+    "$PY" - "$1" "$2" <<'PYEOF'
+import sys
+from importlib import metadata
+try:
+    sys.exit(0 if metadata.version(sys.argv[1]) == sys.argv[2] else 1)
+except metadata.PackageNotFoundError:
+    sys.exit(1)
+PYEOF
+}
+
+# 1. Build tools and torch (torch 2.13.0 CPU lies on this disk for pip).
+if ! have setuptools 80.9.0 || ! have torch "$TORCH_VERSION" \
+        || ! "$PY" -c 'import Cython, numpy, wheel' 2>/dev/null; then
+    log "installing build requirements and torch==$TORCH_VERSION"
+    pip_q install -r "$ROOT/requirements/build.txt" "torch==$TORCH_VERSION"
+fi
+
+# 2. mmcv with ops: from the wheel cache, else built once into it.
+if ! have mmcv "$MMCV_VERSION" \
+        || ! "$PY" -c 'from mmcv.ops import MultiScaleDeformableAttention' 2>/dev/null; then
+    PYTAG="$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
+    WHEELDIR="$CACHE/torch-$TORCH_VERSION-$PYTAG"
+    mkdir -p "$WHEELDIR"
+    WHEEL="$(ls "$WHEELDIR"/mmcv-"$MMCV_VERSION"-*.whl 2>/dev/null | head -n1 || true)"
+    if [ -z "$WHEEL" ]; then
+        log "building mmcv==$MMCV_VERSION with ops (about 15 minutes on 2 cores)"
+        TMPW="$(mktemp -d)"
+        MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
+            "$PY" -m pip --disable-pip-version-check wheel --no-deps \
+            --no-build-isolation --no-binary mmcv -w "$TMPW" "mmcv==$MMCV_VERSION"
+        # Move into the cache only once complete: a killed build leaves no
+        # half-written wheel behind.
+        mv "$TMPW"/mmcv-*.whl "$WHEELDIR"/
+        rm -rf "$TMPW"
+        WHEEL="$(ls "$WHEELDIR"/mmcv-"$MMCV_VERSION"-*.whl | head -n1)"
+    else
+        log "reusing cached $WHEEL"
+    fi
+    pip_q install --no-deps "$WHEEL"
+    pip_q install addict packaging Pillow pyyaml yapf opencv-python-headless
+fi
+
+# 3. mmengine, mmdet and the rest of the runtime.
+if ! have mmengine 0.10.7 || ! have mmdet 3.3.0 || ! have pycocotools "$("$PY" -c 'from importlib import metadata as m; print(m.version("pycocotools"))' 2>/dev/null || echo none)" \
+        || ! "$PY" -c 'import matplotlib, tqdm, pytest' 2>/dev/null; then
+    log "installing mmengine, mmdet and runtime requirements"
+    pip_q install -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
+fi
+
+# 4. openmim without openxlab (which would pin setuptools back to 60).
+if ! have openmim 0.3.9; then
+    log "installing openmim (without openxlab)"
+    pip_q install --no-deps openmim==0.3.9
+    pip_q install click colorama model-index rich tabulate requests pandas
+fi
+
+# 5. mmcalidet itself, editable, with its Cython extension built in place.
+if ! "$PY" - "$ROOT" <<'PYEOF' 2>/dev/null
+import os, sys
+import mmcalidet
+from mmcalidet.priors import _cooccurrence  # noqa: F401  (compiled)
+root = os.path.realpath(sys.argv[1])
+pkg = os.path.realpath(os.path.dirname(mmcalidet.__file__))
+sys.exit(0 if pkg == os.path.join(root, 'mmcalidet') else 1)
+PYEOF
+then
+    log "installing mmcalidet (editable) from $ROOT"
+    pip_q install --no-deps --no-build-isolation -e "$ROOT"
+fi
+# A checkout whose .pyx changed since the last build: rebuild in place.
+if [ -n "$(find "$ROOT/mmcalidet" -name '*.pyx' -newer "$ROOT/.venv/.ext-built" 2>/dev/null || echo stale)" ]; then
+    (cd "$ROOT" && "$PY" setup.py -q build_ext --inplace >/dev/null) && touch "$ROOT/.venv/.ext-built"
+fi
+log "environment ready: $VENV"
