@@ -95,11 +95,35 @@ cdef inline i64 _octal(const unsigned char[::1] buf, Py_ssize_t start,
     return value
 
 
-cdef inline bint _ends_with_txt(const unsigned char[::1] buf,
-                                Py_ssize_t start,
-                                Py_ssize_t length) noexcept nogil:
-    """Whether the NUL-terminated name at ``buf[start:start+length]`` ends
-    with ``.txt``."""
+cdef inline void _pax_path(const unsigned char[::1] buf, Py_ssize_t start,
+                           Py_ssize_t size, Py_ssize_t* out_pos,
+                           Py_ssize_t* out_len) noexcept nogil:
+    """Find the ``path`` record of a pax extended header (records are
+    ``"<length> <key>=<value>\\n"``); leaves the outputs unchanged if none."""
+    cdef Py_ssize_t p = start, end = start + size, rec_len, q, key
+    while p < end:
+        rec_len = 0
+        q = p
+        while q < end and 48 <= buf[q] <= 57:
+            rec_len = rec_len * 10 + (buf[q] - 48)
+            q += 1
+        if rec_len <= 0 or q >= end or buf[q] != 32 or p + rec_len > end:
+            return
+        key = q + 1
+        if (key + 5 <= p + rec_len and buf[key] == 112
+                and buf[key + 1] == 97 and buf[key + 2] == 116
+                and buf[key + 3] == 104 and buf[key + 4] == 61):  # 'path='
+            out_pos[0] = key + 5
+            out_len[0] = p + rec_len - 1 - (key + 5)  # minus the newline
+            return
+        p += rec_len
+
+
+cdef inline bint _name_ends_with_txt(const unsigned char[::1] buf,
+                                     Py_ssize_t start,
+                                     Py_ssize_t length) noexcept nogil:
+    """Whether the name at ``buf[start:start+length]`` (NUL-terminated or
+    not) ends with ``.txt``."""
     cdef Py_ssize_t end = start
     while end < start + length and buf[end] != 0:
         end += 1
@@ -113,7 +137,9 @@ def tar_members(const unsigned char[::1] buf):
     """Find the ``*.txt`` regular-file members of a tar stream in memory.
 
     Only members whose header and data lie wholly in ``buf`` are returned;
-    the caller keeps ``buf[consumed:]`` and appends more bytes.
+    the caller keeps ``buf[consumed:]`` and appends more bytes. A long name
+    (GNU ``L`` member or pax ``path`` record) and the member it names are
+    consumed together. ustar, GNU and pax archives are understood.
 
     Args:
         buf (bytes-like): uncompressed tar bytes, starting at a header.
@@ -122,12 +148,12 @@ def tar_members(const unsigned char[::1] buf):
         tuple: ``(data_start, data_size, name_pos, name_len, consumed,
         finished)`` where the first four are int64 arrays (one entry per
         ``*.txt`` member: offset and size of its data, offset and maximal
-        length of its NUL-terminated name in ``buf``), ``consumed`` is the
-        number of bytes fully processed and ``finished`` tells whether the
-        end-of-archive marker was reached.
+        length of its name in ``buf``), ``consumed`` is the number of bytes
+        fully processed and ``finished`` tells whether the end-of-archive
+        marker was reached.
 
     Raises:
-        ValueError: if a header is corrupt (bad checksum field or size).
+        ValueError: if a header is corrupt (a non-octal size or checksum).
     """
     cdef Py_ssize_t total = buf.shape[0]
     cdef Py_ssize_t cap = total // 512 + 1
@@ -140,11 +166,14 @@ def tar_members(const unsigned char[::1] buf):
     cdef i64[::1] npos = npos_arr
     cdef i64[::1] nlen = nlen_arr
     cdef Py_ssize_t pos = 0, count = 0, i, data_blocks
-    cdef Py_ssize_t long_name_pos = -1, long_name_len = 0
+    # a pending long name: where its data lies, and the header that began it
+    cdef Py_ssize_t name_pos = -1, name_len = 0, name_hdr = -1
     cdef i64 size
     cdef unsigned char flag
-    cdef bint finished = False, all_zero, is_txt
-    while pos + 512 <= total:
+    cdef bint finished = False, all_zero
+    while True:
+        if pos + 512 > total:
+            break
         all_zero = True
         for i in range(pos, pos + 512):
             if buf[i] != 0:
@@ -162,27 +191,33 @@ def tar_members(const unsigned char[::1] buf):
         if pos + 512 + data_blocks * 512 > total:
             break  # member not complete yet
         flag = buf[pos + 156]
-        if flag == 76:  # 'L': GNU long name of the next member
-            long_name_pos = pos + 512
-            long_name_len = size
-        elif flag == 48 or flag == 0 or flag == 55:  # regular file
-            if long_name_pos >= 0:
-                is_txt = _ends_with_txt(buf, long_name_pos, long_name_len)
-                npos[count] = long_name_pos
-                nlen[count] = long_name_len
+        if flag == 76 or flag == 120:  # 'L' GNU long name, 'x' pax header
+            if name_hdr < 0:
+                name_hdr = pos
+            if flag == 76:
+                name_pos = pos + 512
+                name_len = size
             else:
-                is_txt = _ends_with_txt(buf, pos, 100)
+                _pax_path(buf, pos + 512, size, &name_pos, &name_len)
+        elif flag == 48 or flag == 0 or flag == 55:  # regular file
+            if name_pos >= 0:
+                npos[count] = name_pos
+                nlen[count] = name_len
+            else:
                 npos[count] = pos
                 nlen[count] = 100
-            if is_txt:
+            if _name_ends_with_txt(buf, npos[count], nlen[count]):
                 starts[count] = pos + 512
                 sizes[count] = size
                 count += 1
-            long_name_pos = -1
-        else:  # directories, links, pax headers: skipped
-            if flag != 120 and flag != 103:  # keep a long name past pax
-                long_name_pos = -1
+            name_pos = -1
+            name_hdr = -1
+        elif flag != 103:  # directories, links ('g' global pax: skipped)
+            name_pos = -1
+            name_hdr = -1
         pos += 512 + data_blocks * 512
+    if not finished and name_hdr >= 0:
+        pos = name_hdr  # keep the long name with the member it names
     return (start_arr[:count].copy(), size_arr[:count].copy(),
             npos_arr[:count].copy(), nlen_arr[:count].copy(), pos, finished)
 

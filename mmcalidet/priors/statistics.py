@@ -154,9 +154,32 @@ def cooccurrence_counts(label_lists: Iterable[LabelList],
     return cooccurrence(labels, offsets, num_classes)
 
 
+def counts_from_flat(labels: np.ndarray, offsets: np.ndarray,
+                     num_classes: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Presence and co-presence counts from a flat label array and offsets
+    (no per-image Python loop).
+
+    Args:
+        labels (np.ndarray): all images' class indices, concatenated.
+        offsets (np.ndarray): N + 1 offsets into ``labels``.
+        num_classes (int): K.
+
+    Returns:
+        tuple[np.ndarray, np.ndarray]: ``C`` (K x K) and ``n`` (K), int64.
+    """
+    num_classes = _check_num_classes(num_classes)
+    labels = as_label_array(labels, num_classes)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or \
+            offsets[-1] != labels.size or np.any(np.diff(offsets) < 0):
+        raise ValueError('offsets must start at 0, be non-decreasing and '
+                         f'end at len(labels)={labels.size}')
+    return cooccurrence(np.ascontiguousarray(labels), offsets, num_classes)
+
+
 def prior_from_flat(labels: np.ndarray, offsets: np.ndarray,
                     num_classes: int) -> np.ndarray:
-    """E_b from a flat label array and offsets (no per-image Python loop).
+    """E_b from a flat label array and offsets (see :func:`batch_prior`).
 
     Args:
         labels (np.ndarray): all images' class indices, concatenated.
@@ -166,16 +189,7 @@ def prior_from_flat(labels: np.ndarray, offsets: np.ndarray,
     Returns:
         np.ndarray: K x K float64.
     """
-    num_classes = _check_num_classes(num_classes)
-    labels = as_label_array(labels, num_classes)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or \
-            offsets[-1] != labels.size or np.any(np.diff(offsets) < 0):
-        raise ValueError('offsets must start at 0, be non-decreasing and '
-                         f'end at len(labels)={labels.size}')
-    cooc, counts = cooccurrence(np.ascontiguousarray(labels), offsets,
-                                num_classes)
-    return counts_to_prior(cooc, counts)
+    return counts_to_prior(*counts_from_flat(labels, offsets, num_classes))
 
 
 def batch_prior(num_classes: int,

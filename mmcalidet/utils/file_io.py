@@ -34,6 +34,15 @@ def atomic_write(path: PathLike, mode: str = 'w', **kwargs) -> Iterator:
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
         prefix=f'.{osp.basename(path)}.', suffix='.tmp', dir=directory)
+    # mkstemp makes the file 0600: give it the mode a plain open() would
+    # (or keep the mode of the file it replaces)
+    if osp.exists(path):
+        mode_bits = stat.S_IMODE(os.stat(path).st_mode)
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode_bits = 0o666 & ~umask
+    os.chmod(tmp, mode_bits)
     try:
         with os.fdopen(fd, mode, **kwargs) as f:
             yield f

@@ -1,0 +1,110 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Speed of the relation statistics on COCO train2017 (117k label sets).
+
+Prints, in one run:
+1. E_t from label sets already in memory: the Cython core vs a vectorised
+   numpy dense-matrix baseline (N x K indicator matrix, C = D^T D), and
+   their ratio (targets: >= 10x, <= 10 ms).
+2. compute_prior on the tarball vs just streaming it (``tar -xzOf``), as a
+   ratio (target <= 2.5x): in-process (read + count + write, what the tool
+   does after start-up) and the whole CLI process (interpreter start and
+   imports included).
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_priors.py [--data ../shared/datasets]
+"""
+import argparse
+import os
+import os.path as osp
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+os.environ.setdefault('MMCALIDET_LIGHT', '1')  # priors only
+
+from mmcalidet.priors import counts_to_prior  # noqa: E402, save_prior
+from mmcalidet.priors.dataset_prior import prior_from_source  # noqa: E402
+from mmcalidet.priors.statistics import counts_from_flat  # noqa: E402
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+
+
+def best_of(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return min(times), out
+
+
+def numpy_dense_prior(labels, offsets, num_classes):
+    """Vectorised numpy baseline: dense N x K indicator, C = D^T D."""
+    n = offsets.size - 1
+    rows = np.repeat(np.arange(n), np.diff(offsets))
+    dense = np.zeros((n, num_classes), dtype=np.float32)
+    dense[rows, labels] = 1.0
+    cooc = dense.T @ dense
+    counts = dense.sum(0)
+    return counts_to_prior(cooc.astype(np.float64), counts)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--data', default=os.environ.get(
+        'MMCALIDET_DATA', osp.join(osp.dirname(ROOT), 'shared', 'datasets')))
+    parser.add_argument('--repeat', type=int, default=5)
+    args = parser.parse_args()
+    labels_dir = osp.join(args.data, 'coco2017-labels')
+    tarball = osp.join(labels_dir, 'labels_train2017.tar.gz')
+    classes = osp.join(labels_dir, 'classes.json')
+
+    _, _, sets = prior_from_source(tarball, classes, progress=False)
+    k = len(sets.classes)
+    labels, offsets = sets.labels, sets.offsets
+    print(f'train2017: {sets.num_images} label sets, {labels.size} labels')
+
+    t_cy, e_cy = best_of(
+        lambda: counts_to_prior(*counts_from_flat(labels, offsets, k)),
+        args.repeat)
+    t_np, e_np = best_of(lambda: numpy_dense_prior(labels, offsets, k),
+                         args.repeat)
+    assert np.allclose(e_cy, e_np), 'baseline disagrees'
+    print(f'[in memory] Cython E_t: {t_cy * 1e3:.2f} ms | numpy dense '
+          f'baseline: {t_np * 1e3:.2f} ms | speed-up {t_np / t_cy:.1f}x '
+          f'(targets: >= 10x, <= 10 ms)')
+
+    def stream():
+        subprocess.run(['tar', '-xzOf', tarball], check=True,
+                       stdout=subprocess.DEVNULL)
+
+    t_tar, _ = best_of(stream, args.repeat)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = osp.join(tmp, 'p.json')
+
+        def in_process():
+            prior, _, s = prior_from_source(tarball, classes,
+                                            progress=False)
+            save_prior(out, prior, s.classes)
+
+        t_tool, _ = best_of(in_process, args.repeat)
+
+        def cli():
+            subprocess.run([
+                sys.executable,
+                osp.join(ROOT, 'tools/analysis_tools/compute_prior.py'),
+                tarball, '--classes', classes, '--out', out, '--no-progress'
+            ], check=True, stdout=subprocess.DEVNULL)
+
+        t_cli, _ = best_of(cli, min(args.repeat, 3))
+    print(f'[tarball] tar -xzOf: {t_tar:.3f} s | compute_prior in-process: '
+          f'{t_tool:.3f} s ({t_tool / t_tar:.2f}x) | compute_prior CLI '
+          f'process: {t_cli:.3f} s ({t_cli / t_tar:.2f}x) (target <= 2.5x)')
+
+
+if __name__ == '__main__':
+    main()

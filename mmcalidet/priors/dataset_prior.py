@@ -1,0 +1,54 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""E_t / E_v of a whole dataset, from any supported label source."""
+import os.path as osp
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .label_io import LabelSets, read_class_names, read_label_sets
+from .statistics import counts_from_flat, counts_to_prior
+
+
+def is_yolo_source(src: str) -> bool:
+    """Whether ``src`` is a YOLO folder or tarball (not a COCO JSON)."""
+    return osp.isdir(src) or src.endswith(('.tar.gz', '.tgz', '.tar'))
+
+
+def prior_from_source(
+        src: str,
+        classes: Optional[Union[str, Sequence[str]]] = None,
+        progress: bool = True) -> Tuple[np.ndarray, np.ndarray, LabelSets]:
+    """Compute the relation prior of a dataset.
+
+    Args:
+        src (str): COCO annotation JSON, folder of YOLO label files, or a
+            ``.tar.gz`` of them (streamed).
+        classes (str | Sequence[str], optional): a classes file or a list
+            of names; required for YOLO labels (they carry no names).
+        progress (bool): show a progress bar (tqdm) while reading.
+
+    Returns:
+        tuple: ``(prior, images_per_class, label_sets)``.
+    """
+    if isinstance(classes, str):
+        classes = read_class_names(classes)
+    if is_yolo_source(src) and classes is None:
+        raise ValueError('YOLO labels carry no class names: pass classes '
+                         '(--classes)')
+    bar = None
+    if progress and is_yolo_source(src):
+        from tqdm import tqdm
+        if osp.isdir(src):
+            bar = tqdm(desc=osp.basename(osp.normpath(src)), unit=' files')
+        else:
+            bar = tqdm(total=osp.getsize(src), unit='B', unit_scale=True,
+                       desc=osp.basename(src))
+    try:
+        sets = read_label_sets(src, classes,
+                               progress=bar.update if bar else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    cooc, counts = counts_from_flat(sets.labels, sets.offsets,
+                                    len(sets.classes))
+    return counts_to_prior(cooc, counts), counts, sets

@@ -1,0 +1,327 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Read image-level label sets from COCO JSON, YOLO folders and tarballs.
+
+Every reader returns a :class:`LabelSets`: the class indices of all images
+as one flat int64 array plus offsets, ready for the Cython counting core.
+YOLO tarballs are streamed (decompressed in chunks, never extracted).
+"""
+import json
+import os
+import os.path as osp
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+
+from ..utils.file_io import check_readable_file
+from ._cooccurrence import parse_yolo, tar_members
+from .prior_io import check_class_names
+
+ProgressFn = Optional[Callable[[int], None]]
+
+#: COCO annotation files of the full dataset are ~450 MB
+MAX_ANNOTATION_BYTES = 4 * 1024**3
+#: decompression chunk of the streamed tarball reader
+TAR_CHUNK_BYTES = 1 << 20
+
+
+@dataclass
+class LabelSets:
+    """Image-level labels of a set of images.
+
+    Attributes:
+        labels (np.ndarray): class indices of all images, concatenated.
+        offsets (np.ndarray): N + 1 offsets; image k holds
+            ``labels[offsets[k]:offsets[k + 1]]``.
+        classes (list[str] | None): class names by index, when known.
+        source (str): where the labels came from.
+    """
+    labels: np.ndarray
+    offsets: np.ndarray
+    classes: Optional[List[str]] = None
+    source: str = ''
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_images(self) -> int:
+        return int(self.offsets.size - 1)
+
+    def label_lists(self) -> List[np.ndarray]:
+        """Per-image arrays of class indices."""
+        return np.split(self.labels, self.offsets[1:-1])
+
+
+def read_class_names(path: str) -> List[str]:
+    """Read class names from a classes file.
+
+    Accepted: a JSON list of names, a JSON list of objects with ``name``
+    (and optionally ``index``, as ``coco2017-labels/classes.json``), a JSON
+    object with ``classes``, or a text file with one name per line.
+
+    Args:
+        path (str): the classes file.
+
+    Returns:
+        list[str]: names ordered by class index.
+    """
+    check_readable_file(path, what='classes file')
+    with open(path, encoding='utf-8') as f:
+        text = f.read()
+    if path.endswith('.json'):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f'classes file {path} is not valid JSON: '
+                             f'{exc}') from exc
+        if isinstance(data, dict):
+            data = data.get('classes')
+        if isinstance(data, list) and data and isinstance(data[0], dict):
+            if any('name' not in d for d in data):
+                raise ValueError(f'classes file {path}: every entry needs '
+                                 'a "name"')
+            if all('index' in d for d in data):
+                data = sorted(data, key=lambda d: d['index'])
+                if [d['index'] for d in data] != list(range(len(data))):
+                    raise ValueError(f'classes file {path}: indices must '
+                                     'be 0..K-1')
+            data = [d['name'] for d in data]
+        return check_class_names(data, f'classes file {path}')
+    names = [line.strip() for line in text.splitlines() if line.strip()]
+    return check_class_names(names, f'classes file {path}')
+
+
+def _coco_category_order(categories: list, classes: Optional[Sequence[str]],
+                         path: str) -> dict:
+    """Map COCO category id -> contiguous class index."""
+    if not isinstance(categories, list) or not categories:
+        raise ValueError(f'{path}: no "categories" in the annotation file')
+    cats = sorted(categories, key=lambda c: c['id'])
+    names = [c['name'] for c in cats]
+    check_class_names(names, f'{path}: category names')
+    if classes is None:
+        return {c['id']: k for k, c in enumerate(cats)}, names
+    classes = check_class_names(list(classes))
+    by_name = {c['name']: c['id'] for c in cats}
+    unknown = [n for n in classes if n not in by_name]
+    if unknown:
+        raise ValueError(f'{path}: class {unknown[0]!r} is not a category '
+                         'of the annotation file')
+    return {by_name[n]: k for k, n in enumerate(classes)}, classes
+
+
+def read_coco_labels(path: str,
+                     classes: Optional[Sequence[str]] = None) -> LabelSets:
+    """Image-level labels from a COCO annotation JSON (crowd ignored).
+
+    Images without (non-crowd) annotations count as images with no object.
+
+    Args:
+        path (str): the annotation file.
+        classes (Sequence[str], optional): class order by name; default:
+            the categories sorted by id (mmdet's contiguous order).
+
+    Returns:
+        LabelSets: one entry per image of ``images``.
+    """
+    check_readable_file(path, MAX_ANNOTATION_BYTES, 'annotation file')
+    try:
+        with open(path, encoding='utf-8') as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f'annotation file {path} is not valid JSON: '
+                         f'{exc}') from exc
+    if not isinstance(data, dict) or 'images' not in data:
+        raise ValueError(f'{path}: not a COCO annotation file (no "images")')
+    cat_to_index, names = _coco_category_order(
+        data.get('categories'), classes, path)
+    image_ids = [img['id'] for img in data['images']]
+    row = {img_id: k for k, img_id in enumerate(image_ids)}
+    anns = data.get('annotations') or []
+    img_col = np.empty(len(anns), dtype=np.int64)
+    cls_col = np.empty(len(anns), dtype=np.int64)
+    n = 0
+    for ann in anns:
+        if ann.get('iscrowd', 0):
+            continue
+        if ann['image_id'] not in row:
+            raise ValueError(f'{path}: annotation {ann.get("id")} refers to '
+                             f'unknown image id {ann["image_id"]}')
+        cat = ann['category_id']
+        if cat not in cat_to_index:
+            if classes is not None:
+                continue  # a category outside the requested classes
+            raise ValueError(f'{path}: annotation {ann.get("id")} has '
+                             f'unknown category id {cat}')
+        img_col[n] = row[ann['image_id']]
+        cls_col[n] = cat_to_index[cat]
+        n += 1
+    order = np.argsort(img_col[:n], kind='stable')
+    labels = cls_col[:n][order]
+    counts = np.bincount(img_col[:n], minlength=len(image_ids))
+    offsets = np.zeros(len(image_ids) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return LabelSets(labels, offsets, list(names), source=path)
+
+
+def _check_yolo_result(result, names: Callable[[int], str]) -> tuple:
+    labels, offsets, bad_file, bad_line, bad_fields = result
+    if bad_file >= 0:
+        what = ('a class index that is not a non-negative integer'
+                if bad_fields < 0 else
+                f'{bad_fields} fields (expected 5: class cx cy w h)')
+        raise ValueError(
+            f'{names(bad_file)}, line {bad_line}: {what}')
+    return labels, offsets
+
+
+def _check_range(labels: np.ndarray, num_classes: Optional[int],
+                 source: str) -> None:
+    if num_classes is not None and labels.size and \
+            labels.max() >= num_classes:
+        raise ValueError(f'{source}: class index {labels.max()} is out of '
+                         f'range for {num_classes} classes')
+
+
+def read_yolo_dir(path: str,
+                  classes: Optional[Sequence[str]] = None,
+                  progress: ProgressFn = None) -> LabelSets:
+    """Image-level labels from a folder of YOLO label files (``*.txt``,
+    searched recursively; ``classes.txt`` is not a label file).
+
+    Args:
+        path (str): the folder.
+        classes (Sequence[str], optional): class names by index.
+        progress (callable, optional): called with the number of files
+            read since the last call.
+
+    Returns:
+        LabelSets: one entry per label file, sorted by path.
+    """
+    files = []
+    for root, _, names in os.walk(path):
+        files.extend(
+            osp.join(root, n) for n in names
+            if n.endswith('.txt') and n != 'classes.txt')
+    if not files:
+        raise ValueError(f'no YOLO label files (*.txt) under {path}')
+    files.sort()
+    chunks, starts, sizes, pos = [], [], [], 0
+    for k, fname in enumerate(files):
+        with open(fname, 'rb') as f:
+            data = f.read()
+        chunks.append(data)
+        starts.append(pos)
+        sizes.append(len(data))
+        pos += len(data)
+        if progress is not None and (k + 1) % 1000 == 0:
+            progress(1000)
+    if progress is not None:
+        progress(len(files) % 1000)
+    buf = np.frombuffer(b''.join(chunks) or b'\0', dtype=np.uint8)
+    labels, offsets = _check_yolo_result(
+        parse_yolo(buf, np.asarray(starts, dtype=np.int64),
+                   np.asarray(sizes, dtype=np.int64)), lambda k: files[k])
+    names = list(classes) if classes is not None else None
+    _check_range(labels, len(names) if names else None, path)
+    return LabelSets(labels, offsets, names, source=path,
+                     extra=dict(files=files))
+
+
+def _member_name(buf: np.ndarray, pos: int, length: int) -> str:
+    raw = bytes(buf[pos:pos + length]).split(b'\0', 1)[0]
+    return raw.decode('utf-8', 'replace')
+
+
+def read_yolo_tarball(path: str,
+                      classes: Optional[Sequence[str]] = None,
+                      progress: ProgressFn = None,
+                      keep_names: bool = False) -> LabelSets:
+    """Image-level labels from a ``.tar.gz`` (or ``.tar``) of YOLO label
+    files, streamed: decompressed in chunks, never extracted to disk.
+
+    Args:
+        path (str): the tarball.
+        classes (Sequence[str], optional): class names by index.
+        progress (callable, optional): called with the number of compressed
+            bytes read since the last call.
+        keep_names (bool): keep member names in ``extra['files']``.
+
+    Returns:
+        LabelSets: one entry per ``*.txt`` member, in archive order.
+    """
+    check_readable_file(path, what='tarball', max_bytes=1 << 40)
+    gz = path.endswith('.gz') or path.endswith('.tgz')
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
+    pending = bytearray()
+    all_labels, all_counts, names = [], [], []
+    finished = False
+    bytes_read = 0
+    try:
+        with open(path, 'rb') as f:
+            while not finished:
+                raw = f.read(TAR_CHUNK_BYTES)
+                if raw:
+                    bytes_read += len(raw)
+                    pending += inflate.decompress(raw) if gz else raw
+                    if progress is not None:
+                        progress(len(raw))
+                elif gz and not inflate.eof:
+                    raise ValueError(f'{path}: truncated gzip stream')
+                buf = np.frombuffer(bytes(pending), dtype=np.uint8)
+                (starts, sizes, npos, nlen, consumed,
+                 finished) = tar_members(buf)
+                labels, offsets = _check_yolo_result(
+                    parse_yolo(buf, starts, sizes),
+                    lambda k: f'{path}:{_member_name(buf, npos[k], nlen[k])}'
+                )
+                all_labels.append(labels)
+                all_counts.append(np.diff(offsets))
+                if keep_names:
+                    names.extend(
+                        _member_name(buf, p, n) for p, n in zip(npos, nlen))
+                del pending[:consumed]
+                if not raw:
+                    if not finished and len(pending):
+                        raise ValueError(f'{path}: truncated tar archive')
+                    break
+    except zlib.error as exc:
+        raise ValueError(f'{path}: corrupt gzip stream: {exc}') from exc
+    if progress is not None:  # the padding after the end-of-archive marker
+        progress(osp.getsize(path) - bytes_read)
+    counts = np.concatenate(all_counts) if all_counts else np.zeros(0, int)
+    offsets = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    labels = np.concatenate(all_labels).astype(np.int64) if all_labels \
+        else np.zeros(0, dtype=np.int64)
+    if offsets.size == 1:
+        raise ValueError(f'no YOLO label files (*.txt) in {path}')
+    names_ = list(classes) if classes is not None else None
+    _check_range(labels, len(names_) if names_ else None, path)
+    extra = dict(files=names) if keep_names else {}
+    return LabelSets(labels, offsets, names_, source=path, extra=extra)
+
+
+def read_label_sets(src: str,
+                    classes: Optional[Sequence[str]] = None,
+                    progress: ProgressFn = None) -> LabelSets:
+    """Read label sets from a COCO JSON, a YOLO folder or a YOLO tarball.
+
+    Args:
+        src (str): the source.
+        classes (Sequence[str], optional): class names (order) to use.
+        progress (callable, optional): progress callback (see readers).
+
+    Returns:
+        LabelSets: the labels.
+    """
+    if osp.isdir(src):
+        return read_yolo_dir(src, classes, progress)
+    if src.endswith(('.tar.gz', '.tgz', '.tar')):
+        return read_yolo_tarball(src, classes, progress)
+    if src.endswith('.json'):
+        return read_coco_labels(src, classes)
+    if not osp.exists(src):
+        raise ValueError(f'source not found: {src}')
+    raise ValueError(f'unknown source type: {src} (expected a COCO .json, a '
+                     'folder of YOLO .txt files or a .tar.gz of them)')

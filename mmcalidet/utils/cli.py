@@ -1,0 +1,31 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Shared entry-point wrapper for the command-line tools."""
+import os.path as osp
+import sys
+from typing import Callable, Optional, Sequence
+
+
+def run_tool(main: Callable[[Optional[Sequence[str]]], Optional[int]],
+             argv: Optional[Sequence[str]] = None) -> None:
+    """Run a tool's ``main`` and turn bad-input errors into one line.
+
+    A ``ValueError``/``OSError`` raised by ``main`` is printed as
+    ``<tool>: error: <message>`` on stderr and the process exits with 1
+    (argparse's own usage errors exit with 2), so scripts can rely on the
+    exit status and users get a message that names the problem, not a
+    traceback.
+
+    Args:
+        main (callable): the tool's main function taking ``argv``.
+        argv (Sequence[str], optional): arguments (default ``sys.argv``).
+    """
+    tool = osp.splitext(osp.basename(sys.argv[0]))[0] or 'mmcalidet'
+    try:
+        code = main(argv)
+    except (ValueError, OSError) as exc:
+        print(f'{tool}: error: {exc}', file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print(f'{tool}: interrupted', file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code or 0)

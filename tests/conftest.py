@@ -1,0 +1,37 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+
+
+def data_root() -> str:
+    """The shared datasets folder (``MMCALIDET_DATA`` or
+    ``<project>/../shared/datasets``)."""
+    return os.environ.get('MMCALIDET_DATA',
+                          osp.join(osp.dirname(ROOT), 'shared', 'datasets'))
+
+
+@pytest.fixture(scope='session')
+def datasets_dir() -> str:
+    path = data_root()
+    assert osp.isdir(path), (
+        f'shared datasets not found at {path}; set MMCALIDET_DATA')
+    return path
+
+
+def run_script(script: str, *args: str, cwd: str = ROOT,
+               timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run a tool under the project's Python, capturing its output."""
+    return subprocess.run([sys.executable, osp.join(ROOT, script), *args],
+                          cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def run_tool():
+    return run_script

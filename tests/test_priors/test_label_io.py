@@ -1,0 +1,219 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Label readers: COCO JSON, YOLO folders and streamed tarballs."""
+import io
+import json
+import os.path as osp
+import tarfile
+
+import numpy as np
+import pytest
+
+from mmcalidet.priors import batch_prior
+from mmcalidet.priors.dataset_prior import prior_from_source
+from mmcalidet.priors.label_io import (read_class_names, read_coco_labels,
+                                       read_label_sets, read_yolo_dir,
+                                       read_yolo_tarball)
+
+NAMES = ['a', 'b', 'c', 'd']
+FILES = {
+    'x/001.txt': '0 0.5 0.5 0.1 0.1\n2 0.1 0.1 0.2 0.2\n2 0.3 0.3 .1 .1\n',
+    'x/002.txt': '1 0.5 0.5 0.1 0.1\n\n2 0.5 0.5 0.1 0.1',  # no final \n
+    'x/003.txt': '',
+    'x/004.txt': '3 0.5 0.5 0.1 0.1\r\n0 0.5 0.5 0.1 0.1\r\n',
+}
+EXPECTED = [[0, 2, 2], [1, 2], [], [3, 0]]
+
+
+def _write_dir(root, files):
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _write_tar(path, files, long_names=False, fmt=tarfile.GNU_FORMAT):
+    with tarfile.open(path, 'w:gz', format=fmt) as tar:
+        info = tarfile.TarInfo('x')
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+        for name, text in files.items():
+            if long_names:
+                name = 'd' * 120 + '/' + name
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo('x/readme.md')
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b'hello'))
+
+
+def test_yolo_dir(tmp_path):
+    _write_dir(tmp_path, FILES)
+    (tmp_path / 'x' / 'classes.txt').write_text('a\nb\nc\nd\n')
+    sets = read_yolo_dir(str(tmp_path), NAMES)
+    assert [list(x) for x in sets.label_lists()] == EXPECTED
+    np.testing.assert_array_equal(
+        prior_from_source(str(tmp_path), NAMES, progress=False)[0],
+        batch_prior(4, EXPECTED))
+
+
+@pytest.mark.parametrize('long_names', [False, True])
+@pytest.mark.parametrize('fmt', [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT,
+                                 tarfile.USTAR_FORMAT])
+def test_yolo_tarball_streamed(tmp_path, long_names, fmt, monkeypatch):
+    if long_names and fmt == tarfile.USTAR_FORMAT:
+        long_names = False  # ustar stores long names in its prefix field
+    path = str(tmp_path / 'labels.tar.gz')
+    _write_tar(path, FILES, long_names, fmt)
+    # tiny chunks: members straddle chunk boundaries
+    monkeypatch.setattr('mmcalidet.priors.label_io.TAR_CHUNK_BYTES', 37)
+    sets = read_yolo_tarball(path, NAMES, keep_names=True)
+    assert [list(x) for x in sets.label_lists()] == EXPECTED
+    assert all(name.endswith('.txt') for name in sets.extra['files'])
+    assert len(sets.extra['files']) == 4
+    seen = []
+    sets = read_label_sets(path, NAMES, progress=seen.append)
+    assert sum(seen) == osp.getsize(path)
+
+
+def test_yolo_tarball_equals_folder_on_real_labels(tmp_path, datasets_dir):
+    labels = osp.join(datasets_dir, 'coco-mini', 'labels', 'val2017')
+    classes = osp.join(datasets_dir, 'coco2017-labels', 'classes.json')
+    tar_path = str(tmp_path / 'val.tar.gz')
+    with tarfile.open(tar_path, 'w:gz') as tar:
+        tar.add(labels, arcname='labels/val2017')
+    by_dir = prior_from_source(labels, classes, progress=False)
+    by_tar = prior_from_source(tar_path, classes, progress=False)
+    np.testing.assert_array_equal(by_dir[0], by_tar[0])
+    np.testing.assert_array_equal(by_dir[1], by_tar[1])
+    assert by_dir[2].num_images == by_tar[2].num_images == 235
+
+
+@pytest.mark.parametrize('text, message', [
+    ('0 0.5 0.5 0.1\n', '4 fields'),
+    ('0 0.5 0.5 0.1 0.1 0.3\n', '6 fields'),
+    ('x 0.5 0.5 0.1 0.1\n', 'not a non-negative integer'),
+    ('-1 0.5 0.5 0.1 0.1\n', 'not a non-negative integer'),
+    ('1.0 0.5 0.5 0.1 0.1\n', 'not a non-negative integer'),
+    ('7 0.5 0.5 0.1 0.1\n', 'out of range'),
+])
+def test_bad_yolo_lines(tmp_path, text, message):
+    files = dict(FILES)
+    files['x/002.txt'] = '1 0.5 0.5 0.1 0.1\n' + text
+    _write_dir(tmp_path / 'dir', files)
+    with pytest.raises(ValueError, match=message) as err:
+        read_yolo_dir(str(tmp_path / 'dir'), NAMES)
+    if 'range' not in message:
+        assert '002.txt, line 2' in str(err.value)
+    _write_tar(str(tmp_path / 't.tar.gz'), files)
+    with pytest.raises(ValueError, match=message):
+        read_yolo_tarball(str(tmp_path / 't.tar.gz'), NAMES)
+
+
+def test_corrupt_and_truncated_tarballs(tmp_path):
+    path = tmp_path / 'l.tar.gz'
+    _write_tar(str(path), FILES)
+    data = path.read_bytes()
+    (tmp_path / 'trunc.tar.gz').write_bytes(data[:len(data) // 2])
+    with pytest.raises(ValueError, match='truncated'):
+        read_yolo_tarball(str(tmp_path / 'trunc.tar.gz'), NAMES)
+    (tmp_path / 'garbage.tar.gz').write_bytes(b'not gzip at all' * 10)
+    with pytest.raises(ValueError, match='corrupt gzip'):
+        read_yolo_tarball(str(tmp_path / 'garbage.tar.gz'), NAMES)
+    (tmp_path / 'empty.tar.gz').write_bytes(b'')
+    with pytest.raises(ValueError, match='empty'):
+        read_yolo_tarball(str(tmp_path / 'empty.tar.gz'), NAMES)
+
+
+def _coco(tmp_path, anns, cats=None):
+    data = dict(
+        images=[dict(id=i, file_name=f'{i}.jpg') for i in (10, 20, 30)],
+        annotations=anns,
+        categories=cats or [dict(id=5, name='b'), dict(id=1, name='a')])
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_coco_labels_crowd_ignored_and_id_order(tmp_path):
+    path = _coco(tmp_path, [
+        dict(id=1, image_id=20, category_id=5, iscrowd=0),
+        dict(id=2, image_id=10, category_id=1, iscrowd=0),
+        dict(id=3, image_id=20, category_id=1, iscrowd=1),  # crowd
+        dict(id=4, image_id=10, category_id=5),
+    ])
+    sets = read_coco_labels(path)
+    assert sets.classes == ['a', 'b']  # sorted by category id
+    assert [sorted(x) for x in sets.label_lists()] == [[0, 1], [1], []]
+    sets = read_coco_labels(path, classes=['b', 'a'])
+    assert [sorted(x) for x in sets.label_lists()] == [[0, 1], [0], []]
+
+
+@pytest.mark.parametrize('anns, message', [
+    ([dict(id=1, image_id=99, category_id=1)], 'unknown image id 99'),
+    ([dict(id=1, image_id=10, category_id=42)], 'unknown category id 42'),
+])
+def test_coco_bad_annotations(tmp_path, anns, message):
+    with pytest.raises(ValueError, match=message):
+        read_coco_labels(_coco(tmp_path, anns))
+
+
+def test_coco_bad_files(tmp_path):
+    empty = tmp_path / 'empty.json'
+    empty.write_text('')
+    with pytest.raises(ValueError, match='empty'):
+        read_coco_labels(str(empty))
+    bad = tmp_path / 'bad.json'
+    bad.write_text('{"images": [')
+    with pytest.raises(ValueError, match='not valid JSON'):
+        read_coco_labels(str(bad))
+    other = tmp_path / 'other.json'
+    other.write_text('{"foo": 1}')
+    with pytest.raises(ValueError, match='no "images"'):
+        read_coco_labels(str(other))
+    with pytest.raises(ValueError, match='not a category'):
+        read_coco_labels(_coco(tmp_path, []), classes=['a', 'zebra'])
+
+
+def test_coco_json_equals_yolo_on_real_data(datasets_dir):
+    """The official COCO file and the YOLO labels of the same images give
+    the same prior."""
+    ref = osp.join(datasets_dir, 'coco-mini', 'reference',
+                   'instances_val2017_coco-mini.json')
+    classes = read_class_names(
+        osp.join(datasets_dir, 'coco2017-labels', 'classes.json'))
+    from_json = read_coco_labels(ref, classes)
+    with open(ref) as f:
+        stems = [osp.splitext(img['file_name'])[0]
+                 for img in json.load(f)['images']]
+    label_dir = osp.join(datasets_dir, 'coco-mini', 'labels', 'val2017')
+    lists = []
+    for stem in stems:
+        path = osp.join(label_dir, stem + '.txt')
+        lists.append([int(line.split()[0]) for line in open(path)]
+                     if osp.exists(path) else [])
+    np.testing.assert_array_equal(
+        batch_prior(80, from_json.label_lists()), batch_prior(80, lists))
+
+
+def test_class_files(tmp_path):
+    (tmp_path / 'c.txt').write_text('a\nb\n\n')
+    assert read_class_names(str(tmp_path / 'c.txt')) == ['a', 'b']
+    (tmp_path / 'c.json').write_text(
+        json.dumps([dict(index=1, name='b'), dict(index=0, name='a')]))
+    assert read_class_names(str(tmp_path / 'c.json')) == ['a', 'b']
+    (tmp_path / 'd.json').write_text('["a", "a"]')
+    with pytest.raises(ValueError, match='duplicated'):
+        read_class_names(str(tmp_path / 'd.json'))
+
+
+def test_unknown_source(tmp_path):
+    with pytest.raises(ValueError, match='not found'):
+        read_label_sets(str(tmp_path / 'nothing.xml'))
+    (tmp_path / 'f.xml').write_text('x')
+    with pytest.raises(ValueError, match='unknown source type'):
+        read_label_sets(str(tmp_path / 'f.xml'))
+    (tmp_path / 'empty').mkdir()
+    with pytest.raises(ValueError, match='no YOLO label files'):
+        read_label_sets(str(tmp_path / 'empty'), NAMES)

@@ -1,0 +1,120 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""tools/dataset_converters/yolo2coco.py against official COCO files."""
+import json
+import os
+import os.path as osp
+import shutil
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+TOOL = 'tools/dataset_converters/yolo2coco.py'
+
+
+def _by_image(coco):
+    anns = defaultdict(list)
+    for ann in coco['annotations']:
+        if not ann.get('iscrowd', 0):
+            anns[ann['image_id']].append(ann)
+    return anns
+
+
+def _check_against_reference(ours, ref):
+    ours_imgs = {img['id']: img for img in ours['images']}
+    for img in ref['images']:
+        mine = ours_imgs[img['id']]
+        assert mine['file_name'] == img['file_name']
+        assert (mine['width'], mine['height']) == (img['width'],
+                                                   img['height'])
+    assert {c['id']: c['name'] for c in ours['categories']} == \
+        {c['id']: c['name'] for c in ref['categories']}
+    ours_anns, ref_anns = _by_image(ours), _by_image(ref)
+    checked = 0
+    for img in ref['images']:
+        mine, theirs = ours_anns[img['id']], ref_anns[img['id']]
+        assert sorted(a['category_id'] for a in mine) == \
+            sorted(a['category_id'] for a in theirs), img['file_name']
+        for ann in theirs:
+            # the closest converted box of the same category
+            cands = [a for a in mine if a['category_id'] ==
+                     ann['category_id']]
+            err = min(np.abs(np.subtract(a['bbox'], ann['bbox'])).max()
+                      for a in cands)
+            assert err < 1.0, (img['file_name'], ann['bbox'])
+            checked += 1
+    assert checked > 100
+
+
+@pytest.mark.parametrize('split, subset', [('val2017', 'tiny'),
+                                           ('train2017', 'mini')])
+def test_images_folder_matches_reference(tmp_path, datasets_dir, run_tool,
+                                         split, subset):
+    mini = osp.join(datasets_dir, 'coco-mini')
+    out = str(tmp_path / 'ann.json')
+    res = run_tool(TOOL, osp.join(mini, 'labels', split), '--images',
+                   osp.join(mini, 'images', split), '--classes',
+                   osp.join(datasets_dir, 'coco2017-labels', 'classes.json'),
+                   '--out', out)
+    assert res.returncode == 0, res.stderr
+    with open(out) as f:
+        ours = json.load(f)
+    assert len(ours['images']) == len(
+        os.listdir(osp.join(mini, 'images', split)))
+    with open(osp.join(mini, 'reference',
+                       f'instances_{split}_coco-{subset}.json')) as f:
+        ref = json.load(f)
+    _check_against_reference(ours, ref)
+
+
+def test_sizes_json_matches_reference(tmp_path, datasets_dir, run_tool):
+    mini = osp.join(datasets_dir, 'coco-mini')
+    out = str(tmp_path / 'ann.json')
+    res = run_tool(
+        TOOL, osp.join(mini, 'labels', 'val2017'), '--sizes',
+        osp.join(datasets_dir, 'coco2017-labels', 'val2017_image_sizes.json'),
+        '--classes', osp.join(datasets_dir, 'coco2017-labels',
+                              'classes.json'), '--out', out,
+        '--allow-orphans')
+    assert res.returncode == 0, res.stderr
+    with open(out) as f:
+        ours = json.load(f)
+    assert len(ours['images']) == 5000  # every val2017 image
+    with open(osp.join(mini, 'reference',
+                       'instances_val2017_coco-mini.json')) as f:
+        ref = json.load(f)
+    _check_against_reference(ours, ref)
+
+
+def test_corrupt_image_and_bad_lines(tmp_path, datasets_dir, run_tool):
+    mini = osp.join(datasets_dir, 'coco-mini')
+    classes = osp.join(datasets_dir, 'coco2017-labels', 'classes.json')
+    images = tmp_path / 'images'
+    labels = tmp_path / 'labels'
+    images.mkdir()
+    labels.mkdir()
+    src = sorted(os.listdir(osp.join(mini, 'images', 'val2017')))[:2]
+    for name in src:
+        shutil.copy(osp.join(mini, 'images', 'val2017', name), images)
+        shutil.copy(
+            osp.join(mini, 'labels', 'val2017',
+                     name.replace('.jpg', '.txt')), labels)
+    out = tmp_path / 'ann.json'
+    out.write_text('keep me')
+    # a truncated JPEG
+    data = (images / src[0]).read_bytes()
+    (images / src[0]).write_bytes(data[:200])
+    res = run_tool(TOOL, str(labels), '--images', str(images), '--classes',
+                   classes, '--out', str(out))
+    assert res.returncode == 1
+    assert 'corrupt or unreadable image' in res.stderr
+    assert src[0] in res.stderr
+    assert out.read_text() == 'keep me'
+    # a label line with the wrong number of fields
+    (images / src[0]).write_bytes(data)
+    (labels / src[1].replace('.jpg', '.txt')).write_text('3 0.1 0.2\n')
+    res = run_tool(TOOL, str(labels), '--images', str(images), '--classes',
+                   classes, '--out', str(out))
+    assert res.returncode == 1 and '3 fields' in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert out.read_text() == 'keep me'

@@ -1,0 +1,58 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Convert YOLO labels (+ images or a sizes JSON) to a COCO annotation file
+with the real COCO category ids and names. Example::
+
+    python tools/dataset_converters/yolo2coco.py \
+        ../shared/datasets/coco-mini/labels/val2017 \
+        --images ../shared/datasets/coco-mini/images/val2017 \
+        --classes ../shared/datasets/coco2017-labels/classes.json \
+        --out data/coco-mini/annotations/instances_val2017.json
+"""
+import argparse
+import os
+import json
+
+# priors only: skip importing torch/mmdet (see mmcalidet/__init__.py)
+os.environ.setdefault('MMCALIDET_LIGHT', '1')
+
+from mmcalidet.datasets.yolo_to_coco import (image_sizes_from_folder,
+                                             read_categories, read_sizes_json,
+                                             yolo_to_coco)
+from mmcalidet.utils.cli import run_tool
+from mmcalidet.utils.file_io import atomic_write
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description='YOLO labels -> COCO annotation file')
+    parser.add_argument('labels', help='folder of YOLO label files')
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument('--images', help='folder of the images (sizes are '
+                       'read from their headers)')
+    group.add_argument('--sizes', help='JSON {"file name": [width, height]}')
+    parser.add_argument('--classes', required=True,
+                        help='classes file; coco2017-labels/classes.json '
+                        'keeps the real COCO category ids')
+    parser.add_argument('--out', required=True, help='annotation file')
+    parser.add_argument('--allow-orphans', action='store_true',
+                        help='skip label files that have no image')
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    categories = read_categories(args.classes)
+    sizes = (image_sizes_from_folder(args.images)
+             if args.images else read_sizes_json(args.sizes))
+    coco = yolo_to_coco(args.labels, sizes, categories,
+                        strict=not args.allow_orphans)
+    with atomic_write(args.out, 'w', encoding='utf-8') as f:
+        json.dump(coco, f)
+    print(f'wrote {args.out}: {len(coco["images"])} images, '
+          f'{len(coco["annotations"])} annotations, '
+          f'{len(coco["categories"])} categories')
+    return 0
+
+
+if __name__ == '__main__':
+    run_tool(main)
