@@ -54,12 +54,12 @@ if ! have mmcv "$MMCV_VERSION" \
     WHEEL="$(ls "$WHEELDIR"/mmcv-"$MMCV_VERSION"-*.whl 2>/dev/null | head -n1 || true)"
     if [ -z "$WHEEL" ]; then
         log "building mmcv==$MMCV_VERSION with ops (about 15 minutes on 2 cores)"
-        TMPW="$(mktemp -d)"
+        # build into a folder inside the cache: the final mv is then an
+        # atomic rename, so a killed build leaves no partial wheel behind
+        TMPW="$(mktemp -d "$CACHE/.build.XXXXXX")"
         MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
             "$PY" -m pip --disable-pip-version-check wheel --no-deps \
             --no-build-isolation --no-binary mmcv -w "$TMPW" "mmcv==$MMCV_VERSION"
-        # Move into the cache only once complete: a killed build leaves no
-        # half-written wheel behind.
         mv "$TMPW"/mmcv-*.whl "$WHEELDIR"/
         rm -rf "$TMPW"
         WHEEL="$(ls "$WHEELDIR"/mmcv-"$MMCV_VERSION"-*.whl | head -n1)"
@@ -71,8 +71,8 @@ if ! have mmcv "$MMCV_VERSION" \
 fi
 
 # 3. mmengine, mmdet and the rest of the runtime.
-if ! have mmengine 0.10.7 || ! have mmdet 3.3.0 || ! have pycocotools "$("$PY" -c 'from importlib import metadata as m; print(m.version("pycocotools"))' 2>/dev/null || echo none)" \
-        || ! "$PY" -c 'import matplotlib, tqdm, pytest' 2>/dev/null; then
+if ! have mmengine 0.10.7 || ! have mmdet 3.3.0 \
+        || ! "$PY" -c 'import pycocotools, matplotlib, tqdm, pytest' 2>/dev/null; then
     log "installing mmengine, mmdet and runtime requirements"
     pip_q install -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
 fi
@@ -84,21 +84,30 @@ if ! have openmim 0.3.9; then
     pip_q install click colorama model-index rich tabulate requests pandas
 fi
 
-# 5. mmcalidet itself, editable, with its Cython extension built in place.
+# 5. mmcalidet itself, editable: compiles the Cython extension in place and
+#    links tools/ and configs/ into mmcalidet/.mim.
 if ! "$PY" - "$ROOT" <<'PYEOF' 2>/dev/null
 import os, sys
+os.environ['MMCALIDET_LIGHT'] = '1'
 import mmcalidet
 from mmcalidet.priors import _cooccurrence  # noqa: F401  (compiled)
 root = os.path.realpath(sys.argv[1])
 pkg = os.path.realpath(os.path.dirname(mmcalidet.__file__))
-sys.exit(0 if pkg == os.path.join(root, 'mmcalidet') else 1)
+ok = pkg == os.path.join(root, 'mmcalidet') and os.path.isdir(
+    os.path.join(pkg, '.mim', 'configs'))
+sys.exit(0 if ok else 1)
 PYEOF
 then
     log "installing mmcalidet (editable) from $ROOT"
-    pip_q install --no-deps --no-build-isolation -e "$ROOT"
+    (cd "$ROOT" && pip_q install --no-deps --no-build-isolation -e .)
 fi
-# A checkout whose .pyx changed since the last build: rebuild in place.
-if [ -n "$(find "$ROOT/mmcalidet" -name '*.pyx' -newer "$ROOT/.venv/.ext-built" 2>/dev/null || echo stale)" ]; then
-    (cd "$ROOT" && "$PY" setup.py -q build_ext --inplace >/dev/null) && touch "$ROOT/.venv/.ext-built"
-fi
+# A .pyx newer than its compiled module (e.g. after a pull): rebuild it.
+for pyx in "$ROOT"/mmcalidet/priors/*.pyx; do
+    so="$(ls "${pyx%.pyx}".*.so 2>/dev/null | head -n1 || true)"
+    if [ -z "$so" ] || [ "$pyx" -nt "$so" ]; then
+        log "rebuilding the Cython extension"
+        (cd "$ROOT" && "$PY" setup.py -q build_ext --inplace >/dev/null)
+        break
+    fi
+done
 log "environment ready: $VENV"
