@@ -32,7 +32,8 @@ have() {  # have DIST VERSION: is DIST==VERSION installed in the venv?
 import sys
 from importlib import metadata
 try:
-    sys.exit(0 if metadata.version(sys.argv[1]) == sys.argv[2] else 1)
+    found = metadata.version(sys.argv[1]).split('+')[0]  # 2.13.0+cpu
+    sys.exit(0 if found == sys.argv[2] else 1)
 except metadata.PackageNotFoundError:
     sys.exit(1)
 PYEOF

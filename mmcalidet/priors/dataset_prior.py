@@ -45,7 +45,7 @@ def prior_from_source(
                        desc=osp.basename(src))
     try:
         sets = read_label_sets(src, classes,
-                               progress=bar.update if bar else None)
+                               progress=None if bar is None else bar.update)
     finally:
         if bar is not None:
             bar.close()
