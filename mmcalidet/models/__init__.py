@@ -1,1 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
+from .dense_heads import *  # noqa: F401,F403
+from .detectors import *  # noqa: F401,F403
+from .layers import *  # noqa: F401,F403
+from .losses import *  # noqa: F401,F403
+from .necks import *  # noqa: F401,F403

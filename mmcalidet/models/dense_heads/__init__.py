@@ -1,1 +1,5 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
+from .cali_dino_head import CaliDINOHead
+from .calibrated_cls import CalibratedClsMixin
+
+__all__ = ['CalibratedClsMixin', 'CaliDINOHead']

@@ -1,1 +1,4 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
+from .loma_loss import LoMaLoss, loma_class_weights
+
+__all__ = ['LoMaLoss', 'loma_class_weights']

@@ -1,0 +1,209 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""EdgeSampler: the edge sampling distribution of CaliDet (paper Sec. 3.2).
+
+A batch augment of the detector's data preprocessor::
+
+    data_preprocessor=dict(
+        type='DetDataPreprocessor', ...,
+        batch_augments=[dict(type='EdgeSampler', num_classes=80,
+                             prior='coco2017_train')])
+"""
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from mmdet.registry import MODELS
+from mmdet.structures import SampleList
+from mmengine.dist import all_gather_object, get_rank, get_world_size
+from torch import Tensor, nn
+
+from ...priors import batch_prior, flat_prior, label_lists_prior
+from ...utils.prior_source import load_prior_source
+
+#: mode name -> the statistics it gives every sample of the mini-batch
+MODES = {
+    'sample': 'E_x, each sample its own',
+    'batch': 'E_b over the (global) mini-batch',
+    'dataset': 'E_t, the prior file',
+    'group': 'E_b over consecutive groups of `group_size` samples',
+    'flat': 'E_0, the flat prior',
+}
+
+
+@MODELS.register_module()
+class EdgeSampler(nn.Module):
+    """Give every training sample a prior E drawn from the edge sampling
+    distribution.
+
+    Per mini-batch: choose a mode (by default E_x, E_b or E_t with equal
+    probability), add N(0, noise_std^2) noise (one noise matrix per distinct
+    prior), clip to [0, 1] and reset the diagonal to 1. Each data sample
+    gets the result as the field ``prior`` and its own statistics E_x (for
+    LoMa) as ``sample_prior``, both float32 K x K tensors on the inputs'
+    device. Only ``gt_instances`` count as present (mmdet keeps crowd boxes
+    in ``ignored_instances``).
+
+    With several ranks, the label lists are gathered, so E_b is over the
+    global batch, and rank 0's draws (mode and noise) are used by all ranks.
+
+    Args:
+        num_classes (int): K.
+        prior (str | PathLike | array-like | dict, optional): E_t: a prior
+            file, a shipped name (e.g. ``'coco2017_train'``) or a K x K
+            matrix. Required when the ``'dataset'`` mode has a probability.
+        classes (Sequence[str], optional): the dataset's class names, to
+            reorder a named prior file.
+        mode_probs (dict, optional): probability (any non-negative weights,
+            normalised) of each mode among ``'sample'``, ``'batch'``,
+            ``'dataset'``, ``'group'`` and ``'flat'``. Defaults to
+            ``dict(sample=1, batch=1, dataset=1)``.
+        noise_std (float): sigma of the Gaussian noise. Defaults to 0.16.
+        group_size (int): group size of the ``'group'`` mode (the paper's
+            E_b(4)). Defaults to 4.
+        seed (int, optional): seed of an own random generator; ``None``
+            draws from numpy's global RNG (seeded by mmengine's
+            ``randomness`` config).
+    """
+
+    def __init__(self,
+                 num_classes: int,
+                 prior=None,
+                 classes: Optional[Sequence[str]] = None,
+                 mode_probs: Optional[Dict[str, float]] = None,
+                 noise_std: float = 0.16,
+                 group_size: int = 4,
+                 seed: Optional[int] = None) -> None:
+        super().__init__()
+        self.num_classes = num_classes
+        self.modes, self.probs = self._check_mode_probs(mode_probs)
+        if noise_std < 0:
+            raise ValueError(f'noise_std must be >= 0, got {noise_std}')
+        if group_size < 1:
+            raise ValueError(f'group_size must be >= 1, got {group_size}')
+        self.noise_std = noise_std
+        self.group_size = group_size
+        if prior is None:
+            if 'dataset' in self.modes:
+                raise ValueError('EdgeSampler: the "dataset" mode needs a '
+                                 'prior (E_t)')
+            self.dataset_prior = None
+        else:
+            self.dataset_prior = load_prior_source(
+                prior, classes=classes, num_classes=num_classes)
+        self._rng = np.random.default_rng(seed) if seed is not None \
+            else None
+
+    @staticmethod
+    def _check_mode_probs(
+            mode_probs: Optional[Dict[str, float]]) -> Tuple[tuple, tuple]:
+        if mode_probs is None:
+            mode_probs = dict(sample=1.0, batch=1.0, dataset=1.0)
+        unknown = set(mode_probs) - set(MODES)
+        if unknown:
+            raise ValueError(f'EdgeSampler: unknown mode(s) {sorted(unknown)}'
+                             f'; choose from {list(MODES)}')
+        weights = {k: float(v) for k, v in mode_probs.items() if v}
+        if any(v < 0 or not np.isfinite(v) for v in weights.values()) or \
+                not weights:
+            raise ValueError('EdgeSampler: mode_probs must be finite, '
+                             f'non-negative, not all zero: {mode_probs}')
+        total = sum(weights.values())
+        modes = tuple(weights)
+        return modes, tuple(weights[m] / total for m in modes)
+
+    def _draw(self) -> Tuple[str, int]:
+        """Draw the mode and the seed of the noise."""
+        if self._rng is not None:
+            mode = self._rng.choice(len(self.modes), p=self.probs)
+            noise_seed = self._rng.integers(2**32)
+        else:
+            mode = np.random.choice(len(self.modes), p=self.probs)
+            noise_seed = np.random.randint(2**32, dtype=np.int64)
+        return self.modes[int(mode)], int(noise_seed)
+
+    def _distinct_priors(
+            self, mode: str,
+            label_lists: List[np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
+        """The noiseless priors of a mode and the index of each sample's.
+
+        Returns:
+            tuple[np.ndarray, np.ndarray]: (G, K, K) priors and (N,) indices
+            into them.
+        """
+        num = len(label_lists)
+        if mode == 'sample':
+            return label_lists_prior(label_lists, self.num_classes), \
+                np.arange(num)
+        if mode == 'group':
+            index = np.arange(num) // self.group_size
+            priors = np.stack([
+                batch_prior(
+                    self.num_classes, label_lists[g * self.group_size:(g + 1) *
+                                                  self.group_size])
+                for g in range(int(index[-1]) + 1)
+            ]) if num else np.zeros((0, self.num_classes, self.num_classes))
+            return priors, index
+        if mode == 'batch':
+            prior = batch_prior(self.num_classes, label_lists)
+        elif mode == 'dataset':
+            prior = self.dataset_prior
+        else:
+            prior = flat_prior(self.num_classes)
+        return prior[None], np.zeros(num, dtype=np.int64)
+
+    def sample_priors(self, mode: str, label_lists: List[np.ndarray],
+                      noise_seed: int) -> np.ndarray:
+        """Priors of a mode for a batch: statistics + noise, clipped,
+        diagonal 1.
+
+        Args:
+            mode (str): one of :data:`MODES`.
+            label_lists (list[np.ndarray]): class indices per image.
+            noise_seed (int): seed of the noise.
+
+        Returns:
+            np.ndarray: (N, K, K) float64.
+        """
+        priors, index = self._distinct_priors(mode, label_lists)
+        if self.noise_std > 0:
+            noise = np.random.default_rng(noise_seed).normal(
+                0.0, self.noise_std, size=priors.shape)
+            priors = np.clip(priors + noise, 0.0, 1.0)
+        else:
+            priors = priors.copy()
+        diag = np.arange(self.num_classes)
+        priors[:, diag, diag] = 1.0
+        return priors[index]
+
+    def forward(self, inputs: Tensor,
+                data_samples: SampleList) -> Tuple[Tensor, SampleList]:
+        """Attach ``prior`` and ``sample_prior`` to every data sample.
+
+        Args:
+            inputs (Tensor): the batch images (unchanged).
+            data_samples (list[DetDataSample]): the batch's data samples.
+
+        Returns:
+            tuple: ``(inputs, data_samples)``.
+        """
+        labels = [
+            ds.gt_instances.labels.detach().cpu().numpy().astype(np.int64)
+            for ds in data_samples
+        ]
+        mode, noise_seed = self._draw()
+        label_lists, offset = labels, 0
+        if get_world_size() > 1:
+            gathered = all_gather_object((labels, mode, noise_seed))
+            _, mode, noise_seed = gathered[0]
+            label_lists = [lab for rank in gathered for lab in rank[0]]
+            offset = sum(len(rank[0]) for rank in gathered[:get_rank()])
+        priors = self.sample_priors(mode, label_lists, noise_seed)
+        priors = priors[offset:offset + len(labels)]
+        stats = label_lists_prior(labels, self.num_classes)
+        priors = torch.from_numpy(priors.astype(np.float32)).to(inputs.device)
+        stats = torch.from_numpy(stats.astype(np.float32)).to(inputs.device)
+        for k, ds in enumerate(data_samples):
+            ds.prior = priors[k]
+            ds.sample_prior = stats[k]
+            ds.set_metainfo(dict(prior_mode=mode))
+        return inputs, data_samples

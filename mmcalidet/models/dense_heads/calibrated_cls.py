@@ -1,0 +1,207 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Calibrated classification shared by the CaliDet heads.
+
+Every decoder-layer classification branch computes
+``(W + rho * V')^T h + b = (W^T h + b) + rho * V'^T h`` where ``V'`` comes
+from one CaliFormer shared by all decoder layers. The mixin adds the second
+term to the logits of the wrapped DETR head, so the head's own layers,
+box branches and the encoder's proposal branch stay untouched.
+"""
+import copy
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+from mmdet.registry import MODELS
+from mmdet.structures import SampleList
+from mmdet.utils import ConfigType, InstanceList, OptConfigType
+from torch import Tensor
+
+from ...priors import label_lists_prior
+from ..layers import flat_prior_like
+
+
+class CalibratedClsMixin:
+    """Mixin for DETR-family heads with a calibrated classification branch.
+
+    Put it before the head class: ``class CaliXHead(CalibratedClsMixin,
+    XHead)``. The wrapped head's ``forward(hidden_states, references)``
+    must return ``(all_layers_cls_scores, all_layers_bbox_preds)`` with the
+    decoder layers first, as mmdet's ``DeformableDETRHead`` does.
+
+    Args:
+        califormer (dict): config of the :class:`CaliFormer`;
+            ``num_classes`` and ``embed_dims`` default to the head's.
+            Defaults to ``dict(type='CaliFormer')``.
+        rho (float): the scale of the calibration vectors. Defaults to 0.2.
+        loss_loma (dict, optional): config of the :class:`LoMaLoss` applied
+            to every decoder layer; ``None`` disables it. Defaults to
+            ``dict(type='LoMaLoss', loss_weight=20.0)``.
+    """
+
+    def __init__(self,
+                 *args,
+                 califormer: ConfigType = dict(type='CaliFormer'),
+                 rho: float = 0.2,
+                 loss_loma: OptConfigType = dict(
+                     type='LoMaLoss', loss_weight=20.0),
+                 **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        califormer = copy.deepcopy(califormer)
+        califormer.setdefault('num_classes', self.num_classes)
+        califormer.setdefault('embed_dims', self.embed_dims)
+        if califormer['num_classes'] != self.num_classes or \
+                califormer['embed_dims'] != self.embed_dims:
+            raise ValueError(
+                'califormer must have the head\'s num_classes and '
+                f'embed_dims ({self.num_classes}, {self.embed_dims}), got '
+                f'({califormer["num_classes"]}, {califormer["embed_dims"]})')
+        self.califormer = MODELS.build(califormer)
+        self.rho = rho
+        self.loss_loma = MODELS.build(loss_loma) \
+            if loss_loma is not None else None
+
+    def init_weights(self) -> None:
+        """Initialise the wrapped head, then the CaliFormer."""
+        super().init_weights()
+        self.califormer.init_weights()
+
+    def flat_priors(self, like: Tensor) -> Tensor:
+        """E0 (K x K) on the device of ``like``, the prior of "nothing is
+        known"."""
+        return flat_prior_like(
+            like.new_empty((self.num_classes, self.num_classes)))
+
+    def get_cali_vectors(self, priors: Tensor) -> Tensor:
+        """V' for one prior (K x K -> K x d) or a batch (B x K x K ->
+        B x K x d)."""
+        return self.califormer(priors)
+
+    def calibrate_cls_scores(self, all_layers_cls_scores: Tensor,
+                             hidden_states: Tensor,
+                             cali_vectors: Tensor) -> Tensor:
+        """Add ``rho * V'^T h`` to the logits of every decoder layer.
+
+        Args:
+            all_layers_cls_scores (Tensor): ``W^T h + b``, (L, B, Q, C) with
+                C = K (sigmoid) or K + 1 (softmax with background).
+            hidden_states (Tensor): h, (L, B, Q, d).
+            cali_vectors (Tensor): V', (K, d) shared by the batch or
+                (B, K, d) per sample.
+
+        Returns:
+            Tensor: calibrated logits, (L, B, Q, C).
+        """
+        if cali_vectors.dim() == 2:
+            shift = torch.matmul(hidden_states, cali_vectors.t())
+        elif cali_vectors.dim() == 3 and \
+                cali_vectors.shape[0] == hidden_states.shape[1]:
+            shift = torch.einsum('lbqd,bkd->lbqk', hidden_states, cali_vectors)
+        else:
+            raise ValueError(
+                'cali_vectors must be (K, d) or (B, K, d) with B = '
+                f'{hidden_states.shape[1]}, got {tuple(cali_vectors.shape)}')
+        pad = all_layers_cls_scores.shape[-1] - shift.shape[-1]
+        if pad:  # a background logit stays uncalibrated
+            shift = torch.nn.functional.pad(shift, (0, pad))
+        return all_layers_cls_scores + self.rho * shift.to(
+            all_layers_cls_scores.dtype)
+
+    def forward(self,
+                hidden_states: Tensor,
+                references: List[Tensor],
+                cali_vectors: Optional[Tensor] = None) -> tuple:
+        """The wrapped head's forward with calibrated logits.
+
+        Args:
+            hidden_states (Tensor): (L, B, Q, d) decoder outputs.
+            references (list[Tensor]): the decoder references.
+            cali_vectors (Tensor, optional): V', (K, d) or (B, K, d).
+                ``None`` uses the flat prior E0 ("no prior").
+
+        Returns:
+            tuple[Tensor]: ``(all_layers_cls_scores, all_layers_bbox_preds)``
+            as the wrapped head; only the logits depend on V'.
+        """
+        if cali_vectors is None:
+            cali_vectors = self.get_cali_vectors(
+                self.flat_priors(hidden_states))
+        all_layers_cls_scores, all_layers_bbox_preds = super().forward(
+            hidden_states, references)
+        all_layers_cls_scores = self.calibrate_cls_scores(
+            all_layers_cls_scores, hidden_states, cali_vectors)
+        return all_layers_cls_scores, all_layers_bbox_preds
+
+    def predict(self,
+                hidden_states: Tensor,
+                references: List[Tensor],
+                batch_data_samples: SampleList,
+                rescale: bool = True,
+                cali_vectors: Optional[Tensor] = None) -> InstanceList:
+        """Forward with V' and post-process, as the wrapped head's predict.
+
+        Args:
+            hidden_states (Tensor): (L, B, Q, d) decoder outputs.
+            references (list[Tensor]): the decoder references.
+            batch_data_samples (list[DetDataSample]): the data samples.
+            rescale (bool): rescale boxes to the original image size.
+            cali_vectors (Tensor, optional): V' (see :meth:`forward`).
+
+        Returns:
+            list[InstanceData]: detections per image.
+        """
+        batch_img_metas = [
+            data_sample.metainfo for data_sample in batch_data_samples
+        ]
+        outs = self(hidden_states, references, cali_vectors)
+        return self.predict_by_feat(
+            *outs, batch_img_metas=batch_img_metas, rescale=rescale)
+
+    def get_sample_priors(self, batch_data_samples: SampleList,
+                          like: Tensor) -> Tensor:
+        """E_x of every image: the ``sample_prior`` field the EdgeSampler
+        attaches, else computed from ``gt_instances`` (crowd boxes, kept in
+        ``ignored_instances`` by mmdet, do not count).
+
+        Args:
+            batch_data_samples (list[DetDataSample]): the data samples.
+            like (Tensor): gives the dtype and device.
+
+        Returns:
+            Tensor: (B, K, K).
+        """
+        found = [ds.get('sample_prior', None) for ds in batch_data_samples]
+        if all(p is not None for p in found):
+            return torch.stack([
+                torch.as_tensor(p, dtype=like.dtype, device=like.device)
+                for p in found
+            ])
+        label_lists = [
+            ds.gt_instances.labels.detach().cpu().numpy()
+            for ds in batch_data_samples
+        ]
+        stats = label_lists_prior(label_lists, self.num_classes)
+        return torch.as_tensor(
+            stats.astype(np.float32), dtype=like.dtype, device=like.device)
+
+    def loss_loma_by_feat(self, all_layers_cls_scores: Tensor, priors: Tensor,
+                          sample_priors: Tensor) -> Dict[str, Tensor]:
+        """LoMa for every decoder layer (``loss_loma`` for the last one,
+        ``d{i}.loss_loma`` for the others, as mmdet names the DETR losses).
+
+        Args:
+            all_layers_cls_scores (Tensor): (L, B, Q, C) logits of the
+                queries to average over (the matching queries).
+            priors (Tensor): the injected priors, (B, K, K) or (K, K).
+            sample_priors (Tensor): E_x, (B, K, K).
+
+        Returns:
+            dict[str, Tensor]: the LoMa losses.
+        """
+        losses = {}
+        num_layers = all_layers_cls_scores.shape[0]
+        for layer_id, cls_scores in enumerate(all_layers_cls_scores):
+            key = 'loss_loma' if layer_id == num_layers - 1 \
+                else f'd{layer_id}.loss_loma'
+            losses[key] = self.loss_loma(cls_scores, priors, sample_priors)
+        return losses

@@ -1,0 +1,169 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Prior plumbing shared by the CaliDet detectors."""
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from mmdet.structures import OptSampleList
+from torch import Tensor
+
+from ...priors import flat_prior
+from ...utils.prior_source import load_prior_source
+
+
+class CalibratableDetectorMixin:
+    """A DETR-family detector whose classification follows an injected
+    prior E (CaliDet). Put it before the detector class:
+    ``class CaliX(CalibratableDetectorMixin, X)``; ``X.forward_transformer``
+    must return the head inputs with ``hidden_states`` (L, B, Q, d).
+
+    The model holds a deployment prior (the buffer ``prior``, saved in
+    checkpoints) and caches its calibration vectors V' for inference until
+    the prior or the CaliFormer changes. A ``prior`` field (K x K tensor or
+    array) in a data sample overrides the deployment prior for that sample
+    (oracle evaluation, multi-site batches, and the EdgeSampler's training
+    priors). The prior only reaches the head's classification: backbone,
+    transformer, proposals and boxes do not depend on it.
+
+    Args:
+        prior (str | PathLike | array-like | dict, optional): the initial
+            deployment prior: a prior file, the name of a shipped prior
+            (e.g. ``'coco2017_train'``) or a K x K matrix. ``None`` gives
+            the flat prior E0. A checkpoint's ``prior`` replaces it on load.
+        classes (Sequence[str], optional): the model's class names, to
+            reorder named prior files when the model has no
+            ``dataset_meta``.
+        *args, **kwargs: the arguments of the detector; ``bbox_head``
+            must be a calibrated head (:class:`CalibratedClsMixin`).
+    """
+
+    def __init__(self,
+                 *args,
+                 prior=None,
+                 classes: Optional[Sequence[str]] = None,
+                 **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if not hasattr(self.bbox_head, 'get_cali_vectors'):
+            raise TypeError(f'{type(self).__name__} needs a calibrated '
+                            'bbox_head (e.g. CaliDINOHead), got '
+                            f'{type(self.bbox_head).__name__}')
+        self.classes = list(classes) if classes is not None else None
+        self.register_buffer('prior',
+                             torch.from_numpy(self._load_prior(prior)).float())
+        self._cali_cache: Optional[Tuple[tuple, Tensor]] = None
+
+    @property
+    def num_classes(self) -> int:
+        """K, the number of classes."""
+        return self.bbox_head.num_classes
+
+    def _model_classes(self) -> Optional[Sequence[str]]:
+        meta = getattr(self, 'dataset_meta', None)
+        if isinstance(meta, dict) and meta.get('classes'):
+            return list(meta['classes'])
+        return self.classes
+
+    def _load_prior(self, prior, classes=None) -> np.ndarray:
+        if prior is None:
+            return flat_prior(self.num_classes)
+        return load_prior_source(
+            prior,
+            classes=classes if classes is not None else self._model_classes(),
+            num_classes=self.num_classes)
+
+    def set_prior(self,
+                  prior,
+                  classes: Optional[Sequence[str]] = None) -> None:
+        """Inject a new deployment prior (no parameter changes).
+
+        The prior is validated (and reordered by class name) before
+        anything changes, so an invalid prior leaves the previous one.
+
+        Args:
+            prior (str | PathLike | array-like | dict | Tensor): a prior
+                file, shipped name, dict or K x K matrix; ``None`` for E0.
+            classes (Sequence[str], optional): the order to reorder a named
+                prior to; defaults to ``dataset_meta['classes']`` or the
+                ``classes`` given at construction.
+        """
+        matrix = self._load_prior(prior, classes)
+        with torch.no_grad():
+            self.prior.copy_(torch.from_numpy(matrix))
+        self._cali_cache = None
+
+    def get_prior(self) -> np.ndarray:
+        """The deployment prior, a K x K float64 array (a copy)."""
+        return self.prior.detach().cpu().double().numpy()
+
+    def _cache_key(self) -> tuple:
+        tensors = [self.prior, *self.bbox_head.califormer.parameters()]
+        return tuple((t.data_ptr(), t._version) for t in tensors)
+
+    def deployment_cali_vectors(self) -> Tensor:
+        """V' of the deployment prior (K x d).
+
+        Cached while gradients are off and neither the prior nor the
+        CaliFormer changes (an in-place update, a load or a move of either
+        invalidates the cache).
+        """
+        if torch.is_grad_enabled():
+            return self.bbox_head.get_cali_vectors(self.prior)
+        key = self._cache_key()
+        if self._cali_cache is None or self._cali_cache[0] != key:
+            self._cali_cache = (key,
+                                self.bbox_head.get_cali_vectors(self.prior))
+        return self._cali_cache[1]
+
+    def batch_priors(self,
+                     batch_data_samples: OptSampleList) -> Optional[Tensor]:
+        """The per-sample priors of a batch, or ``None`` if no data sample
+        has a ``prior`` (then the deployment prior applies to all).
+
+        Args:
+            batch_data_samples (list[DetDataSample], optional): the batch.
+
+        Returns:
+            Tensor | None: (B, K, K); samples without a ``prior`` get the
+            deployment prior.
+        """
+        if not batch_data_samples:
+            return None
+        found = [ds.get('prior', None) for ds in batch_data_samples]
+        if all(p is None for p in found):
+            return None
+        k = self.num_classes
+        priors = []
+        for p in found:
+            p = self.prior if p is None else torch.as_tensor(
+                p, dtype=self.prior.dtype, device=self.prior.device)
+            if p.shape != (k, k):
+                raise ValueError(f'a data sample prior must be {k} x {k}, '
+                                 f'got {tuple(p.shape)}')
+            priors.append(p)
+        return torch.stack(priors)
+
+    def forward_transformer(self,
+                            img_feats: Tuple[Tensor],
+                            batch_data_samples: OptSampleList = None) -> Dict:
+        """The detector's transformer, then the calibration vectors for the
+        head.
+
+        Adds ``cali_vectors`` (V': K x d, or B x K x d with per-sample
+        priors) to the head inputs and, in training, the ``priors``
+        (B x K x K) that LoMa compares with each image's statistics.
+        ``loss``, ``predict`` and ``_forward`` pass them on to the head.
+        """
+        head_inputs_dict = super().forward_transformer(img_feats,
+                                                       batch_data_samples)
+        priors = self.batch_priors(batch_data_samples)
+        if priors is None:
+            head_inputs_dict['cali_vectors'] = self.deployment_cali_vectors()
+        else:
+            head_inputs_dict['cali_vectors'] = \
+                self.bbox_head.get_cali_vectors(priors)
+        if self.training:
+            if priors is None:
+                batch_size = head_inputs_dict['hidden_states'].shape[1]
+                priors = self.prior.expand(batch_size, -1, -1)
+            head_inputs_dict['priors'] = priors
+        return head_inputs_dict

@@ -1,0 +1,138 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""CaliFormer: V' = g(V, Delta E), the per-class calibration vectors."""
+import torch
+from mmdet.models.layers import DetrTransformerEncoder
+from mmdet.registry import MODELS
+from mmdet.utils import OptMultiConfig
+from mmengine.model import BaseModule
+from torch import Tensor, nn
+
+from ..layers import prior_delta
+
+
+@MODELS.register_module()
+class CaliFormer(BaseModule):
+    r"""Encoder-only transformer over class nodes whose self-attention is
+    biased by the injected prior (paper Sec. 3.1, Eq. 1):
+
+    .. math::
+        A = \mathrm{softmax}(QK^T / \sqrt{d_k} + \Delta E^T) V,
+        \qquad \Delta E = E - E_0
+
+    The same bias enters every attention head of every layer: the attention
+    of node ``i`` (row) to node ``j`` (column) gets ``Delta E[j, i]``, i.e.
+    ``Delta P(j | i)``. There is no positional encoding: the nodes are a
+    set, so permuting the classes of ``V`` and ``E`` together permutes
+    ``V'``. The layers are mmdet's ``DetrTransformerEncoderLayer`` (post
+    norm) with the bias passed as the float ``attn_mask`` of attention.
+
+    Args:
+        num_classes (int): K, the number of nodes.
+        embed_dims (int): d, the node (and detector) embedding size.
+            Defaults to 256.
+        num_layers (int): encoder layers. Defaults to 3.
+        num_heads (int): attention heads. Defaults to 8.
+        feedforward_channels (int): hidden size of the FFN. Defaults to
+            2048.
+        dropout (float): dropout of attention and FFN. Defaults to 0.
+        node_std (float): std of the normal initialisation of the nodes V.
+            Defaults to 0.01.
+        zero_init_output (bool): initialise the weight of the last layer's
+            output LayerNorm to 0, so that V' = 0 and a detector fine-tuned
+            from a baseline checkpoint starts exactly as the baseline. With
+            the default (False, the paper's plain initialisation) V' starts
+            with unit-scale entries. Defaults to False.
+        init_cfg (dict, optional): mmengine initialisation config.
+    """
+
+    def __init__(self,
+                 num_classes: int,
+                 embed_dims: int = 256,
+                 num_layers: int = 3,
+                 num_heads: int = 8,
+                 feedforward_channels: int = 2048,
+                 dropout: float = 0.0,
+                 node_std: float = 0.01,
+                 zero_init_output: bool = False,
+                 init_cfg: OptMultiConfig = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        self.num_classes = num_classes
+        self.embed_dims = embed_dims
+        self.num_heads = num_heads
+        self.node_std = node_std
+        self.zero_init_output = zero_init_output
+        self.nodes = nn.Parameter(torch.empty(num_classes, embed_dims))
+        nn.init.normal_(self.nodes, std=node_std)
+        self.encoder = DetrTransformerEncoder(
+            num_layers=num_layers,
+            layer_cfg=dict(
+                self_attn_cfg=dict(
+                    embed_dims=embed_dims,
+                    num_heads=num_heads,
+                    attn_drop=dropout,
+                    proj_drop=dropout,
+                    batch_first=True),
+                ffn_cfg=dict(
+                    embed_dims=embed_dims,
+                    feedforward_channels=feedforward_channels,
+                    num_fcs=2,
+                    ffn_drop=dropout,
+                    act_cfg=dict(type='ReLU', inplace=True))))
+        if zero_init_output:
+            nn.init.zeros_(self.encoder.layers[-1].norms[-1].weight)
+
+    def init_weights(self) -> None:
+        """Nodes from N(0, node_std^2); Xavier for the encoder matrices."""
+        nn.init.normal_(self.nodes, std=self.node_std)
+        for p in self.encoder.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+        if self.zero_init_output:
+            nn.init.zeros_(self.encoder.layers[-1].norms[-1].weight)
+        self._is_init = True
+
+    @staticmethod
+    def attn_bias(priors: Tensor) -> Tensor:
+        """The attention bias ``Delta E^T``: ``bias[..., i, j] = E[..., j, i]
+        - E0[j, i]``.
+
+        Args:
+            priors (Tensor): (..., K, K) relation matrices.
+
+        Returns:
+            Tensor: (..., K, K) bias, rows = queries, columns = keys.
+        """
+        return prior_delta(priors).transpose(-1, -2)
+
+    def forward(self, priors: Tensor) -> Tensor:
+        """Compute the calibration vectors V' for one or a batch of priors.
+
+        Identical priors in a batch are computed once.
+
+        Args:
+            priors (Tensor): (K, K) or (B, K, K) relation matrices.
+
+        Returns:
+            Tensor: (K, d) or (B, K, d), matching ``priors``.
+        """
+        single = priors.dim() == 2
+        if single:
+            priors = priors.unsqueeze(0)
+        k = self.num_classes
+        if priors.dim() != 3 or priors.shape[-2:] != (k, k):
+            raise ValueError(f'CaliFormer expects priors of shape (K, K) or '
+                             f'(B, K, K) with K={k}, got '
+                             f'{tuple(priors.shape)}')
+        priors = priors.to(self.nodes.dtype)
+        inverse = None
+        if priors.shape[0] > 1:
+            distinct, inverse = torch.unique(
+                priors.flatten(1), dim=0, return_inverse=True)
+            priors = distinct.view(-1, k, k)
+        bias = self.attn_bias(priors).repeat_interleave(self.num_heads, dim=0)
+        nodes = self.nodes.unsqueeze(0).expand(priors.shape[0], -1, -1)
+        out = self.encoder(
+            query=nodes, query_pos=None, key_padding_mask=None, attn_mask=bias)
+        if inverse is not None:
+            out = out[inverse]
+        return out[0] if single else out

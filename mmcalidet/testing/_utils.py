@@ -1,0 +1,116 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+import json
+import os
+import os.path as osp
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from mmengine.config import Config
+from mmengine.structures import InstanceData
+
+#: the source checkout (configs/, tools/ live here)
+PROJECT_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.realpath(__file__))))
+
+
+def data_root() -> str:
+    """The shared data folder: ``$MMCALIDET_DATA``, default
+    ``<project root>/../shared/datasets``."""
+    return os.environ.get(
+        'MMCALIDET_DATA',
+        osp.normpath(osp.join(PROJECT_ROOT, '..', 'shared', 'datasets')))
+
+
+def get_config(name: str, prior: Optional[str] = None) -> Config:
+    """Load ``configs/<name>`` with the data folder of :func:`data_root`.
+
+    Args:
+        name (str): config path relative to ``configs/``.
+        prior (str, optional): replace the config's prior (the model's
+            default and the EdgeSampler's E_t) by this file or name.
+
+    Returns:
+        Config: the loaded config.
+    """
+    os.environ.setdefault('MMCALIDET_DATA', data_root())
+    cfg = Config.fromfile(osp.join(PROJECT_ROOT, 'configs', name))
+    if prior is not None and 'prior' in cfg.model:
+        cfg.model.prior = prior
+        for aug in cfg.model.data_preprocessor.get('batch_augments') or []:
+            if aug.get('type') == 'EdgeSampler':
+                aug.prior = prior
+    return cfg
+
+
+def coco_mini_label_lists(
+        split: str = 'train') -> Tuple[List[np.ndarray], List[str]]:
+    """Per-image class indices (crowd excluded) of a coco-mini split, in
+    mmdet's contiguous COCO order.
+
+    Returns:
+        tuple[list[np.ndarray], list[str]]: label lists and class names.
+    """
+    path = osp.join(data_root(), 'coco-mini', 'reference',
+                    f'instances_{split}2017_coco-mini.json')
+    with open(path, encoding='utf-8') as f:
+        coco = json.load(f)
+    cats = sorted(coco['categories'], key=lambda c: c['id'])
+    index = {c['id']: k for k, c in enumerate(cats)}
+    labels = {img['id']: [] for img in coco['images']}
+    for ann in coco['annotations']:
+        if not ann.get('iscrowd', 0):
+            labels[ann['image_id']].append(index[ann['category_id']])
+    return [np.asarray(v, dtype=np.int64) for v in labels.values()], \
+        [c['name'] for c in cats]
+
+
+def save_coco_mini_prior(path: str, split: str = 'train') -> str:
+    """Write E over a coco-mini split as a prior JSON file (with names)."""
+    from ..priors import batch_prior, save_prior
+    label_lists, classes = coco_mini_label_lists(split)
+    return save_prior(
+        path,
+        batch_prior(len(classes), label_lists),
+        classes=classes,
+        source=f'coco-mini {split}2017')
+
+
+def demo_batch(labels: Sequence[Sequence[int]],
+               size: int = 64,
+               seed: int = 0) -> dict:
+    """A batch for ``model.data_preprocessor``: random images and one box
+    per label.
+
+    Args:
+        labels (Sequence[Sequence[int]]): class indices per image (an empty
+            list is an image without objects).
+        size (int): image height and width.
+        seed (int): seed of the images and boxes.
+
+    Returns:
+        dict: ``dict(inputs=[...], data_samples=[...])``.
+    """
+    from mmdet.structures import DetDataSample
+    gen = torch.Generator().manual_seed(seed)
+    inputs, data_samples = [], []
+    for image_labels in labels:
+        inputs.append(
+            torch.randint(
+                0, 256, (3, size, size), generator=gen, dtype=torch.uint8))
+        n = len(image_labels)
+        xy = torch.rand(n, 2, generator=gen) * size * 0.6
+        wh = torch.rand(n, 2, generator=gen) * size * 0.3 + size * 0.1
+        sample = DetDataSample(
+            metainfo=dict(
+                img_shape=(size, size),
+                ori_shape=(size, size),
+                scale_factor=(1.0, 1.0),
+                pad_shape=(size, size),
+                batch_input_shape=(size, size)))
+        sample.gt_instances = InstanceData(
+            bboxes=torch.cat([xy, xy + wh], dim=1),
+            labels=torch.as_tensor(list(image_labels), dtype=torch.long))
+        sample.ignored_instances = InstanceData(
+            bboxes=torch.zeros(0, 4), labels=torch.zeros(0, dtype=torch.long))
+        data_samples.append(sample)
+    return dict(inputs=inputs, data_samples=data_samples)

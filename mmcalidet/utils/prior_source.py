@@ -1,0 +1,40 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Resolve the ``prior`` argument of configs: a shipped name or a source."""
+import os
+import os.path as osp
+import re
+from typing import Optional, Sequence
+
+import numpy as np
+
+#: a bare name such as ``'coco2017_train'`` (no folder, no extension)
+_SHIPPED_NAME = re.compile(r'[A-Za-z0-9_\-]+')
+
+
+def load_prior_source(src,
+                      classes: Optional[Sequence[str]] = None,
+                      num_classes: Optional[int] = None) -> np.ndarray:
+    """Load a prior given in a config or by a user.
+
+    Args:
+        src (str | PathLike | array-like | dict | Tensor): a ``.json`` /
+            ``.npy`` file, the name of a prior shipped in
+            ``mmcalidet/data/priors`` (e.g. ``'coco2017_train'``), a K x K
+            matrix or a dict in the prior file format.
+        classes (Sequence[str], optional): reorder a named prior (a JSON
+            file or dict with ``classes``) to this class order.
+        num_classes (int, optional): the expected K.
+
+    Returns:
+        np.ndarray: the validated K x K float64 matrix.
+
+    Raises:
+        ValueError: naming the problem (unknown name, missing file, shape,
+            values, class names).
+    """
+    from ..priors import default_prior_path, load_prior
+    if isinstance(src, (str, os.PathLike)):
+        path = os.fspath(src)
+        if not osp.exists(path) and _SHIPPED_NAME.fullmatch(path):
+            src = default_prior_path(path)
+    return load_prior(src, classes=classes, num_classes=num_classes)

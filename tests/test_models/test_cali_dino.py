@@ -1,0 +1,311 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+import copy
+import logging
+
+import numpy as np
+import pytest
+import torch
+from mmdet.registry import MODELS
+from mmdet.utils import register_all_modules
+from mmengine.logging import MMLogger
+from mmengine.runner import load_checkpoint, save_checkpoint
+
+from mmcalidet.priors import (default_prior_path, flat_prior, load_prior,
+                              sample_prior, save_prior)
+from mmcalidet.testing import demo_batch, get_config
+
+K = 80
+register_all_modules()
+
+
+def build(name='calidet/calidet_dino_tiny_coco-mini.py', seed=0, **model):
+    cfg = get_config(name)
+    cfg.model.update(model)
+    torch.manual_seed(seed)
+    detector = MODELS.build(cfg.model)
+    detector.init_weights()
+    return detector
+
+
+@pytest.fixture(scope='module')
+def model():
+    return build()
+
+
+def random_prior(seed):
+    rng = np.random.default_rng(seed)
+    prior = rng.uniform(size=(K, K))
+    np.fill_diagonal(prior, 1.0)
+    return prior
+
+
+def eval_inputs(model, labels=((1, 2), (3, )), size=64):
+    data = model.data_preprocessor(demo_batch(labels, size=size), False)
+    return data['inputs'], data['data_samples']
+
+
+def test_default_prior_is_the_config_prior(model):
+    assert model.get_prior().shape == (K, K)
+    np.testing.assert_allclose(
+        model.get_prior(),
+        load_prior(default_prior_path('coco2017_train')),
+        atol=1e-6)
+    np.testing.assert_array_equal(
+        build('calidet/calidet_dino_tiny_coco-mini.py',
+              prior=None).get_prior(), flat_prior(K))
+
+
+def test_loss_without_and_with_gt():
+    model = build()
+    model.train()
+    for labels in ([[]], [[2]]):
+        data = model.data_preprocessor(demo_batch(labels, size=64), True)
+        losses = model.loss(data['inputs'], data['data_samples'])
+        assert {'loss_loma', 'd0.loss_loma'} <= set(losses)
+        for key, loss in losses.items():
+            value = loss.item()
+            if not labels[0]:
+                if 'bbox' in key or 'iou' in key or 'dn' in key or \
+                        'loma' in key:
+                    # no GT: no box loss, and E_x = E0 gives no LoMa
+                    assert value == 0, key
+                elif 'cls' in key:
+                    assert value > 0, key
+            elif 'loma' not in key:
+                assert value > 0, key
+        if labels[0]:
+            prior = data['data_samples'][0].prior
+            assert not torch.allclose(prior, torch.full_like(prior, 0.5))
+            assert losses['loss_loma'].item() != 0
+
+
+def test_scores_follow_the_prior_boxes_and_hidden_states_do_not(model):
+    model.eval()
+    inputs, samples = eval_inputs(model)
+    outs, hidden = [], []
+    with torch.no_grad():
+        feats = model.extract_feat(inputs)
+        for seed in (1, 2):
+            model.set_prior(random_prior(seed))
+            head_inputs = model.forward_transformer(feats, samples)
+            hidden.append(head_inputs['hidden_states'])
+            outs.append(model._forward(inputs, samples))
+    assert torch.equal(hidden[0], hidden[1])
+    (cls1, box1), (cls2, box2) = outs
+    assert cls1.shape[:2] == (2, 2)  # decoder layers, batch
+    assert torch.equal(box1, box2)
+    assert not torch.allclose(cls1, cls2, atol=1e-3)
+
+
+def test_encoder_proposals_do_not_depend_on_the_prior():
+    model = build()
+    model.train()
+    batch = demo_batch([[1, 2]], size=64)
+    enc = []
+    for seed in (1, 2):
+        data = model.data_preprocessor(copy.deepcopy(batch), False)
+        data['data_samples'][0].prior = torch.tensor(
+            random_prior(seed), dtype=torch.float32)
+        torch.manual_seed(0)  # same denoising queries
+        feats = model.extract_feat(data['inputs'])
+        head_inputs = model.forward_transformer(feats, data['data_samples'])
+        enc.append(head_inputs['enc_outputs_class'])
+        assert head_inputs['priors'].shape == (1, K, K)
+    assert torch.equal(enc[0], enc[1])
+
+
+def test_sample_prior_overrides_the_model_prior(model):
+    model.eval()
+    inputs, samples = eval_inputs(model)
+    special = random_prior(5)
+    with torch.no_grad():
+        model.set_prior(random_prior(6))
+        default_cls, _ = model._forward(inputs, samples)
+        model.set_prior(special)
+        special_cls, _ = model._forward(inputs, samples)
+        model.set_prior(random_prior(6))
+        samples[0].prior = torch.tensor(special, dtype=torch.float32)
+        mixed_cls, _ = model._forward(inputs, samples)
+    torch.testing.assert_close(
+        mixed_cls[:, 0], special_cls[:, 0], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        mixed_cls[:, 1], default_cls[:, 1], atol=1e-4, rtol=1e-4)
+    samples[1].prior = np.eye(3)
+    with pytest.raises(ValueError, match='80 x 80'):
+        model._forward(inputs, samples)
+
+
+def test_predict_uses_the_prior(model):
+    model.eval()
+    inputs, samples = eval_inputs(model)
+    with torch.no_grad():
+        model.set_prior(sample_prior(K, [1, 2]))
+        first = model.predict(inputs, copy.deepcopy(samples))
+        model.set_prior(random_prior(3))
+        second = model.predict(inputs, copy.deepcopy(samples))
+    assert len(first[0].pred_instances) == 30
+    assert not torch.allclose(first[0].pred_instances.scores,
+                              second[0].pred_instances.scores)
+
+
+def test_set_prior_validates_before_changing_anything(model, tmp_path):
+    model.set_prior(random_prior(7))
+    before = model.get_prior()
+    bad = [
+        np.eye(3),
+        np.full((K, K), 1.5),
+        np.zeros((K, K)),
+        np.full((K, K), np.nan), 'no_such_prior',
+        str(tmp_path / 'x.json')
+    ]
+    for prior in bad:
+        with pytest.raises(ValueError):
+            model.set_prior(prior)
+        np.testing.assert_array_equal(model.get_prior(), before)
+    model.set_prior(None)
+    np.testing.assert_array_equal(model.get_prior(), flat_prior(K))
+    model.set_prior(torch.tensor(random_prior(7)))
+    np.testing.assert_allclose(model.get_prior(), before)
+
+
+def test_prior_files_are_reordered_by_class_name(tmp_path):
+    model = build()
+    classes = [f'class{k}' for k in range(K)]
+    prior = random_prior(8)
+    order = np.random.default_rng(0).permutation(K)
+    path = save_prior(
+        tmp_path / 'shuffled.json',
+        prior[np.ix_(order, order)],
+        classes=[classes[k] for k in order])
+    model.dataset_meta = dict(classes=classes)
+    model.set_prior(path)
+    np.testing.assert_allclose(model.get_prior(), prior, atol=1e-7)
+    # or by the classes given at construction
+    built = build(prior=path, classes=classes)
+    np.testing.assert_allclose(built.get_prior(), prior, atol=1e-7)
+    model.dataset_meta = dict(classes=classes[:-1] + ['unknown'])
+    with pytest.raises(ValueError, match='unknown'):
+        model.set_prior(path)
+    np.testing.assert_allclose(model.get_prior(), prior, atol=1e-7)
+
+
+def count_califormer_calls(model):
+    calls = []
+    handle = model.bbox_head.califormer.register_forward_hook(
+        lambda *args: calls.append(1))
+    return calls, handle
+
+
+def test_cali_vectors_are_cached_until_the_prior_or_weights_change():
+    model = build()
+    model.eval()
+    inputs, samples = eval_inputs(model)
+    calls, handle = count_califormer_calls(model)
+    with torch.no_grad():
+        first = model.deployment_cali_vectors()
+        model._forward(inputs, samples)
+        model.predict(inputs, copy.deepcopy(samples))
+        assert model.deployment_cali_vectors() is first
+        assert len(calls) == 1
+        model.set_prior(random_prior(9))
+        second = model.deployment_cali_vectors()
+        assert len(calls) == 2 and not torch.equal(first, second)
+        # an in-place update of CaliFormer's weights (an optimizer step)
+        model.bbox_head.califormer.nodes.add_(0.1)
+        third = model.deployment_cali_vectors()
+        assert len(calls) == 3 and not torch.equal(second, third)
+        # loading a state dict (e.g. another checkpoint's prior)
+        state = copy.deepcopy(model.state_dict())
+        state['prior'] = torch.tensor(random_prior(10), dtype=torch.float32)
+        model.load_state_dict(state)
+        fourth = model.deployment_cali_vectors()
+        assert len(calls) == 4 and not torch.equal(third, fourth)
+        model.deployment_cali_vectors()
+        assert len(calls) == 4
+    # with gradients on, V' is computed with its graph every time
+    v = model.deployment_cali_vectors()
+    assert v.requires_grad and len(calls) == 5
+    handle.remove()
+
+
+def test_training_reduces_the_loss():
+    model = build()
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4)
+    batch = demo_batch([[1, 2], [3, 3]], size=64, seed=1)
+    np.random.seed(0)
+    history = []
+    for _ in range(8):
+        torch.manual_seed(0)
+        data = model.data_preprocessor(copy.deepcopy(batch), True)
+        losses = model.loss(data['inputs'], data['data_samples'])
+        total = sum(losses.values())
+        optimizer.zero_grad()
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+        optimizer.step()
+        history.append(total.item())
+    assert np.mean(history[-2:]) < 0.7 * np.mean(history[:2]), history
+
+
+def test_checkpoint_reloads_and_predicts_identically(tmp_path):
+    model = build(seed=1)
+    model.set_prior(random_prior(11))  # carried by the checkpoint
+    with torch.no_grad():
+        model.bbox_head.califormer.nodes.normal_()
+    path = str(tmp_path / 'tiny.pth')
+    save_checkpoint(
+        dict(
+            state_dict=model.state_dict(),
+            meta=dict(dataset_meta=dict(classes=['a']), seed=np.int64(1))),
+        path)
+    reloaded = build(seed=2)
+    load_checkpoint(reloaded, path, map_location='cpu', strict=True)
+    np.testing.assert_array_equal(reloaded.get_prior(), model.get_prior())
+    model.eval()
+    reloaded.eval()
+    inputs, samples = eval_inputs(model)
+    with torch.no_grad():
+        a = model.predict(inputs, copy.deepcopy(samples))
+        b = reloaded.predict(inputs, copy.deepcopy(samples))
+    for x, y in zip(a, b):
+        assert torch.equal(x.pred_instances.scores, y.pred_instances.scores)
+        assert torch.equal(x.pred_instances.bboxes, y.pred_instances.bboxes)
+        assert torch.equal(x.pred_instances.labels, y.pred_instances.labels)
+
+
+def test_dino_checkpoint_loads_with_a_report_of_the_new_keys(tmp_path):
+    dino = build('calidet/dino_tiny_coco-mini.py', seed=3)
+    path = str(tmp_path / 'dino.pth')
+    save_checkpoint(dict(state_dict=dino.state_dict()), path)
+    model = build(seed=4)
+    logger = MMLogger.get_current_instance()
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    try:
+        load_checkpoint(
+            model, path, map_location='cpu', strict=False, logger='current')
+    finally:
+        logger.removeHandler(handler)
+    report = '\n'.join(r.getMessage() for r in records)
+    assert 'missing keys in source state_dict' in report
+    assert 'bbox_head.califormer.nodes' in report and 'prior' in report
+    assert 'unexpected key' not in report
+    dino_state = dino.state_dict()
+    for key, value in model.state_dict().items():
+        if key in dino_state:
+            assert torch.equal(value, dino_state[key]), key
+        else:
+            assert key == 'prior' or key.startswith('bbox_head.califormer.')
+
+
+def test_needs_a_calibrated_head():
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
+    head = cfg.model.bbox_head
+    for key in ('califormer', 'rho', 'loss_loma'):
+        head.pop(key)
+    head.type = 'DINOHead'
+    with pytest.raises(TypeError, match='calibrated bbox_head'):
+        MODELS.build(cfg.model)
