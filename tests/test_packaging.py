@@ -72,3 +72,35 @@ def test_light_import_skips_torch():
     out = subprocess.run([sys.executable, '-c', code], capture_output=True,
                          text=True, check=True).stdout.split()
     assert out == ['False', 'False']
+
+
+def test_regular_wheel_ships_tools_configs_priors_and_extension(tmp_path):
+    """``pip install .`` (not editable) must carry what ``mim`` and users
+    need: the compiled core, the shipped priors and copies of tools/ and
+    configs/ under mmcalidet/.mim. Built from a copy of the tree so the
+    editable install's links stay untouched."""
+    import shutil
+    import zipfile
+    src = tmp_path / 'src'
+    shutil.copytree(
+        ROOT, src,
+        ignore=shutil.ignore_patterns('.venv', '.git', '.mim', '*.so',
+                                      '__pycache__', 'build', 'outputs',
+                                      'work_dirs', '*.egg-info'))
+    res = subprocess.run([
+        sys.executable, '-m', 'pip', 'wheel', '--no-deps',
+        '--no-build-isolation', '-q', '-w',
+        str(tmp_path / 'dist'),
+        str(src)
+    ], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    wheel, = (tmp_path / 'dist').glob('mmcalidet-*.whl')
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.startswith('mmcalidet/priors/_cooccurrence')
+               and n.endswith('.so') for n in names)
+    for path in ('mmcalidet/data/priors/coco2017_train.json',
+                 'mmcalidet/.mim/tools/train.py',
+                 'mmcalidet/.mim/tools/analysis_tools/compute_prior.py'):
+        assert path in names, path
+    assert any(n.startswith('mmcalidet/.mim/configs/') and n.endswith('.py')
+               for n in names)

@@ -17,6 +17,7 @@ PY="$VENV/bin/python"
 PYTHON="${PYTHON:-python3}"
 MMCV_VERSION=2.1.0
 TORCH_VERSION=2.13.0
+OPENCV=opencv-python==4.14.0.94  # what mmcv/mmengine require (libGL is here)
 
 log() { echo "[setup_env] $*" >&2; }
 
@@ -67,12 +68,13 @@ if ! have mmcv "$MMCV_VERSION" \
     else
         log "reusing cached $WHEEL"
     fi
+    # mmcv's own dependencies first, then mmcv without a resolver run
+    pip_q install addict packaging Pillow pyyaml yapf "$OPENCV"
     pip_q install --no-deps "$WHEEL"
-    pip_q install addict packaging Pillow pyyaml yapf opencv-python-headless
 fi
 
 # 3. mmengine, mmdet and the rest of the runtime.
-if ! have mmengine 0.10.7 || ! have mmdet 3.3.0 \
+if ! have mmengine 0.10.7 || ! have mmdet 3.3.0 || ! have opencv-python 4.14.0.94 \
         || ! "$PY" -c 'import pycocotools, matplotlib, tqdm, pytest' 2>/dev/null; then
     log "installing mmengine, mmdet and runtime requirements"
     pip_q install -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
@@ -80,9 +82,9 @@ fi
 
 # 4. openmim without openxlab (which would pin setuptools back to 60).
 if ! have openmim 0.3.9; then
-    log "installing openmim (without openxlab)"
-    pip_q install --no-deps openmim==0.3.9
+    log "installing openmim (without opendatalab/openxlab)"
     pip_q install click colorama model-index rich tabulate requests pandas
+    pip_q install --no-deps openmim==0.3.9
 fi
 
 # 5. mmcalidet itself, editable: compiles the Cython extension in place and
@@ -101,6 +103,12 @@ PYEOF
 then
     log "installing mmcalidet (editable) from $ROOT"
     (cd "$ROOT" && pip_q install --no-deps --no-build-isolation -e .)
+fi
+# mim 0.3.9 looks for <site-packages>/mmcalidet/.mim; a PEP 660 editable
+# install leaves only a finder there, so link the package folder in.
+SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+if [ "$(readlink "$SITE/mmcalidet" 2>/dev/null)" != "$ROOT/mmcalidet" ]; then
+    ln -sfn "$ROOT/mmcalidet" "$SITE/mmcalidet"
 fi
 # A .pyx newer than its compiled module (e.g. after a pull): rebuild it.
 for pyx in "$ROOT"/mmcalidet/priors/*.pyx; do
