@@ -35,9 +35,10 @@ def read_categories(path: str) -> List[Dict]:
     for k, name in enumerate(names):
         entry = entries[k] if entries else {}
         cats.append(
-            dict(id=int(entry.get('coco_id', entry.get('id', k + 1))),
-                 name=name,
-                 supercategory=entry.get('supercategory', name)))
+            dict(
+                id=int(entry.get('coco_id', entry.get('id', k + 1))),
+                name=name,
+                supercategory=entry.get('supercategory', name)))
     ids = [c['id'] for c in cats]
     if len(set(ids)) != len(ids):
         raise ValueError(f'classes file {path}: duplicated category ids')
@@ -171,23 +172,31 @@ def yolo_to_coco(label_dir: str,
             raise ValueError(f'duplicated image id {img_id} ({name})')
         used_ids.add(img_id)
         width, height = sizes[name]
-        images.append(dict(id=img_id, file_name=name, width=width,
-                           height=height))
+        images.append(
+            dict(id=img_id, file_name=name, width=width, height=height))
         label_path = osp.join(label_dir, stem + '.txt')
         if not osp.exists(label_path):
             continue
-        for cls, cx, cy, w, h in parse_yolo_boxes(label_path,
-                                                  len(categories)):
+        for cls, cx, cy, w, h in parse_yolo_boxes(label_path, len(categories)):
             bw, bh = w * width, h * height
             x, y = cx * width - bw / 2, cy * height - bh / 2
             annotations.append(
-                dict(id=len(annotations) + 1, image_id=img_id,
-                     category_id=categories[cls]['id'],
-                     bbox=[round(x, 2), round(y, 2), round(bw, 2),
-                           round(bh, 2)],
-                     area=round(bw * bh, 2), iscrowd=0))
-    return dict(images=images, annotations=annotations,
-                categories=[dict(c) for c in categories])
+                dict(
+                    id=len(annotations) + 1,
+                    image_id=img_id,
+                    category_id=categories[cls]['id'],
+                    bbox=[
+                        round(x, 2),
+                        round(y, 2),
+                        round(bw, 2),
+                        round(bh, 2)
+                    ],
+                    area=round(bw * bh, 2),
+                    iscrowd=0))
+    return dict(
+        images=images,
+        annotations=annotations,
+        categories=[dict(c) for c in categories])
 
 
 def select_sizes(sizes: Dict[str, List[int]],

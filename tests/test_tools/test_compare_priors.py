@@ -35,8 +35,9 @@ def test_tool_reorders_by_name_and_writes_pngs(tmp_path, run_tool):
     b = batch_prior(3, [[0, 1], [0, 2], [1]])
     save_prior(str(tmp_path / 'a.json'), a, names)
     order = [2, 0, 1]  # b stored in another class order
-    save_prior(str(tmp_path / 'b.json'), b[np.ix_(order, order)],
-               [names[k] for k in order])
+    save_prior(
+        str(tmp_path / 'b.json'), b[np.ix_(order, order)],
+        [names[k] for k in order])
     out = tmp_path / 'cmp'
     res = run_tool(TOOL, str(tmp_path / 'a.json'), str(tmp_path / 'b.json'),
                    '--out-dir', str(out))

@@ -24,8 +24,8 @@ def test_coco_json(tmp_path, datasets_dir, run_tool):
         data = json.load(f)
     assert meta['num_images'] == len(data['images'])
     assert meta['classes'][0] == 'person' and len(meta['classes']) == 80
-    np.testing.assert_array_equal(
-        prior, prior_from_source(ann, progress=False)[0])
+    np.testing.assert_array_equal(prior,
+                                  prior_from_source(ann, progress=False)[0])
     assert sum(meta['images_per_class'].values()) > 0
 
 
@@ -59,8 +59,8 @@ def test_bad_input_one_line_and_nothing_lost(tmp_path, run_tool):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and '1.txt, line 1: 4 fields' in lines[0]
     assert out.read_text() == 'precious'
-    assert sorted(os.listdir(tmp_path)) == ['classes.txt', 'labels',
-                                            'out.json']
+    assert sorted(
+        os.listdir(tmp_path)) == ['classes.txt', 'labels', 'out.json']
     # YOLO without class names
     res = run_tool(TOOL, str(labels), '--out', str(out))
     assert res.returncode == 1 and '--classes' in res.stderr

@@ -25,8 +25,7 @@ def _check_against_reference(ours, ref):
     for img in ref['images']:
         mine = ours_imgs[img['id']]
         assert mine['file_name'] == img['file_name']
-        assert (mine['width'], mine['height']) == (img['width'],
-                                                   img['height'])
+        assert (mine['width'], mine['height']) == (img['width'], img['height'])
     assert {c['id']: c['name'] for c in ours['categories']} == \
         {c['id']: c['name'] for c in ref['categories']}
     ours_anns, ref_anns = _by_image(ours), _by_image(ref)
@@ -37,10 +36,10 @@ def _check_against_reference(ours, ref):
             sorted(a['category_id'] for a in theirs), img['file_name']
         for ann in theirs:
             # the closest converted box of the same category
-            cands = [a for a in mine if a['category_id'] ==
-                     ann['category_id']]
-            err = min(np.abs(np.subtract(a['bbox'], ann['bbox'])).max()
-                      for a in cands)
+            cands = [a for a in mine if a['category_id'] == ann['category_id']]
+            err = min(
+                np.abs(np.subtract(a['bbox'], ann['bbox'])).max()
+                for a in cands)
             assert err < 1.0, (img['file_name'], ann['bbox'])
             checked += 1
     assert checked > 100
@@ -61,8 +60,9 @@ def test_images_folder_matches_reference(tmp_path, datasets_dir, run_tool,
         ours = json.load(f)
     assert len(ours['images']) == len(
         os.listdir(osp.join(mini, 'images', split)))
-    with open(osp.join(mini, 'reference',
-                       f'instances_{split}_coco-{subset}.json')) as f:
+    with open(
+            osp.join(mini, 'reference',
+                     f'instances_{split}_coco-{subset}.json')) as f:
         ref = json.load(f)
     _check_against_reference(ours, ref)
 
@@ -72,10 +72,10 @@ def test_sizes_json_matches_reference(tmp_path, datasets_dir, run_tool):
     out = str(tmp_path / 'ann.json')
     res = run_tool(
         TOOL, osp.join(mini, 'labels', 'val2017'), '--sizes',
-        osp.join(datasets_dir, 'coco2017-labels', 'val2017_image_sizes.json'),
-        '--classes', osp.join(datasets_dir, 'coco2017-labels',
-                              'classes.json'), '--out', out,
-        '--allow-orphans')
+        osp.join(datasets_dir, 'coco2017-labels',
+                 'val2017_image_sizes.json'), '--classes',
+        osp.join(datasets_dir, 'coco2017-labels', 'classes.json'), '--out',
+        out, '--allow-orphans')
     assert res.returncode == 0, res.stderr
     with open(out) as f:
         ours = json.load(f)
@@ -97,8 +97,8 @@ def test_corrupt_image_and_bad_lines(tmp_path, datasets_dir, run_tool):
     for name in src:
         shutil.copy(osp.join(mini, 'images', 'val2017', name), images)
         shutil.copy(
-            osp.join(mini, 'labels', 'val2017',
-                     name.replace('.jpg', '.txt')), labels)
+            osp.join(mini, 'labels', 'val2017', name.replace('.jpg', '.txt')),
+            labels)
     out = tmp_path / 'ann.json'
     out.write_text('keep me')
     # a truncated JPEG
