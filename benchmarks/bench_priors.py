@@ -26,9 +26,9 @@ import numpy as np
 
 os.environ.setdefault('MMCALIDET_LIGHT', '1')  # priors only
 
-from mmcalidet.priors import counts_to_prior  # noqa: E402, save_prior
-from mmcalidet.priors.dataset_prior import prior_from_source  # noqa: E402
-from mmcalidet.priors.statistics import counts_from_flat  # noqa: E402
+from mmcalidet.priors import counts_to_prior, save_prior
+from mmcalidet.priors.dataset_prior import prior_from_source
+from mmcalidet.priors.statistics import counts_from_flat
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 

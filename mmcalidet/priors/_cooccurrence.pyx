@@ -27,13 +27,22 @@ cnp.import_array()
 ctypedef cnp.int64_t i64
 
 
+cdef extern int __builtin_ctzll(unsigned long long) nogil
+
+ctypedef unsigned long long u64
+
+#: up to this many classes an image's class set is a 2-word bit mask
+DEF MASK_CLASSES = 128
+
+
 def cooccurrence(const i64[::1] labels, const i64[::1] offsets,
                  Py_ssize_t num_classes):
     """Count class presence and pairwise co-presence over images.
 
     Args:
         labels (int64 array): class indices of all images, concatenated.
-            Every value must lie in ``[0, num_classes)``.
+            A value outside ``[0, num_classes)`` raises ValueError (checked
+            in the counting loop: no extra pass over the labels).
         offsets (int64 array): ``N + 1`` non-decreasing offsets; image ``k``
             holds ``labels[offsets[k]:offsets[k + 1]]``.
         num_classes (int): K.
@@ -45,36 +54,85 @@ def cooccurrence(const i64[::1] labels, const i64[::1] offsets,
         where ``j`` is present.
     """
     cdef Py_ssize_t num_images = offsets.shape[0] - 1
+    cdef Py_ssize_t total = labels.shape[0]
+    if num_images < 0 or offsets[0] != 0 or offsets[num_images] != total:
+        raise ValueError('offsets must start at 0, be non-decreasing and '
+                         f'end at len(labels)={total}')
     cdef cnp.ndarray[i64, ndim=2] C_arr = np.zeros(
         (num_classes, num_classes), dtype=np.int64)
-    cdef cnp.ndarray[i64, ndim=1] n_arr = np.zeros(num_classes,
-                                                   dtype=np.int64)
-    # last_seen[c] = 1 + index of the last image in which c was seen.
-    cdef cnp.ndarray[i64, ndim=1] seen_arr = np.zeros(num_classes,
-                                                      dtype=np.int64)
+    # last_seen[c] = 1 + index of the last image in which c was seen
+    # (only for K > MASK_CLASSES)
+    cdef cnp.ndarray[i64, ndim=1] seen_arr = np.zeros(
+        num_classes if num_classes > MASK_CLASSES else 1, dtype=np.int64)
     cdef cnp.ndarray[i64, ndim=1] uniq_arr = np.empty(max(num_classes, 1),
                                                       dtype=np.int64)
     cdef i64[:, ::1] C = C_arr
-    cdef i64[::1] n = n_arr
     cdef i64[::1] seen = seen_arr
     cdef i64[::1] uniq = uniq_arr
     cdef Py_ssize_t k, p, a, b, m
+    cdef Py_ssize_t bad = -1, bad_offset = -1
     cdef i64 c, ci
+    cdef u64 lo, hi, x
+    cdef bint use_mask = num_classes <= MASK_CLASSES
     with nogil:
         for k in range(num_images):
+            if offsets[k + 1] < offsets[k] or offsets[k + 1] > total:
+                bad_offset = k
+                break
             m = 0
-            for p in range(offsets[k], offsets[k + 1]):
-                c = labels[p]
-                if seen[c] != k + 1:
-                    seen[c] = k + 1
-                    uniq[m] = c
+            if use_mask:
+                # the image's class set as a bit mask: duplicates vanish
+                lo = 0
+                hi = 0
+                for p in range(offsets[k], offsets[k + 1]):
+                    c = labels[p]
+                    if c < 0 or c >= num_classes:
+                        bad = p
+                        break
+                    if c < 64:
+                        lo |= (<u64>1) << c
+                    else:
+                        hi |= (<u64>1) << (c - 64)
+                x = lo
+                while x:
+                    uniq[m] = __builtin_ctzll(x)
                     m += 1
+                    x &= x - 1
+                x = hi
+                while x:
+                    uniq[m] = 64 + __builtin_ctzll(x)
+                    m += 1
+                    x &= x - 1
+            else:
+                for p in range(offsets[k], offsets[k + 1]):
+                    c = labels[p]
+                    if c < 0 or c >= num_classes:
+                        bad = p
+                        break
+                    if seen[c] != k + 1:
+                        seen[c] = k + 1
+                        uniq[m] = c
+                        m += 1
+            if bad >= 0:
+                break
+            # one triangle (diagonal included); mirrored below
             for a in range(m):
                 ci = uniq[a]
-                n[ci] += 1
-                for b in range(m):
+                for b in range(a, m):
                     C[ci, uniq[b]] += 1
-    return C_arr, n_arr
+    if bad_offset >= 0:
+        raise ValueError('offsets must start at 0, be non-decreasing and '
+                         f'end at len(labels)={total}')
+    if bad >= 0:
+        if labels[bad] < 0:
+            raise ValueError(f'class index {labels[bad]} is negative')
+        raise ValueError(f'class index {labels[bad]} is out of range for '
+                         f'num_classes={num_classes}')
+    # each pair i != j was counted once, in C[i, j] or in C[j, i]
+    n_arr = np.diagonal(C_arr).copy()
+    sym = C_arr + C_arr.T
+    np.fill_diagonal(sym, n_arr)
+    return sym, n_arr
 
 
 cdef inline i64 _octal(const unsigned char[::1] buf, Py_ssize_t start,

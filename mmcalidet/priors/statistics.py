@@ -56,7 +56,7 @@ def as_label_array(labels: LabelList, num_classes: int,
             bad = arr[~np.isfinite(arr) | (arr != np.round(arr))][0]
             raise ValueError(
                 f'{where}: class indices must be integers, got {bad!r}')
-    arr = arr.astype(np.int64)
+    arr = arr.astype(np.int64, copy=False)
     low, high = arr.min(), arr.max()
     if low < 0:
         raise ValueError(f'{where}: class index {low} is negative')
@@ -168,13 +168,16 @@ def counts_from_flat(labels: np.ndarray, offsets: np.ndarray,
         tuple[np.ndarray, np.ndarray]: ``C`` (K x K) and ``n`` (K), int64.
     """
     num_classes = _check_num_classes(num_classes)
-    labels = as_label_array(labels, num_classes)
+    labels = np.asarray(labels)
+    if labels.dtype == np.int64 and labels.ndim == 1:
+        # the range is checked inside the counting loop (no extra pass)
+        labels = np.ascontiguousarray(labels)
+    else:
+        labels = as_label_array(labels, num_classes)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or \
-            offsets[-1] != labels.size or np.any(np.diff(offsets) < 0):
-        raise ValueError('offsets must start at 0, be non-decreasing and '
-                         f'end at len(labels)={labels.size}')
-    return cooccurrence(np.ascontiguousarray(labels), offsets, num_classes)
+    if offsets.ndim != 1 or offsets.size < 1:
+        raise ValueError('offsets must be a 1-D array of N + 1 entries')
+    return cooccurrence(labels, offsets, num_classes)
 
 
 def prior_from_flat(labels: np.ndarray, offsets: np.ndarray,

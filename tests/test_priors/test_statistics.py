@@ -182,3 +182,16 @@ def test_prior_mae():
     assert prior_mae(a, b) == pytest.approx(np.abs(a - b).mean())
     assert prior_mae(a, b, exclude_diagonal=True) == pytest.approx(
         np.abs(a - b)[~np.eye(3, dtype=bool)].mean())
+
+
+@pytest.mark.parametrize('k', [64, 65, 128, 129, 200])
+def test_large_k_paths_equal_reference(k):
+    """K <= 128 counts with bit masks, larger K with a seen-array: both
+    must equal the reference, around the word and path boundaries."""
+    rng = np.random.default_rng(k)
+    targets = [
+        list(rng.integers(0, k, int(rng.integers(0, 9)))) + [k - 1] * (i % 2)
+        for i in range(30)
+    ]
+    np.testing.assert_array_equal(
+        batch_prior(k, targets), edge_batch(k, targets))
