@@ -85,7 +85,8 @@ def get_extensions() -> list:
         sources=['mmcalidet/priors/_cooccurrence.pyx'],
         include_dirs=[np.get_include()],
         define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION')],
-        extra_compile_args=['-O3'],
+        extra_compile_args=['-O3', '-fopenmp'],
+        extra_link_args=['-fopenmp'],
     )
     return cythonize([ext], language_level=3, quiet=True)
 

@@ -21,6 +21,8 @@ Input checks (ranges, dtypes) are done by the Python wrappers in
 import numpy as np
 
 cimport numpy as cnp
+cimport openmp
+from cython.parallel cimport prange
 
 cnp.import_array()
 
@@ -35,9 +37,69 @@ ctypedef unsigned long long u64
 DEF MASK_CLASSES = 128
 
 
+cdef Py_ssize_t _count_images(const i64[::1] labels, const i64[::1] offsets,
+                              Py_ssize_t k0, Py_ssize_t k1,
+                              Py_ssize_t num_classes, i64[:, ::1] C,
+                              i64[::1] seen, i64[::1] uniq) noexcept nogil:
+    """Count images ``k0 .. k1 - 1`` into ``C`` (one triangle, diagonal
+    included). Returns -1, or ``p`` (>= 0) for an out-of-range label at
+    ``labels[p]``, or ``-2 - k`` for bad offsets at image ``k``."""
+    cdef Py_ssize_t k, p, a, b, m, total = labels.shape[0]
+    cdef i64 c, ci
+    cdef u64 lo, hi, x
+    cdef bint use_mask = num_classes <= MASK_CLASSES
+    for k in range(k0, k1):
+        if offsets[k + 1] < offsets[k] or offsets[k + 1] > total:
+            return -2 - k
+        m = 0
+        if use_mask:
+            # the image's class set as a bit mask: duplicates vanish
+            lo = 0
+            hi = 0
+            for p in range(offsets[k], offsets[k + 1]):
+                c = labels[p]
+                if c < 0 or c >= num_classes:
+                    return p
+                if c < 64:
+                    lo |= (<u64>1) << c
+                else:
+                    hi |= (<u64>1) << (c - 64)
+            x = lo
+            while x:
+                uniq[m] = __builtin_ctzll(x)
+                m += 1
+                x &= x - 1
+            x = hi
+            while x:
+                uniq[m] = 64 + __builtin_ctzll(x)
+                m += 1
+                x &= x - 1
+        else:
+            for p in range(offsets[k], offsets[k + 1]):
+                c = labels[p]
+                if c < 0 or c >= num_classes:
+                    return p
+                if seen[c] != k + 1:
+                    seen[c] = k + 1
+                    uniq[m] = c
+                    m += 1
+        for a in range(m):
+            ci = uniq[a]
+            for b in range(a, m):
+                C[ci, uniq[b]] += 1
+    return -1
+
+
+#: below this many images one thread counts everything
+PARALLEL_MIN_IMAGES = 20000
+
+
 def cooccurrence(const i64[::1] labels, const i64[::1] offsets,
-                 Py_ssize_t num_classes):
+                 Py_ssize_t num_classes, int num_threads=0):
     """Count class presence and pairwise co-presence over images.
+
+    Large sets are split into contiguous chunks counted by OpenMP threads
+    into private matrices, then summed (exact integer counts).
 
     Args:
         labels (int64 array): class indices of all images, concatenated.
@@ -46,6 +108,8 @@ def cooccurrence(const i64[::1] labels, const i64[::1] offsets,
         offsets (int64 array): ``N + 1`` non-decreasing offsets; image ``k``
             holds ``labels[offsets[k]:offsets[k + 1]]``.
         num_classes (int): K.
+        num_threads (int): threads; 0 uses OpenMP's default (one thread
+            below ``PARALLEL_MIN_IMAGES`` images).
 
     Returns:
         tuple[np.ndarray, np.ndarray]: ``C`` (K x K, int64) with ``C[i, j]``
@@ -58,76 +122,40 @@ def cooccurrence(const i64[::1] labels, const i64[::1] offsets,
     if num_images < 0 or offsets[0] != 0 or offsets[num_images] != total:
         raise ValueError('offsets must start at 0, be non-decreasing and '
                          f'end at len(labels)={total}')
-    cdef cnp.ndarray[i64, ndim=2] C_arr = np.zeros(
-        (num_classes, num_classes), dtype=np.int64)
-    # last_seen[c] = 1 + index of the last image in which c was seen
-    # (only for K > MASK_CLASSES)
-    cdef cnp.ndarray[i64, ndim=1] seen_arr = np.zeros(
-        num_classes if num_classes > MASK_CLASSES else 1, dtype=np.int64)
-    cdef cnp.ndarray[i64, ndim=1] uniq_arr = np.empty(max(num_classes, 1),
-                                                      dtype=np.int64)
-    cdef i64[:, ::1] C = C_arr
-    cdef i64[::1] seen = seen_arr
-    cdef i64[::1] uniq = uniq_arr
-    cdef Py_ssize_t k, p, a, b, m
-    cdef Py_ssize_t bad = -1, bad_offset = -1
-    cdef i64 c, ci
-    cdef u64 lo, hi, x
-    cdef bint use_mask = num_classes <= MASK_CLASSES
-    with nogil:
-        for k in range(num_images):
-            if offsets[k + 1] < offsets[k] or offsets[k + 1] > total:
-                bad_offset = k
-                break
-            m = 0
-            if use_mask:
-                # the image's class set as a bit mask: duplicates vanish
-                lo = 0
-                hi = 0
-                for p in range(offsets[k], offsets[k + 1]):
-                    c = labels[p]
-                    if c < 0 or c >= num_classes:
-                        bad = p
-                        break
-                    if c < 64:
-                        lo |= (<u64>1) << c
-                    else:
-                        hi |= (<u64>1) << (c - 64)
-                x = lo
-                while x:
-                    uniq[m] = __builtin_ctzll(x)
-                    m += 1
-                    x &= x - 1
-                x = hi
-                while x:
-                    uniq[m] = 64 + __builtin_ctzll(x)
-                    m += 1
-                    x &= x - 1
-            else:
-                for p in range(offsets[k], offsets[k + 1]):
-                    c = labels[p]
-                    if c < 0 or c >= num_classes:
-                        bad = p
-                        break
-                    if seen[c] != k + 1:
-                        seen[c] = k + 1
-                        uniq[m] = c
-                        m += 1
-            if bad >= 0:
-                break
-            # one triangle (diagonal included); mirrored below
-            for a in range(m):
-                ci = uniq[a]
-                for b in range(a, m):
-                    C[ci, uniq[b]] += 1
-    if bad_offset >= 0:
-        raise ValueError('offsets must start at 0, be non-decreasing and '
-                         f'end at len(labels)={total}')
-    if bad >= 0:
-        if labels[bad] < 0:
-            raise ValueError(f'class index {labels[bad]} is negative')
-        raise ValueError(f'class index {labels[bad]} is out of range for '
-                         f'num_classes={num_classes}')
+    cdef int threads = num_threads
+    if threads <= 0:
+        threads = openmp.omp_get_max_threads() \
+            if num_images >= PARALLEL_MIN_IMAGES else 1
+    threads = max(1, min(threads, 16, max(num_images, 1)))
+    C_all = np.zeros((threads, num_classes, num_classes), dtype=np.int64)
+    # seen[t, c] = 1 + index of the last image in which thread t saw c
+    # (only used for K > MASK_CLASSES)
+    seen_all = np.zeros(
+        (threads, num_classes if num_classes > MASK_CLASSES else 1),
+        dtype=np.int64)
+    uniq_all = np.empty((threads, max(num_classes, 1)), dtype=np.int64)
+    status_arr = np.full(threads, -1, dtype=np.int64)
+    cdef i64[:, :, ::1] C = C_all
+    cdef i64[:, ::1] seen = seen_all
+    cdef i64[:, ::1] uniq = uniq_all
+    cdef i64[::1] status = status_arr
+    cdef Py_ssize_t t, chunk = (num_images + threads - 1) // threads
+    for t in prange(threads, nogil=True, num_threads=threads,
+                    schedule='static'):
+        status[t] = _count_images(labels, offsets, t * chunk,
+                                  min((t + 1) * chunk, num_images),
+                                  num_classes, C[t], seen[t], uniq[t])
+    for t in range(threads):
+        if status[t] <= -2:
+            raise ValueError('offsets must start at 0, be non-decreasing '
+                             f'and end at len(labels)={total}')
+        if status[t] >= 0:
+            c = labels[status[t]]
+            if c < 0:
+                raise ValueError(f'class index {c} is negative')
+            raise ValueError(f'class index {c} is out of range for '
+                             f'num_classes={num_classes}')
+    C_arr = C_all.sum(0) if threads > 1 else C_all[0]
     # each pair i != j was counted once, in C[i, j] or in C[j, i]
     n_arr = np.diagonal(C_arr).copy()
     sym = C_arr + C_arr.T

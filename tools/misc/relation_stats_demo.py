@@ -77,7 +77,10 @@ def main(argv=None):
     }
     lines = ['| quantity | paper | mmcalidet (80 classes) |',
              '|---|---|---|']
-    lines += [f'| {k} | {PAPER[k]:.3f} | {ours[k]:.4f} |' for k in PAPER]
+    lines += [
+        f'| {k.replace("|", chr(92) + "|")} | {PAPER[k]:.3f} | '
+        f'{ours[k]:.4f} |' for k in PAPER
+    ]
     table = '\n'.join(lines)
     print('\n' + table + '\n')
     shipped = {}
