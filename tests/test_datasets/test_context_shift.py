@@ -1,0 +1,105 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""The context-shift benchmark generator."""
+import json
+import os.path as osp
+
+import numpy as np
+import pytest
+
+from mmcalidet.datasets.context_shift import (CLASSES, DEFAULT_SCENES,
+                                              load_digits_split,
+                                              make_context_shift)
+from mmcalidet.priors import batch_prior, load_prior
+from mmcalidet.priors.label_io import read_coco_labels
+
+SMALL = dict(num_train=24, num_val_per_site=12, img_size=64,
+             digit_size=(8, 14), progress=False)
+
+
+def _read(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def test_deterministic_by_seed(tmp_path):
+    a = make_context_shift(str(tmp_path / 'a'), seed=3, **SMALL)
+    b = make_context_shift(str(tmp_path / 'b'), seed=3, **SMALL)
+    c = make_context_shift(str(tmp_path / 'c'), seed=4, **SMALL)
+    assert a == b
+    for name in ('instances_train.json', 'instances_val.json'):
+        assert _read(tmp_path / 'a' / 'annotations' / name) == \
+            _read(tmp_path / 'b' / 'annotations' / name)
+    img = 'images/train/train_000005.png'
+    assert (tmp_path / 'a' / img).read_bytes() == \
+        (tmp_path / 'b' / img).read_bytes()
+    assert (tmp_path / 'a' / img).read_bytes() != \
+        (tmp_path / 'c' / img).read_bytes()
+
+
+def test_held_out_appearances():
+    train, val = load_digits_split()
+    for c in range(len(CLASSES)):
+        flat_t = {s.tobytes() for s in train[c]}
+        assert not any(s.tobytes() in flat_t for s in val[c])
+        assert len(val[c]) > 50 and len(train[c]) > 90
+
+
+def test_annotations_and_priors_agree(tmp_path):
+    meta = make_context_shift(str(tmp_path / 'cs'), seed=0, **SMALL)
+    root = tmp_path / 'cs'
+    train = _read(root / 'annotations' / 'instances_train.json')
+    assert len(train['images']) == 24
+    assert [c['name'] for c in train['categories']] == list(CLASSES)
+    for ann in train['annotations']:
+        x, y, w, h = ann['bbox']
+        assert 0 <= x and x + w <= 64 and 0 <= y and y + h <= 64
+    for img in train['images']:
+        assert osp.isfile(root / 'images' / img['file_name'])
+    sets = read_coco_labels(str(root / 'annotations' /
+                                'instances_train.json'))
+    np.testing.assert_array_equal(
+        load_prior(str(root / 'priors' / 'E_t.json')),
+        batch_prior(10, sets.label_lists()))
+    e_t = load_prior(str(root / 'priors' / 'E_t.json'))
+    for site in DEFAULT_SCENES['sites']:
+        path = root / 'annotations' / f'instances_val_{site}.json'
+        e_site = batch_prior(10, read_coco_labels(str(path)).label_lists())
+        np.testing.assert_array_equal(
+            load_prior(str(root / 'priors' / f'E_{site}.json')), e_site)
+        assert meta['epsilon'][site] == pytest.approx(
+            np.abs(e_site - e_t).mean())
+    # the shifted sites differ from E_t more than the train-like one
+    assert meta['epsilon']['crossed'] > meta['epsilon']['like_train']
+    val = _read(root / 'annotations' / 'instances_val.json')
+    assert len(val['images']) == 12 * len(DEFAULT_SCENES['sites'])
+    assert len({img['id'] for img in val['images']}) == len(val['images'])
+
+
+def test_existing_folder_and_bad_scene_model(tmp_path, run_tool):
+    out = tmp_path / 'cs'
+    out.mkdir()
+    (out / 'keep.txt').write_text('x')
+    with pytest.raises(ValueError, match='exists'):
+        make_context_shift(str(out), **SMALL)
+    assert (out / 'keep.txt').read_text() == 'x'
+    bad = dict(DEFAULT_SCENES, train_mixture={'nowhere': 1.0})
+    with pytest.raises(ValueError, match="unknown scene type 'nowhere'"):
+        make_context_shift(str(tmp_path / 'x'), scenes=bad, **SMALL)
+    bad = dict(DEFAULT_SCENES,
+               scene_types=dict(DEFAULT_SCENES['scene_types'], left=[1, 2]))
+    with pytest.raises(ValueError, match='2 weights'):
+        make_context_shift(str(tmp_path / 'x'), scenes=bad, **SMALL)
+    assert not osp.exists(tmp_path / 'x')
+    res = run_tool('tools/dataset_converters/make_context_shift.py', '--out',
+                   str(out), '--num-train', '4', '--num-val-per-site', '2',
+                   '--img-size', '64', '--digit-size', '8', '12',
+                   '--no-progress')
+    assert res.returncode == 1 and 'exists' in res.stderr
+    res = run_tool('tools/dataset_converters/make_context_shift.py', '--out',
+                   str(out), '--num-train', '4', '--num-val-per-site', '2',
+                   '--img-size', '64', '--digit-size', '8', '12',
+                   '--no-progress', '--overwrite')
+    assert res.returncode == 0, res.stderr
+    assert 'epsilon(E_crossed, E_t)' in res.stdout
+    assert not (out / 'keep.txt').exists()
+    assert not osp.exists(str(out) + '.partial')
