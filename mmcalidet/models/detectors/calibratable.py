@@ -71,6 +71,31 @@ class CalibratableDetectorMixin:
             classes=classes if classes is not None else self._model_classes(),
             num_classes=self.num_classes)
 
+    def resolve_prior(self,
+                      prior,
+                      classes: Optional[Sequence[str]] = None) -> np.ndarray:
+        """Validate a prior for this model without changing the model.
+
+        What :meth:`set_prior` does before it changes anything; the
+        inference APIs use it to check a call's priors before the model
+        runs.
+
+        Args:
+            prior (str | PathLike | array-like | dict | Tensor): a prior
+                file, shipped name, dict or K x K matrix; ``None`` for E0.
+            classes (Sequence[str], optional): the order to reorder a named
+                prior to (see :meth:`set_prior`).
+
+        Returns:
+            np.ndarray: the validated K x K float64 matrix in the model's
+            class order.
+
+        Raises:
+            ValueError: naming the problem (file, shape, K, values, class
+                names).
+        """
+        return self._load_prior(prior, classes)
+
     def set_prior(self,
                   prior,
                   classes: Optional[Sequence[str]] = None) -> None:

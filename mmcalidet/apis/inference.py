@@ -1,0 +1,242 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""mmdet's ``init_detector`` / ``inference_detector`` with a prior.
+
+A prior given to a call applies to that call only: it travels in the data
+samples (``data_sample.prior``), which override the model's deployment
+prior for those images, so the model's own prior (and its cached V') is
+never touched. ``model.set_prior(...)`` changes the model's default.
+"""
+import copy
+import os
+from pathlib import Path
+from typing import Any, Callable, List, Optional, Sequence, Union
+
+import numpy as np
+import torch
+import torch.nn as nn
+from mmcv.transforms import Compose
+from mmdet.apis import inference_detector as mmdet_inference_detector
+from mmdet.apis import init_detector as mmdet_init_detector
+from mmdet.structures import DetDataSample, SampleList
+from mmdet.utils import get_test_pipeline_cfg
+from mmengine.config import Config
+
+ImagesType = Union[str, np.ndarray, Sequence[str], Sequence[np.ndarray]]
+#: one prior: a prior file, a shipped name, a dict or a K x K matrix
+PriorType = Union[str, os.PathLike, dict, np.ndarray, torch.Tensor,
+                  Sequence[Sequence[float]]]
+
+
+def is_calibratable(model: nn.Module) -> bool:
+    """Whether ``model`` takes a prior (a CaliDet detector)."""
+    return hasattr(model, 'resolve_prior') and hasattr(model, 'set_prior')
+
+
+def _is_one_prior(prior: Any) -> bool:
+    """Whether an item of a list is a whole prior, not a matrix row."""
+    if prior is None or isinstance(prior, (str, os.PathLike, dict)):
+        return True
+    ndim = getattr(prior, 'ndim', None)
+    if ndim is None and isinstance(prior, (list, tuple)):
+        try:
+            ndim = np.ndim(prior)
+        except ValueError:  # ragged: not a matrix row of numbers
+            return False
+    return ndim == 2
+
+
+def per_image_priors(prior: Any) -> Optional[list]:
+    """The per-image priors of a call, or ``None`` for one shared prior.
+
+    Args:
+        prior: one prior for every image (a file, a shipped name, a dict,
+            a K x K array, tensor or nested list), or one per image: a
+            list/tuple of those (``None`` items keep the model's prior for
+            that image) or a (B, K, K) array/tensor.
+
+    Returns:
+        list | None: the per-image priors, or ``None`` if ``prior`` is one
+        prior for all images.
+    """
+    if getattr(prior, 'ndim', None) == 3:
+        return list(prior)
+    if isinstance(prior, (list, tuple)) and prior and \
+            all(_is_one_prior(p) for p in prior):
+        return list(prior)
+    return None
+
+
+def resolve_call_priors(model: nn.Module, prior: Any,
+                        num_images: int) -> List[Optional[torch.Tensor]]:
+    """Validate the priors of an inference call before the model runs.
+
+    Every prior is loaded, reordered by class name to the model's classes
+    (``model.dataset_meta['classes']``) and validated; nothing in the
+    model changes.
+
+    Args:
+        model (nn.Module): a calibratable detector (e.g. ``CaliDINO``).
+        prior: one prior or one per image (see :func:`per_image_priors`).
+        num_images (int): the number of images of the call.
+
+    Returns:
+        list[Tensor | None]: a float32 K x K tensor per image (the same
+        tensor where images share a prior), ``None`` where the model's
+        deployment prior applies.
+
+    Raises:
+        ValueError: if the model is not calibratable, if a per-image list
+            does not have one prior per image, or naming the first bad
+            prior (and, in a per-image list, its image).
+    """
+    if not is_calibratable(model):
+        raise ValueError('a prior needs a calibratable detector (CaliDet, '
+                         f'e.g. CaliDINO), got {type(model).__name__}')
+    sources = per_image_priors(prior)
+    if sources is None:
+        return [torch.from_numpy(model.resolve_prior(prior)).float()
+                ] * num_images
+    if len(sources) != num_images:
+        raise ValueError(f'got {len(sources)} priors for {num_images} '
+                         'images: give one prior for all images or one per '
+                         'image')
+    resolved: dict = {}
+    priors = []
+    for index, src in enumerate(sources):
+        if src is None:
+            priors.append(None)
+            continue
+        key = os.fspath(src) if isinstance(src, (str, os.PathLike)) \
+            else id(src)
+        if key not in resolved:
+            try:
+                matrix = model.resolve_prior(src)
+            except ValueError as exc:
+                raise ValueError(f'prior of image {index}: {exc}') from exc
+            resolved[key] = torch.from_numpy(matrix).float()
+        priors.append(resolved[key])
+    return priors
+
+
+def init_detector(config: Union[str, Path, Config],
+                  checkpoint: Optional[str] = None,
+                  palette: str = 'none',
+                  device: str = 'cuda:0',
+                  cfg_options: Optional[dict] = None,
+                  prior: Optional[PriorType] = None) -> nn.Module:
+    """mmdet's ``init_detector``, plus a deployment prior.
+
+    The checkpoint restores the prior it was saved with (its ``prior``
+    buffer); ``prior`` replaces it, reordered by class name to the
+    checkpoint's classes. Importing this module registers mmcalidet, so
+    CaliDet configs and checkpoints load.
+
+    Args:
+        config (str | Path | Config): config file or object.
+        checkpoint (str, optional): checkpoint file.
+        palette (str): see mmdet's ``init_detector``.
+        device (str): the device. Defaults to ``'cuda:0'`` as mmdet's.
+        cfg_options (dict, optional): config overrides.
+        prior (optional): the deployment prior to inject after loading (a
+            prior file, a shipped name such as ``'coco2017_val'``, a dict
+            or a K x K matrix); ``None`` keeps the checkpoint's.
+
+    Returns:
+        nn.Module: the detector in eval mode.
+    """
+    if isinstance(config, Config):  # mmdet's builder edits model configs
+        config = copy.deepcopy(config)
+    model = mmdet_init_detector(
+        config,
+        checkpoint,
+        palette=palette,
+        device=device,
+        cfg_options=cfg_options)
+    if prior is not None:
+        if not is_calibratable(model):
+            raise ValueError('prior needs a calibratable detector (CaliDet), '
+                             f'got {type(model).__name__}')
+        model.set_prior(prior)
+    return model
+
+
+def build_test_pipeline(cfg: Config, ndarray_inputs: bool) -> Compose:
+    """The test pipeline mmdet's ``inference_detector`` builds by default.
+
+    Args:
+        cfg (Config): the model's config (``model.cfg``).
+        ndarray_inputs (bool): load images from arrays instead of files.
+
+    Returns:
+        Compose: the pipeline.
+    """
+    pipeline = copy.deepcopy(get_test_pipeline_cfg(cfg))
+    if ndarray_inputs:
+        pipeline[0].type = 'mmdet.LoadImageFromNDArray'
+    return Compose(pipeline)
+
+
+class _AttachPrior:
+    """A test pipeline that also puts ``prior`` in the data sample."""
+
+    def __init__(self, pipeline: Callable, prior: torch.Tensor) -> None:
+        self.pipeline = pipeline
+        self.prior = prior
+
+    def __call__(self, data: dict) -> dict:
+        data = self.pipeline(data)
+        data['data_samples'].prior = self.prior
+        return data
+
+
+def inference_detector(model: nn.Module,
+                       imgs: ImagesType,
+                       prior: Any = None,
+                       test_pipeline: Optional[Compose] = None,
+                       **kwargs) -> Union[DetDataSample, SampleList]:
+    """Inference image(s) with the detector, under a prior.
+
+    mmdet's ``inference_detector`` with one more argument. All priors are
+    validated before the model runs; a bad one raises and nothing runs.
+
+    Args:
+        model (nn.Module): the loaded detector (see :func:`init_detector`).
+        imgs (str | ndarray | Sequence[str | ndarray]): image files or
+            loaded images.
+        prior (optional): ``None`` (default) uses the model's current
+            prior (the checkpoint's E_t, or what ``model.set_prior`` set).
+            Otherwise the prior of this call only: a prior file (``.json``
+            reordered by class name, or ``.npy``), a shipped name, a dict,
+            a K x K array/tensor, or one such prior per image (a list, or a
+            (B, K, K) array/tensor; ``None`` items use the model's prior).
+        test_pipeline (Compose, optional): as mmdet's.
+        **kwargs: passed to mmdet's ``inference_detector``
+            (``text_prompt``, ``custom_entities``).
+
+    Returns:
+        DetDataSample | list[DetDataSample]: as mmdet's: a list if
+        ``imgs`` is a list or tuple.
+
+    Raises:
+        ValueError: on a bad prior (shape, K, values, diagonal, unknown
+            class names, number of per-image priors), or a prior for a
+            detector that is not calibratable.
+    """
+    is_batch = isinstance(imgs, (list, tuple))
+    images = list(imgs) if is_batch else [imgs]
+    priors = resolve_call_priors(model, prior, len(images)) \
+        if prior is not None else None
+    if test_pipeline is None and images:
+        # built here from a copy: mmdet's default edits ``model.cfg`` for
+        # array inputs, which breaks later calls with file names
+        test_pipeline = build_test_pipeline(model.cfg,
+                                            isinstance(images[0], np.ndarray))
+    if priors is None:
+        return mmdet_inference_detector(model, imgs, test_pipeline, **kwargs)
+    results = []
+    for img, img_prior in zip(images, priors):
+        pipeline = test_pipeline if img_prior is None \
+            else _AttachPrior(test_pipeline, img_prior)
+        results.append(
+            mmdet_inference_detector(model, img, pipeline, **kwargs))
+    return results if is_batch else results[0]

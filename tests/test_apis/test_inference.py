@@ -1,0 +1,235 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""mmcalidet.apis.init_detector / inference_detector with a prior."""
+import copy
+
+import mmcv
+import numpy as np
+import pytest
+import torch
+from mmdet.apis import inference_detector as mmdet_inference_detector
+from mmdet.datasets import CocoDataset
+from mmdet.registry import MODELS
+
+from mmcalidet.apis import (inference_detector, init_detector,
+                            per_image_priors, resolve_call_priors)
+from mmcalidet.priors import default_prior_path, load_prior, save_prior
+from mmcalidet.testing import get_config
+
+K = 80
+CLASSES = list(CocoDataset.METAINFO['classes'])
+
+
+def random_prior(seed: int) -> np.ndarray:
+    prior = np.random.default_rng(seed).uniform(size=(K, K))
+    np.fill_diagonal(prior, 1.0)
+    return prior
+
+
+def assert_same(a, b):
+    """Two predictions are identical (scores, labels and boxes)."""
+    a, b = a.pred_instances, b.pred_instances
+    assert torch.equal(a.labels, b.labels)
+    assert torch.equal(a.scores, b.scores)
+    assert torch.equal(a.bboxes, b.bboxes)
+
+
+@pytest.fixture(scope='module')
+def model(config, checkpoint):
+    return init_detector(config, checkpoint[0], device='cpu')
+
+
+@pytest.fixture
+def model_runs(model):
+    """Counts the model's forward passes (backbone calls)."""
+    calls = []
+    handle = model.backbone.register_forward_pre_hook(
+        lambda *args: calls.append(1))
+    yield calls
+    handle.remove()
+
+
+def test_init_detector_builds_calidet_with_the_checkpoint_prior(
+        model, config, checkpoint):
+    assert type(model).__name__ == 'CaliDINO'
+    assert list(model.dataset_meta['classes']) == CLASSES
+    # the checkpoint's prior, not the config's coco2017_train
+    np.testing.assert_allclose(model.get_prior(), checkpoint[1], atol=1e-6)
+    site = init_detector(
+        config, checkpoint[0], device='cpu', prior='coco2017_val')
+    np.testing.assert_allclose(
+        site.get_prior(),
+        load_prior(default_prior_path('coco2017_val')),
+        atol=1e-6)
+
+
+def test_without_a_prior_it_is_mmdets_inference_detector(model, images):
+    cfg = copy.deepcopy(model.cfg)
+    results = []
+    try:
+        for img in (images[0], mmcv.imread(images[0])):
+            ours = inference_detector(model, img)
+            results.append(ours)
+            # ours builds the pipeline from a copy of model.cfg
+            assert model.cfg.test_dataloader.dataset.pipeline[0].type == \
+                'LoadImageFromFile'
+            assert_same(ours, mmdet_inference_detector(model, img))
+    finally:  # mmdet's call with an array edits model.cfg's pipeline
+        model.cfg = cfg
+    batch = inference_detector(model, [images[0]])
+    assert isinstance(batch, list) and len(batch) == 1
+    assert_same(batch[0], results[0])
+
+
+def test_a_call_prior_applies_to_that_call_only(model, images):
+    before = model.get_prior()
+    prior = random_prior(1)
+    default = inference_detector(model, images[0])
+    injected = inference_detector(model, images[0], prior=prior)
+    # the prior changes the scores, never the boxes of a query
+    assert not torch.allclose(default.pred_instances.scores,
+                              injected.pred_instances.scores)
+    np.testing.assert_array_equal(model.get_prior(), before)
+    assert_same(inference_detector(model, images[0]), default)
+    # set_prior changes the default: the same result as the call prior
+    model.set_prior(prior)
+    try:
+        assert_same(inference_detector(model, images[0]), injected)
+    finally:
+        model.set_prior(before)
+
+
+def test_every_form_of_a_prior_gives_the_same_result(model, images, tmp_path):
+    prior = random_prior(2)
+    expected = torch.from_numpy(prior).float()
+    # a JSON file written in another class order is reordered by name
+    order = np.random.default_rng(0).permutation(K)
+    shuffled = save_prior(
+        tmp_path / 'shuffled.json',
+        prior[np.ix_(order, order)],
+        classes=[CLASSES[k] for k in order])
+    npy = save_prior(tmp_path / 'prior.npy', prior)
+    forms = [
+        prior,
+        torch.tensor(prior),
+        prior.tolist(), shuffled, npy,
+        dict(classes=CLASSES, matrix=prior.tolist())
+    ]
+    for form in forms:
+        resolved, = resolve_call_priors(model, form, 1)
+        torch.testing.assert_close(resolved, expected, atol=0, rtol=0)
+    # a shipped name is the shipped file
+    resolved, = resolve_call_priors(model, 'coco2017_val', 1)
+    torch.testing.assert_close(
+        resolved,
+        torch.from_numpy(load_prior(
+            default_prior_path('coco2017_val'))).float())
+    assert_same(
+        inference_detector(model, images[0], prior=shuffled),
+        inference_detector(model, images[0], prior=prior))
+
+
+def test_per_image_priors_equal_separate_calls(model, images):
+    prior = random_prior(3)
+    # one call, two sites: the first image with its own prior, the
+    # second with the model's (None)
+    together = inference_detector(model, images, prior=[prior, None])
+    assert_same(together[0], inference_detector(model, images[0], prior=prior))
+    assert_same(together[1], inference_detector(model, images[1]))
+
+
+def test_per_image_priors_are_told_from_one_matrix():
+    prior = random_prior(4)
+    for one in (prior, torch.tensor(prior), prior.tolist(), 'site.json',
+                dict(matrix=prior.tolist())):
+        assert per_image_priors(one) is None
+    stacked = per_image_priors(np.stack([prior, prior]))
+    assert len(stacked) == 2 and stacked[0].shape == (K, K)
+    assert per_image_priors([prior.tolist(), None,
+                             'a.json']) == [prior.tolist(), None, 'a.json']
+
+
+def test_predictions_equal_with_and_without_the_cached_v(model, images):
+    """The deployment prior's V' is computed once and reused; a call prior
+    computes V' afresh. All give the same predictions."""
+    calls = []
+    handle = model.bbox_head.califormer.register_forward_hook(
+        lambda *args: calls.append(1))
+    before = model.get_prior()
+    try:
+        model.set_prior(random_prior(5))
+        cold = inference_detector(model, images[0])
+        assert len(calls) == 1
+        warm = inference_detector(model, [images[0]])
+        assert len(calls) == 1  # two predictions, one CaliFormer pass
+        fresh = inference_detector(model, images[0], prior=random_prior(5))
+        assert len(calls) == 2
+    finally:
+        handle.remove()
+        model.set_prior(before)
+    assert_same(warm[0], cold)
+    assert_same(fresh, cold)
+
+
+def bad_priors(tmp_path):
+    eye3 = np.eye(3)
+    non_square = np.ones((K, K - 1))
+    nan = random_prior(6)
+    nan[3, 4] = np.nan
+    above = random_prior(6)
+    above[3, 4] = 1.5
+    negative = random_prior(6)
+    negative[4, 3] = -0.2
+    diagonal = random_prior(6)
+    diagonal[7, 7] = 0.5
+    misspelt = save_prior(
+        tmp_path / 'misspelt.json',
+        random_prior(6),
+        classes=['persn'] + CLASSES[1:])
+    return [
+        (eye3, 'K=3 classes, expected 80'),
+        (non_square, 'square'),
+        (nan, 'non-finite value nan at \\[3, 4\\]'),
+        (above, '\\[0, 1\\], got 1.5 at \\[3, 4\\]'),
+        (negative, '\\[0, 1\\], got -0.2 at \\[4, 3\\]'),
+        (diagonal, 'diagonal must be 1'),
+        (misspelt, "class 'person' is not in the prior file "
+         "\\(did you mean 'persn'"),
+        (str(tmp_path / 'missing.json'), 'not found'),
+        ('coco2017_tarin', 'no shipped prior'),
+    ]
+
+
+def bad_per_image_priors():
+    return [
+        ([random_prior(6)] * 3, '3 priors for 2 images'),
+        ([random_prior(6), np.eye(3)], 'prior of image 1: .*K=3'),
+    ]
+
+
+def test_bad_priors_are_rejected_before_the_model_runs(model, images,
+                                                       model_runs, tmp_path):
+    before = model.get_prior()
+    for prior, message in bad_priors(tmp_path):
+        with pytest.raises(ValueError, match=message):
+            inference_detector(model, images, prior=prior)
+        with pytest.raises(ValueError, match=message):
+            model.set_prior(prior)
+        np.testing.assert_array_equal(model.get_prior(), before)
+    for prior, message in bad_per_image_priors():
+        with pytest.raises(ValueError, match=message):
+            inference_detector(model, images, prior=prior)
+    np.testing.assert_array_equal(model.get_prior(), before)
+    assert not model_runs
+    # a diagonal that is not 1 is accepted when asked to reset it
+    diagonal = random_prior(6)
+    diagonal[7, 7] = 0.5
+    reset = load_prior(diagonal, reset_diagonal=True)
+    inference_detector(model, images[0], prior=reset)
+    assert len(model_runs) == 1
+
+
+def test_a_plain_detector_takes_no_prior(images):
+    cfg = get_config('calidet/dino_tiny_coco-mini.py')
+    dino = MODELS.build(cfg.model)
+    with pytest.raises(ValueError, match='calibratable detector'):
+        inference_detector(dino, images[0], prior=random_prior(7))

@@ -1,0 +1,102 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""tools/demo/image_demo.py: detections under a prior, and a comparison."""
+import copy
+import importlib.util
+import json
+import os.path as osp
+
+import mmcv
+import pytest
+import torch
+from mmdet.datasets import CocoDataset
+from mmdet.registry import MODELS
+from mmdet.utils import register_all_modules
+from mmengine.runner import save_checkpoint
+
+from mmcalidet.priors import default_prior_path, load_prior, save_prior
+from mmcalidet.priors.edit import apply_edits
+from mmcalidet.testing import PROJECT_ROOT, data_root, get_config
+
+TOOL = 'tools/demo/image_demo.py'
+CONFIG = 'calidet/calidet_dino_tiny_coco-mini.py'
+CLASSES = list(CocoDataset.METAINFO['classes'])
+IMAGE = '000000000139.jpg'
+
+
+@pytest.fixture(scope='module')
+def checkpoint(tmp_path_factory):
+    """A random-weight tiny CaliDINO with COCO's class names."""
+    register_all_modules()
+    torch.manual_seed(0)
+    model = MODELS.build(copy.deepcopy(get_config(CONFIG).model))
+    model.init_weights()
+    path = str(tmp_path_factory.mktemp('demo') / 'tiny_calidino.pth')
+    save_checkpoint(
+        dict(
+            state_dict=model.state_dict(),
+            meta=dict(dataset_meta=dict(classes=CLASSES))), path)
+    return path
+
+
+def demo_args(checkpoint, *args):
+    image = osp.join(data_root(), 'coco-mini', 'images', 'val2017', IMAGE)
+    return (image, osp.join(PROJECT_ROOT, 'configs',
+                            CONFIG), checkpoint, *args)
+
+
+def test_demo_draws_detections_and_a_comparison(checkpoint, tmp_path,
+                                                run_tool):
+    base = load_prior(default_prior_path('coco2017_train'))
+    site = save_prior(
+        tmp_path / 'site.json',
+        apply_edits(base, CLASSES, ['person|*=0.0', 'chair|*=1.0']), CLASSES)
+    out = tmp_path / 'out'
+    res = run_tool(
+        TOOL,
+        *demo_args(checkpoint, '--prior',
+                   site, '--compare-prior', 'coco2017_train', '--out-dir',
+                   str(out), '--score-thr', '0.4'))
+    assert res.returncode == 0, res.stderr
+    assert f'{IMAGE}: ' in res.stdout and 'detections >= 0.40' in \
+        res.stdout and 'under --compare-prior' in res.stdout
+    image = mmcv.imread(demo_args(checkpoint)[0])
+    vis = mmcv.imread(str(out / 'vis' / IMAGE))
+    assert vis.shape == image.shape and (vis != image).any()
+    with open(out / 'preds' / (IMAGE[:-4] + '.json')) as f:
+        preds = json.load(f)
+    assert len(preds['scores']) == len(preds['labels']) == len(
+        preds['bboxes']) > 0
+    compare = mmcv.imread(str(out / 'compare' / (IMAGE[:-4] + '.png')))
+    height, width = image.shape[:2]
+    assert compare.shape[0] > height and compare.shape[1] > 2 * width
+    # the left panel is the --prior one: the same drawing as vis/
+    strip = (compare.shape[0] - height) // 2
+    left = compare[strip:strip + height, :width]
+    assert (left.astype(int) - vis).__abs__().mean() < 3  # JPEG vs PNG
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location('image_demo',
+                                                  osp.join(PROJECT_ROOT, TOOL))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_demo_rejects_an_unknown_class_before_running(checkpoint, tmp_path):
+    bad = save_prior(tmp_path / 'bad.json',
+                     load_prior(default_prior_path('coco2017_train')),
+                     ['persn'] + CLASSES[1:])
+    out = tmp_path / 'out'
+    tool = load_tool()
+    # run_tool prints a ValueError as one line and exits with 1
+    with pytest.raises(
+            ValueError,
+            match="class 'person' is not in the prior file \\(did you "
+            "mean 'persn'"):
+        tool.main(
+            demo_args(checkpoint, '--compare-prior', bad, '--out-dir',
+                      str(out)))
+    assert not out.exists()
+    with pytest.raises(ValueError, match='--score-thr must lie in'):
+        tool.main(demo_args(checkpoint, '--score-thr', '30'))
