@@ -104,6 +104,10 @@ def reorder_prior(matrix: np.ndarray, file_classes: Sequence[str],
         classes (Sequence[str]): the wanted order (e.g. the model's
             ``dataset_meta['classes']``).
 
+    Names match exactly or, failing that, up to case and ``_`` vs space
+    (mmdet's fallback COCO names spell ``traffic_light``, its datasets
+    ``traffic light``), when that spelling is unambiguous in both lists.
+
     Returns:
         np.ndarray: K x K matrix in ``classes`` order.
 
@@ -113,6 +117,20 @@ def reorder_prior(matrix: np.ndarray, file_classes: Sequence[str],
     file_classes = check_class_names(file_classes, 'prior file classes')
     classes = check_class_names(classes, 'classes')
     index = {name: k for k, name in enumerate(file_classes)}
+    if any(name not in index for name in classes):
+        loose = [_loose_name(n) for n in file_classes]
+        wanted = [_loose_name(n) for n in classes]
+        if len(set(loose)) == len(loose) and len(set(wanted)) == len(wanted):
+            by_loose = {n: k for k, n in enumerate(loose)}
+            index.update({
+                name: by_loose[key]
+                for name, key in zip(classes, wanted)
+                if name not in index and key in by_loose
+            })
+            file_classes = [
+                classes[wanted.index(n)] if n in wanted else f
+                for f, n in zip(file_classes, loose)
+            ]
     unknown = [name for name in classes if name not in index]
     if unknown:
         name = unknown[0]
@@ -125,6 +143,10 @@ def reorder_prior(matrix: np.ndarray, file_classes: Sequence[str],
                          f'{len(file_classes)} in the file)')
     order = np.array([index[name] for name in classes])
     return matrix[np.ix_(order, order)]
+
+
+def _loose_name(name: str) -> str:
+    return ' '.join(name.replace('_', ' ').lower().split())
 
 
 def check_class_names(classes: Any, what: str = 'classes') -> List[str]:

@@ -155,3 +155,16 @@ def test_shipped_coco_priors():
         0.008, abs=5e-4)
     with pytest.raises(ValueError, match='no shipped prior'):
         default_prior_path('nope')
+
+
+def test_reorder_tolerates_underscores_and_case(tmp_path, prior):
+    """mmdet's fallback COCO names use underscores (traffic_light)."""
+    names = ['person', 'traffic light', 'Stop Sign']
+    path = str(tmp_path / 'p.json')
+    save_prior(path, prior, names)
+    wanted = ['stop_sign', 'person', 'traffic_light']
+    loaded = load_prior(path, classes=wanted)
+    order = [2, 0, 1]
+    np.testing.assert_array_equal(loaded, prior[np.ix_(order, order)])
+    with pytest.raises(ValueError, match="'traffic_lite' is not in"):
+        load_prior(path, classes=['stop_sign', 'person', 'traffic_lite'])
