@@ -59,7 +59,12 @@ def validate_prior(matrix: Any,
     if hasattr(matrix, 'detach'):  # torch.Tensor
         matrix = matrix.detach().cpu().numpy()
     try:
-        arr = np.array(matrix, dtype=np.float64)
+        raw = np.asarray(matrix)
+        if np.iscomplexobj(raw):
+            raise ValueError('got complex values (a real matrix is needed)')
+        # from the original object: numpy names bad strings plainly then
+        arr = np.array(matrix if raw.dtype.kind in 'OUS' else raw,
+                       dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ValueError(
             f'prior must be a numeric K x K matrix: {exc}') from exc
@@ -190,6 +195,9 @@ def _read_prior_file(path: str) -> Tuple[Any, Optional[List[str]], dict]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f'prior file {path} is not valid JSON: {exc}') \
             from exc
+    except RecursionError as exc:
+        raise ValueError(f'prior file {path} is not valid JSON: nested too '
+                         'deeply') from exc
     return _split_prior_dict(data, path)
 
 

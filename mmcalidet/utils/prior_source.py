@@ -35,6 +35,11 @@ def load_prior_source(src,
     from ..priors import default_prior_path, load_prior
     if isinstance(src, (str, os.PathLike)):
         path = os.fspath(src)
-        if not osp.exists(path) and _SHIPPED_NAME.fullmatch(path):
-            src = default_prior_path(path)
+        if not osp.exists(path):
+            if _SHIPPED_NAME.fullmatch(path):
+                src = default_prior_path(path)
+            elif path.lstrip().startswith('['):
+                raise ValueError(
+                    'prior: got a string that looks like a matrix; pass the '
+                    'matrix itself (a list or an array) or a file path')
     return load_prior(src, classes=classes, num_classes=num_classes)
