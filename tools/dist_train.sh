@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
+# Train with one process per GPU (or, without GPUs, per CPU process group
+# member: tools/train.py then uses the gloo backend).
+#
 # Usage: tools/dist_train.sh CONFIG NUM_PROCS [train.py options...]
+# Environment: NNODES, NODE_RANK, MASTER_ADDR, PORT (torchrun's rendezvous),
+# PYTHON (the interpreter, default: python).
+set -e
 CONFIG=$1
 GPUS=$2
 NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
+PYTHON=${PYTHON:-python}
 
 PYTHONPATH="$(dirname "$0")/..":$PYTHONPATH \
-torchrun \
+"$PYTHON" -m torch.distributed.run \
     --nnodes="$NNODES" \
     --node_rank="$NODE_RANK" \
     --master_addr="$MASTER_ADDR" \

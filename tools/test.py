@@ -4,17 +4,23 @@
     python tools/test.py <config> <checkpoint> [--prior coco2017_val]
 
 A CaliDet checkpoint carries its deployment prior; ``--prior`` injects
-another one (a prior file or a shipped name) after loading.
+another one (a prior file or a shipped name) after loading. A checkpoint
+that does not fit the config (another class count, a plain detector's
+checkpoint with a CaliDet config, missing tensors) is an error naming what
+does not fit. ``--out`` replaces its file only when the run succeeds.
 """
 import argparse
 import os
 import os.path as osp
 
 from mmengine.config import Config, DictAction
+from mmengine.dist import is_main_process
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 import mmcalidet  # noqa: F401  (registers the modules and checkpoint types)
+import mmcalidet.engine.checkpoint_hooks  # noqa: F401  (registers hooks)
+from mmcalidet.utils.cpu_dist import init_cpu_distributed
 
 
 def parse_args() -> argparse.Namespace:
@@ -40,6 +46,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args()
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    if args.out is not None and not args.out.endswith(('.pkl', '.pickle')):
+        parser.error('--out must be a .pkl file')
     return args
 
 
@@ -55,25 +63,50 @@ def main() -> None:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
+    # evaluating weights that do not fit the config is an error
+    cfg.custom_hooks = [
+        h for h in cfg.get('custom_hooks', None) or []
+        if h.get('type') != 'CheckpointCompatHook'
+    ] + [
+        dict(
+            type='CheckpointCompatHook',
+            allow_uncalibrated=False,
+            allow_missing=False)
+    ]
+    tmp_out = None
     if args.out is not None:
-        if not args.out.endswith(('.pkl', '.pickle')):
-            raise ValueError('--out must be a .pkl file')
+        # written beside --out and renamed onto it once the run succeeded
+        out = osp.abspath(args.out)
+        tmp_out = osp.join(
+            osp.dirname(out), f'.{osp.basename(out)}.{os.getpid()}.tmp.pkl')
         cfg.test_evaluator = [
             *(cfg.test_evaluator if isinstance(cfg.test_evaluator, list) else
               [cfg.test_evaluator]),
-            dict(type='DumpDetResults', out_file_path=args.out)
+            dict(type='DumpDetResults', out_file_path=tmp_out)
         ]
+
+    init_cpu_distributed(cfg)
 
     runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg \
         else RUNNERS.build(cfg)
-    if args.prior is not None:
-        runner.load_or_resume()  # the checkpoint's prior, then the new one
-        model = getattr(runner.model, 'module', runner.model)
-        if not hasattr(model, 'set_prior'):
-            raise ValueError(f'--prior needs a calibratable detector, got '
-                             f'{type(model).__name__}')
-        model.set_prior(args.prior)
-    runner.test()
+    try:
+        if args.prior is not None:
+            runner.load_or_resume()  # the checkpoint's prior, then the new
+            model = getattr(runner.model, 'module', runner.model)
+            if not hasattr(model, 'set_prior'):
+                raise SystemExit(
+                    f'tools/test.py: error: --prior needs a calibratable '
+                    f'detector, got {type(model).__name__}')
+            try:
+                model.set_prior(args.prior)
+            except ValueError as exc:
+                raise SystemExit(f'tools/test.py: error: --prior: {exc}')
+        runner.test()
+        if tmp_out is not None and is_main_process():
+            os.replace(tmp_out, args.out)
+    finally:
+        if tmp_out is not None and osp.exists(tmp_out):
+            os.remove(tmp_out)
 
 
 if __name__ == '__main__':

@@ -3,6 +3,14 @@
 
     python tools/train.py configs/calidet/calidet_dino_tiny_coco-mini.py
     mim train mmcalidet configs/calidet/calidet_dino_tiny_coco-mini.py
+    tools/dist_train.sh <config> <num processes> [options]   # multi-process
+
+Beside mmengine's Runner, the tool
+- initialises the gloo process group itself for ``--launcher pytorch`` on
+  a machine without GPUs (mmengine's ``init_dist`` selects a CUDA device)
+  and wraps the model in DDP without device ids;
+- adds a :class:`CheckpointCompatHook` (what of a checkpoint does not fit
+  the model, in CaliDet's terms) unless the config has one.
 """
 import argparse
 import os
@@ -13,6 +21,8 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 import mmcalidet  # noqa: F401  (registers the modules and checkpoint types)
+import mmcalidet.engine.checkpoint_hooks  # noqa: F401  (registers hooks)
+from mmcalidet.utils.cpu_dist import init_cpu_distributed
 
 
 def parse_args() -> argparse.Namespace:
@@ -48,6 +58,20 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def add_checkpoint_compat_hook(cfg: Config, **kwargs) -> None:
+    """Append a ``CheckpointCompatHook`` to ``cfg.custom_hooks`` unless the
+    config has one.
+
+    Args:
+        cfg (Config): the config (changed in place).
+        **kwargs: the hook's arguments.
+    """
+    hooks = list(cfg.get('custom_hooks', None) or [])
+    if not any(h.get('type') == 'CheckpointCompatHook' for h in hooks):
+        hooks.append(dict(type='CheckpointCompatHook', **kwargs))
+    cfg.custom_hooks = hooks
+
+
 def main() -> None:
     args = parse_args()
     cfg = Config.fromfile(args.config)
@@ -73,6 +97,8 @@ def main() -> None:
     elif args.resume is not None:
         cfg.resume = True
         cfg.load_from = args.resume
+    add_checkpoint_compat_hook(cfg)
+    init_cpu_distributed(cfg)
 
     runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg \
         else RUNNERS.build(cfg)

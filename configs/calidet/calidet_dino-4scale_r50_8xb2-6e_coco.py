@@ -4,7 +4,9 @@
 # the full one; E_t = the shipped COCO train2017 prior is both the
 # EdgeSampler's dataset prior and the default deployment prior.
 _base_ = 'mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py'
-custom_imports = dict(imports=['mmcalidet'], allow_failed_imports=False)
+custom_imports = dict(
+    imports=['mmcalidet', 'mmcalidet.engine.checkpoint_hooks'],
+    allow_failed_imports=False)
 
 # E_t and the default deployment prior (mmcalidet/data/priors/*.json)
 prior = 'coco2017_train'
@@ -60,3 +62,9 @@ param_scheduler = [
         milestones=[5],
         gamma=0.1)
 ]
+
+# checkpoints written atomically (a kill never leaves a truncated latest
+# checkpoint); per-iteration seeds, so a resumed run repeats the
+# uninterrupted one (mmcalidet/engine/checkpoint_hooks.py)
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
+custom_hooks = [dict(type='IterationSeedHook')]

@@ -1,7 +1,9 @@
 # CaliDet on the tiny DINO of dino_tiny_coco-mini.py (same model, data and
 # budget): CaliDINO + CaliDINOHead (CaliFormer, rho, LoMa) + EdgeSampler.
 _base_ = './dino_tiny_coco-mini.py'
-custom_imports = dict(imports=['mmcalidet'], allow_failed_imports=False)
+custom_imports = dict(
+    imports=['mmcalidet', 'mmcalidet.engine.checkpoint_hooks'],
+    allow_failed_imports=False)
 
 # E_t and the default deployment prior: a prior file or a shipped name
 prior = 'coco2017_train'

@@ -8,6 +8,8 @@
 # the working directory, i.e. the project root). Override the folder with the
 # environment variable, or every dataset path with --cfg-options.
 _base_ = 'mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py'
+custom_imports = dict(
+    imports=['mmcalidet.engine.checkpoint_hooks'], allow_failed_imports=False)
 
 ffn_dims = 512
 
@@ -82,7 +84,15 @@ param_scheduler = [
         milestones=[300],
         gamma=0.1)
 ]
+# checkpoints written atomically (a kill never leaves a truncated latest
+# checkpoint); per-iteration seeds, so a resumed run repeats the
+# uninterrupted one (mmcalidet/engine/checkpoint_hooks.py)
 default_hooks = dict(
     logger=dict(interval=10),
-    checkpoint=dict(by_epoch=False, interval=200, max_keep_ckpts=1))
+    checkpoint=dict(
+        type='AtomicCheckpointHook',
+        by_epoch=False,
+        interval=200,
+        max_keep_ckpts=1))
+custom_hooks = [dict(type='IterationSeedHook')]
 log_processor = dict(by_epoch=False)

@@ -54,13 +54,8 @@ class CaliDINOHead(CalibratedClsMixin, DINOHead):
         Returns:
             dict[str, Tensor]: the loss components.
         """
-        if priors is None:
-            if cali_vectors is not None:
-                raise ValueError('pass the priors that gave cali_vectors '
-                                 '(LoMa needs them)')
-            priors = self.flat_priors(hidden_states)
-        if cali_vectors is None:
-            cali_vectors = self.get_cali_vectors(priors)
+        cali_vectors, priors = self.resolve_priors(hidden_states,
+                                                   cali_vectors, priors)
         batch_gt_instances = [ds.gt_instances for ds in batch_data_samples]
         batch_img_metas = [ds.metainfo for ds in batch_data_samples]
 

@@ -8,7 +8,7 @@ term to the logits of the wrapped DETR head, so the head's own layers,
 box branches and the encoder's proposal branch stay untouched.
 """
 import copy
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -71,6 +71,29 @@ class CalibratedClsMixin:
         known"."""
         return flat_prior_like(
             like.new_empty((self.num_classes, self.num_classes)))
+
+    def resolve_priors(
+            self, hidden_states: Tensor, cali_vectors: Optional[Tensor],
+            priors: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        """The V' and priors a training loss uses: E0 when none is given,
+        V' computed from the priors when not passed.
+
+        Args:
+            hidden_states (Tensor): decoder outputs (give dtype/device).
+            cali_vectors (Tensor, optional): V' for ``priors``.
+            priors (Tensor, optional): the injected priors.
+
+        Returns:
+            tuple[Tensor, Tensor]: ``(cali_vectors, priors)``.
+        """
+        if priors is None:
+            if cali_vectors is not None:
+                raise ValueError('pass the priors that gave cali_vectors '
+                                 '(LoMa needs them)')
+            priors = self.flat_priors(hidden_states)
+        if cali_vectors is None:
+            cali_vectors = self.get_cali_vectors(priors)
+        return cali_vectors, priors
 
     def get_cali_vectors(self, priors: Tensor) -> Tensor:
         """V' for one prior (K x K -> K x d) or a batch (B x K x K ->

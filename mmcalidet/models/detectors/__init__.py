@@ -1,5 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
+from .cali_deformable_detr import CaliDeformableDETR
 from .cali_dino import CaliDINO
 from .calibratable import CalibratableDetectorMixin
 
-__all__ = ['CalibratableDetectorMixin', 'CaliDINO']
+__all__ = ['CalibratableDetectorMixin', 'CaliDINO', 'CaliDeformableDETR']

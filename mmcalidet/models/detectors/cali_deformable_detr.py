@@ -1,0 +1,31 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""CaliDeformableDETR: Deformable DETR with a run-time calibratable prior."""
+from mmdet.models.detectors import DeformableDETR
+from mmdet.registry import MODELS
+
+from .calibratable import CalibratableDetectorMixin
+
+
+@MODELS.register_module()
+class CaliDeformableDETR(CalibratableDetectorMixin, DeformableDETR):
+    """Deformable DETR whose classification follows an injected prior E
+    (CaliDet, the paper's supplementary "Porting to D-DETR").
+
+    The prior plumbing (deployment prior, ``set_prior`` / ``get_prior``,
+    per-sample priors, the V' cache) is :class:`CalibratableDetectorMixin`,
+    shared with ``CaliDINO``; the bbox head must be a calibrated head such
+    as ``CaliDeformableDETRHead``. Single- and multi-scale, plain, box
+    refinement and two-stage variants are all mmdet's ``DeformableDETR``
+    options (``num_feature_levels``, ``with_box_refine``,
+    ``as_two_stage``); the two-stage proposal branch stays uncalibrated.
+
+    Args:
+        prior (str | PathLike | array-like | dict, optional): the initial
+            deployment prior: a prior file, the name of a shipped prior
+            (e.g. ``'coco2017_train'``) or a K x K matrix. ``None`` gives
+            the flat prior E0. A checkpoint's ``prior`` replaces it on load.
+        classes (Sequence[str], optional): the model's class names, to
+            reorder named prior files when the model has no
+            ``dataset_meta``.
+        *args, **kwargs: the arguments of mmdet's ``DeformableDETR``.
+    """

@@ -1,0 +1,294 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Checkpoints: atomic writes, the order of save / pointer / clean-up, and
+checkpoints that do not fit the model (DINO <-> CaliDINO, class count)."""
+import copy
+import glob
+import importlib.util
+import os
+import os.path as osp
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+from mmdet.registry import MODELS
+from mmdet.utils import register_all_modules
+from mmengine.fileio import LocalBackend
+from mmengine.logging import MMLogger
+from mmengine.model import BaseModel
+from mmengine.runner import Runner, save_checkpoint
+
+from mmcalidet.engine.checkpoint_hooks import (AtomicLocalBackend,
+                                               CheckpointCompatHook)
+from mmcalidet.testing import PROJECT_ROOT, data_root, get_config
+from mmcalidet.utils.checkpoint_compat import (CheckpointMismatchError,
+                                               check_checkpoint)
+
+register_all_modules()
+
+
+@pytest.fixture(autouse=True, scope='module')
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_atomic_backend_keeps_the_old_file_when_a_write_fails(
+        tmp_path, monkeypatch):
+    backend = AtomicLocalBackend()
+    path = tmp_path / 'iter_1.pth'
+    backend.put(b'complete checkpoint', str(path))
+    backend.put_text('iter_1.pth', str(tmp_path / 'last_checkpoint'))
+
+    class Full:
+
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, data):
+            self.f.write(data[:3])  # a part reaches the disk, then ...
+            raise OSError(28, 'No space left on device')
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    real_fdopen = os.fdopen
+    monkeypatch.setattr(os, 'fdopen',
+                        lambda *a, **k: Full(real_fdopen(*a, **k)))
+    with pytest.raises(OSError, match='No space left on device'):
+        backend.put(b'new checkpoint', str(path))
+    with pytest.raises(OSError, match='No space left on device'):
+        backend.put_text('iter_2.pth', str(tmp_path / 'last_checkpoint'))
+    monkeypatch.undo()
+    assert path.read_bytes() == b'complete checkpoint'
+    assert (tmp_path / 'last_checkpoint').read_text() == 'iter_1.pth'
+    assert sorted(os.listdir(tmp_path)) == ['iter_1.pth', 'last_checkpoint']
+
+
+class ToyModel(BaseModel):
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 1)
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        out = self.linear(torch.stack(inputs))
+        return dict(loss=out.sum()) if mode == 'loss' else out
+
+
+def toy_runner(work_dir, name, hook_type, max_iters=3, **runner_kwargs):
+    return Runner(
+        model=ToyModel(),
+        work_dir=str(work_dir),
+        experiment_name=name,
+        default_scope='mmdet',
+        train_dataloader=dict(
+            dataset=[dict(inputs=torch.ones(2))] * 8,
+            sampler=dict(type='DefaultSampler', shuffle=False),
+            collate_fn=dict(type='pseudo_collate'),
+            batch_size=2,
+            num_workers=0),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
+        train_cfg=dict(by_epoch=False, max_iters=max_iters),
+        default_hooks=dict(
+            logger=dict(type='LoggerHook', interval=100),
+            checkpoint=dict(
+                type=hook_type, interval=1, by_epoch=False, max_keep_ckpts=1)),
+        **runner_kwargs)
+
+
+@pytest.mark.parametrize(
+    'hook_type, survives',
+    [
+        ('AtomicCheckpointHook', True),
+        ('CheckpointHook', False),  # mmengine's: deletes before it writes
+    ])
+def test_a_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch,
+                                                      hook_type, survives):
+
+    def failing(put):
+
+        def failing_put(self, obj, filepath):
+            if osp.basename(filepath) == 'iter_3.pth':
+                raise OSError(28, 'No space left on device')
+            return put(self, obj, filepath)
+
+        return failing_put
+
+    for backend in (LocalBackend, AtomicLocalBackend):
+        monkeypatch.setattr(backend, 'put', failing(backend.put))
+    runner = toy_runner(tmp_path, f'fail_{hook_type}', hook_type)
+    with pytest.raises(OSError, match='No space left on device'):
+        runner.train()
+    latest = (tmp_path / 'last_checkpoint').read_text()
+    assert latest == str(tmp_path / 'iter_2.pth')
+    assert osp.isfile(latest) is survives
+    assert not glob.glob(str(tmp_path / '*.tmp')) and \
+        not glob.glob(str(tmp_path / '.*.tmp'))
+    if survives:
+        checkpoint = torch.load(latest)  # torch's weights_only default
+        assert checkpoint['meta']['iter'] == 2
+        assert checkpoint['message_hub']['runtime_info']['keep_ckpt_ids'] == [
+            2
+        ]
+
+
+def test_outdated_checkpoints_go_after_the_new_one_is_saved(tmp_path):
+    runner = toy_runner(tmp_path, 'order', 'AtomicCheckpointHook')
+    # a leftover of a run killed while writing a checkpoint
+    (tmp_path / '.iter_9.pth.abc123.tmp').write_bytes(b'half')
+    (tmp_path / 'notes.tmp').write_text('not ours')
+    runner.train()
+    files = sorted(f.name for f in tmp_path.iterdir()
+                   if f.name.endswith(('.pth', '.tmp', '_checkpoint')))
+    assert files == ['iter_3.pth', 'last_checkpoint', 'notes.tmp']
+    assert (tmp_path / 'last_checkpoint').read_text() == \
+        str(tmp_path / 'iter_3.pth')
+    # and it resumes, under torch's weights_only default
+    resumed = toy_runner(
+        tmp_path,
+        'order_resumed',
+        'AtomicCheckpointHook',
+        max_iters=4,
+        resume=True)
+    resumed.train()
+    assert resumed.iter == 4
+    assert sorted(f for f in os.listdir(tmp_path) if f.endswith('.pth')) \
+        == ['iter_4.pth']
+
+
+def build(name, seed=0, **model):
+    cfg = get_config(name)
+    cfg.model.update(model)
+    torch.manual_seed(seed)
+    return MODELS.build(cfg.model)
+
+
+@pytest.fixture(scope='module')
+def models():
+    return dict(
+        dino=build('calidet/dino_tiny_coco-mini.py'),
+        calidino=build('calidet/calidet_dino_tiny_coco-mini.py'))
+
+
+def test_dino_checkpoint_into_calidino(models):
+    dino_state = models['dino'].state_dict()
+    new_keys = set(models['calidino'].state_dict()) - set(dino_state)
+    assert all(k == 'prior' or k.startswith('bbox_head.califormer.')
+               for k in new_keys)
+    messages = check_checkpoint(models['calidino'], dino_state)
+    assert messages == [
+        "checkpoint has no CaliDet calibration (a plain detector's): "
+        "CaliDINO's CaliFormer and prior (prior, "
+        'bbox_head.califormer.nodes, '
+        'bbox_head.califormer.encoder.layers.0.self_attn.attn.in_proj_weight'
+        ', bbox_head.califormer.encoder.layers.0.self_attn.attn.in_proj_bias'
+        f', ... ({len(new_keys)} in all)) are not in it and keep their '
+        "initial values. Fine-tune to train them (the paper's recipe starts "
+        'from a baseline checkpoint).'
+    ]
+    with pytest.raises(CheckpointMismatchError) as info:
+        check_checkpoint(
+            models['calidino'], dino_state, allow_uncalibrated=False)
+    assert str(info.value).endswith(
+        'Its classification would use an untrained CaliFormer: test a '
+        'CaliDet checkpoint (fine-tune this one with a CaliDet config '
+        "first), or use the baseline's config for this checkpoint.")
+
+
+def test_calidino_checkpoint_into_dino(models):
+    messages = check_checkpoint(models['dino'],
+                                models['calidino'].state_dict())
+    assert len(messages) == 1
+    assert messages[0].startswith(
+        'checkpoint is a CaliDet checkpoint loaded into a plain DINO: its '
+        'calibration (prior, bbox_head.califormer.nodes, ')
+    assert messages[0].endswith(
+        'is dropped. The classification becomes W^T h + b, the CaliDet '
+        "model without its rho * V'^T h term (which is not the same as "
+        'injecting the flat prior E0).')
+    # everything else loads
+    result = models['dino'].load_state_dict(
+        models['calidino'].state_dict(), strict=False)
+    assert not result.missing_keys
+
+
+def test_checkpoint_of_another_class_count(models):
+    small = build(
+        'calidet/calidet_dino_tiny_coco-mini.py',
+        prior=None,
+        bbox_head=dict(num_classes=20),
+        data_preprocessor=dict(batch_augments=None))
+    with pytest.raises(CheckpointMismatchError) as info:
+        check_checkpoint(small, models['calidino'].state_dict())
+    text = str(info.value)
+    assert text.startswith(
+        'checkpoint does not fit CaliDINO: the checkpoint was trained for 80 '
+        'classes, the model has 20. Tensors with other shapes: '
+        'prior: checkpoint (80, 80), model (20, 20); ')
+    assert 'bbox_head.cls_branches.0.weight: checkpoint (80, 256), model ' \
+        '(20, 256)' in text
+    assert text.endswith('To fine-tune on other classes anyway (these '
+                         'tensors keep their initialisation), set '
+                         'allow_shape_mismatch=True in the '
+                         'CheckpointCompatHook.')
+    messages = check_checkpoint(
+        small, models['calidino'].state_dict(), allow_shape_mismatch=True)
+    assert messages[0].endswith('They keep their initialisation.')
+
+
+def test_compat_hook_is_strict_when_resuming(models):
+    dino_state = dict(state_dict=models['dino'].state_dict())
+    logger = MMLogger.get_instance('compat_hook_test')
+    runner = SimpleNamespace(
+        model=models['calidino'], logger=logger, _resume=False)
+    CheckpointCompatHook().after_load_checkpoint(runner, dino_state)
+    runner._resume = True
+    with pytest.raises(CheckpointMismatchError, match='no CaliDet calib'):
+        CheckpointCompatHook().after_load_checkpoint(runner, dino_state)
+    # a checkpoint with DDP's "module." prefix is compared without it
+    wrapped = dict(state_dict={
+        f'module.{k}': v
+        for k, v in models['calidino'].state_dict().items()
+    })
+    assert check_checkpoint(models['calidino'], wrapped['state_dict']) == []
+
+
+def load_tool(name):
+    spec = importlib.util.spec_from_file_location(
+        f'tool_{name}', osp.join(PROJECT_ROOT, 'tools', f'{name}.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_test_tool_refuses_a_checkpoint_that_does_not_fit(
+        tmp_path, models, monkeypatch):
+    path = str(tmp_path / 'dino.pth')
+    save_checkpoint(
+        dict(state_dict=copy.deepcopy(models['dino'].state_dict())), path)
+    out = tmp_path / 'results.pkl'
+    out.write_bytes(b'earlier results')
+    monkeypatch.chdir(PROJECT_ROOT)
+    monkeypatch.setenv('MMCALIDET_DATA', data_root())
+    monkeypatch.setattr(sys, 'argv', [
+        'tools/test.py', 'configs/calidet/calidet_dino_tiny_coco-mini.py',
+        path, '--work-dir',
+        str(tmp_path / 'work'), '--out',
+        str(out), '--cfg-options', 'test_dataloader.dataset.indices=1'
+    ])
+    with pytest.raises(CheckpointMismatchError) as info:
+        load_tool('test').main()
+    assert str(info.value).startswith(
+        "checkpoint has no CaliDet calibration (a plain detector's): "
+        "CaliDINO's CaliFormer and prior")
+    assert out.read_bytes() == b'earlier results'
+    assert sorted(os.listdir(tmp_path)) == ['dino.pth', 'results.pkl', 'work']
