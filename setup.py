@@ -13,7 +13,6 @@ import os.path as osp
 import shutil
 import sys
 import warnings
-
 from setuptools import Extension, find_packages, setup
 
 ROOT = osp.dirname(osp.abspath(__file__))
@@ -108,8 +107,9 @@ if __name__ == '__main__':
             include_package_data=True,
             package_data={
                 'mmcalidet': [
-                    'data/priors/*.json', 'priors/*.pyx', '.mim/configs/**/*',
-                    '.mim/tools/**/*', '.mim/configs/*', '.mim/tools/*'
+                    'data/*.json', 'data/priors/*.json', 'priors/*.pyx',
+                    '.mim/configs/**/*', '.mim/tools/**/*', '.mim/configs/*',
+                    '.mim/tools/*'
                 ]
             },
             ext_modules=get_extensions(),

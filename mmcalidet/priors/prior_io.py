@@ -333,8 +333,8 @@ def save_prior(path: Union[str, os.PathLike],
         dict(classes=classes, **meta), default=_json_default,
         allow_nan=False)
     # one matrix row per line keeps diffs of edited priors readable
-    body = ',\n'.join('  ' + json.dumps([float(v) for v in row])
-                       for row in rows)
+    body = ',\n'.join(
+        '  ' + json.dumps([float(v) for v in row]) for row in rows)
     text = head[:-1] + ', "matrix": [\n' + body + '\n]}\n'
     with atomic_write(path, 'w', encoding='utf-8') as f:
         f.write(text)

@@ -9,8 +9,8 @@ with the real COCO category ids and names. Example::
         --out data/coco-mini/annotations/instances_val2017.json
 """
 import argparse
-import os
 import json
+import os
 
 # priors only: skip importing torch/mmdet (see mmcalidet/__init__.py)
 os.environ.setdefault('MMCALIDET_LIGHT', '1')
