@@ -20,7 +20,7 @@ if os.environ.get('MMCALIDET_LIGHT', '0') != '1':
     check_dependency_versions()
     from .utils.checkpoint import register_checkpoint_safe_globals
     register_checkpoint_safe_globals()
-    from . import datasets, models  # noqa: F401  (registration)
+    from . import datasets, engine, models  # noqa: F401  (registration)
 
 from . import priors  # noqa: E402,F401
 
