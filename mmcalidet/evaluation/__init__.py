@@ -1,0 +1,34 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""The paper's evaluation protocol on cached decoder outputs (see
+docs/user_guides/evaluate.md and self_calibrate.md)."""
+from .baselines import (CORRECTION_NAMES, CORRECTIONS, CooccurrenceRescoring,
+                        PriorReweighting, build_correction, class_frequencies)
+from .cache import (HiddenStateCache, cache_hidden_states, cache_images,
+                    image_batches)
+from .coco import (METRICS, CocoEvaluator, cache_evaluator,
+                   coco_evaluator_from_cfg)
+from .online import OnlineSelfCalibrator
+from .report import markdown_table, write_report
+from .scoring import Rescorer, is_calibratable
+from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
+                               SelfCalibrationResult, calibration_step,
+                               mean_history, prediction_statistics,
+                               self_calibrate, self_calibrate_subsets)
+from .subsets import (SUBSET_SIZES, evaluate_subsets, read_evaluation_labels,
+                      split_subsets, subset_epsilon)
+from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
+                    check_expected_order, evaluate_priors)
+
+__all__ = [
+    'HiddenStateCache', 'cache_hidden_states', 'cache_images', 'image_batches',
+    'Rescorer', 'is_calibratable', 'METRICS', 'CocoEvaluator',
+    'cache_evaluator', 'coco_evaluator_from_cfg', 'STANDARD_PRIORS',
+    'PriorSpec', 'Method', 'build_priors', 'evaluate_priors',
+    'check_expected_order', 'SUBSET_SIZES', 'split_subsets', 'subset_epsilon',
+    'read_evaluation_labels', 'evaluate_subsets', 'DEFAULT_ETA',
+    'DEFAULT_SCORE_THR', 'SelfCalibrationResult', 'prediction_statistics',
+    'calibration_step', 'self_calibrate', 'self_calibrate_subsets',
+    'mean_history', 'OnlineSelfCalibrator', 'CORRECTIONS', 'CORRECTION_NAMES',
+    'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
+    'class_frequencies', 'markdown_table', 'write_report'
+]

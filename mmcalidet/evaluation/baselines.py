@@ -1,0 +1,225 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Post-hoc prior corrections for a plain (not CaliDet-trained) detector.
+
+What a user might do instead of training CaliDet: keep a plain DINO and
+correct its sigmoid scores with the same prior E at test time. Both
+corrections act on the last decoder layer's logits (B, Q, K) before the
+head's top-k, take the prior as a K x K matrix or a (B, K, K) stack (per
+image, e.g. the oracle E_x), and are the identity at the reference prior
+E_ref (the training statistics E_t the detector has implicitly learned),
+so "DINO + correction at E_t" is the plain DINO.
+
+* :class:`PriorReweighting` -- *marginal re-weighting*: the label-shift
+  correction of Saerens et al. (2002) applied per class to the sigmoid
+  odds, ``logit' = logit + logit(pi_target) - logit(pi_source)``. The
+  source marginals are the training class frequencies; the target
+  marginals scale them by how much more often E says a class appears next
+  to the other classes than E_ref does (E holds conditionals only, so the
+  marginals it implies are relative). It ignores which classes an image
+  shows.
+* :class:`CooccurrenceRescoring` -- *co-occurrence rescoring* (a simple
+  context rescoring of our own, in the spirit of classical co-occurrence
+  context models, not a published method): every class c gets the
+  evidence ``logit E[c, j] - logit E_ref[c, j]`` of the other classes j,
+  weighted by the detector's confidence that j is in the image (its max
+  score for j), ``logit' = logit + beta * weighted mean``.
+"""
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+CORRECTIONS = ('reweight', 'cooccurrence')
+
+#: display names of the corrections (used in tables)
+CORRECTION_NAMES = {
+    'reweight': 'marginal re-weighting',
+    'cooccurrence': 'co-occurrence rescoring',
+}
+
+
+def _logit(p: Tensor, eps: float) -> Tensor:
+    p = p.clamp(eps, 1 - eps)
+    return torch.log(p) - torch.log1p(-p)
+
+
+def _as_tensor(x, like: Tensor) -> Tensor:
+    return torch.as_tensor(
+        np.asarray(x) if not isinstance(x, Tensor) else x,
+        dtype=like.dtype,
+        device=like.device)
+
+
+def _check_logits(logits: Tensor, num_classes: int) -> None:
+    if logits.dim() != 3 or logits.shape[-1] != num_classes:
+        raise ValueError('post-hoc corrections take sigmoid logits (B, Q, '
+                         f'K={num_classes}), got {tuple(logits.shape)}')
+
+
+def class_frequencies(meta: dict, classes: Sequence[str]) -> np.ndarray:
+    """Image-level class frequencies ``n_c / N`` from a prior file's
+    metadata (``images_per_class`` and ``num_images``, as written by
+    ``tools/analysis_tools/compute_prior.py``).
+
+    Args:
+        meta (dict): the prior file's keys (``load_prior(...,
+            return_meta=True)``).
+        classes (Sequence[str]): the class order.
+
+    Returns:
+        np.ndarray: (K,) frequencies in (0, 1).
+    """
+    counts = meta.get('images_per_class')
+    total = meta.get('num_images')
+    if not isinstance(counts, dict) or not total:
+        raise ValueError('the training prior file has no images_per_class '
+                         '/ num_images: marginal re-weighting needs the '
+                         'training class frequencies')
+    missing = [c for c in classes if c not in counts]
+    if missing:
+        raise ValueError(f'images_per_class has no count for {missing[0]!r}')
+    freq = np.array([counts[c] for c in classes], dtype=np.float64) / total
+    return np.clip(freq, 1e-6, 1 - 1e-6)
+
+
+class PriorReweighting:
+    """Marginal re-weighting of sigmoid scores (Saerens-style).
+
+    Args:
+        ref_prior (array-like): E_ref (K x K), the training statistics.
+        class_freq (array-like): (K,) training image-level frequencies.
+        eps (float): clipping of probabilities before ``logit``.
+    """
+
+    def __init__(self, ref_prior, class_freq, eps: float = 1e-4) -> None:
+        self.ref_prior = np.asarray(ref_prior, dtype=np.float64)
+        self.class_freq = np.asarray(class_freq, dtype=np.float64)
+        k = self.ref_prior.shape[0]
+        if self.ref_prior.shape != (k, k) or self.class_freq.shape != (k, ):
+            raise ValueError('ref_prior must be K x K and class_freq (K,)')
+        if np.any(self.class_freq <= 0) or np.any(self.class_freq >= 1):
+            raise ValueError('class frequencies must lie in (0, 1)')
+        self.eps = eps
+        self.weights = self.class_freq / self.class_freq.sum()
+
+    def implied_presence(self, priors: Tensor) -> Tensor:
+        """``m(i) = sum_{j != i} E[i, j] w_j / sum_{j != i} w_j``, the rate
+        at which E puts class i next to a class drawn by training
+        frequency; (K,) or (B, K)."""
+        w = _as_tensor(self.weights, priors)
+        k = w.shape[0]
+        off = priors * (1 -
+                        torch.eye(k, dtype=priors.dtype, device=priors.device))
+        return torch.matmul(off, w) / (w.sum() - w).clamp_min(1e-12)
+
+    def target_marginals(self, priors: Tensor) -> Tensor:
+        """pi_target = pi_source * m_E / m_ref, clipped to (0, 1)."""
+        ref = self.implied_presence(_as_tensor(self.ref_prior, priors))
+        freq = _as_tensor(self.class_freq, priors)
+        ratio = self.implied_presence(priors) / ref.clamp_min(1e-12)
+        return (freq * ratio).clamp(self.eps, 1 - self.eps)
+
+    def __call__(self, logits: Tensor, priors) -> Tensor:
+        """Corrected logits.
+
+        Args:
+            logits (Tensor): (B, Q, K) sigmoid logits.
+            priors (Tensor): (K, K) or (B, K, K).
+
+        Returns:
+            Tensor: (B, Q, K).
+        """
+        _check_logits(logits, self.ref_prior.shape[0])
+        priors = _as_tensor(priors, logits)
+        freq = _as_tensor(self.class_freq, logits)
+        shift = _logit(self.target_marginals(priors), self.eps) - _logit(
+            freq, self.eps)
+        shift = shift if shift.dim() == 2 else shift[None]
+        return logits + shift[:, None, :]
+
+
+class CooccurrenceRescoring:
+    """Co-occurrence rescoring of sigmoid scores with E directly.
+
+    Args:
+        ref_prior (array-like): E_ref (K x K), the training statistics.
+        beta (float): strength of the context term. Defaults to 1.0.
+        eps (float): clipping of E before ``logit``. Defaults to 0.01.
+    """
+
+    def __init__(self,
+                 ref_prior,
+                 beta: float = 1.0,
+                 eps: float = 0.01) -> None:
+        self.ref_prior = np.asarray(ref_prior, dtype=np.float64)
+        if self.ref_prior.ndim != 2 or \
+                self.ref_prior.shape[0] != self.ref_prior.shape[1]:
+            raise ValueError('ref_prior must be K x K')
+        self.beta = float(beta)
+        self.eps = eps
+
+    def __call__(self, logits: Tensor, priors) -> Tensor:
+        """Corrected logits.
+
+        Args:
+            logits (Tensor): (B, Q, K) sigmoid logits.
+            priors (Tensor): (K, K) or (B, K, K).
+
+        Returns:
+            Tensor: (B, Q, K).
+        """
+        k = self.ref_prior.shape[0]
+        _check_logits(logits, k)
+        priors = _as_tensor(priors, logits)
+        if priors.dim() == 2:
+            priors = priors.expand(logits.shape[0], k, k)
+        ref = _as_tensor(self.ref_prior, logits)
+        evidence = _logit(priors, self.eps) - _logit(ref, self.eps)
+        evidence = evidence * (
+            1 - torch.eye(k, dtype=logits.dtype, device=logits.device))
+        presence = logits.sigmoid().amax(dim=1)  # (B, K): max score of j
+        num = torch.einsum('bcj,bj->bc', evidence, presence)
+        den = presence.sum(-1, keepdim=True) - presence
+        return logits + self.beta * (num / den.clamp_min(1e-6))[:, None, :]
+
+
+def build_correction(name: str,
+                     ref_prior,
+                     class_freq: Optional[np.ndarray] = None,
+                     **kwargs):
+    """A post-hoc correction by name (:data:`CORRECTIONS`).
+
+    Args:
+        name (str): ``'reweight'`` or ``'cooccurrence'``.
+        ref_prior (array-like): E_ref, the training statistics.
+        class_freq (np.ndarray, optional): training class frequencies
+            (``'reweight'`` needs them).
+        **kwargs: the correction's options (``beta``, ``eps``).
+
+    Returns:
+        callable: ``correction(logits, priors) -> logits``.
+    """
+    if name == 'reweight':
+        if class_freq is None:
+            raise ValueError('marginal re-weighting needs the training '
+                             'class frequencies')
+        return PriorReweighting(ref_prior, class_freq, **kwargs)
+    if name == 'cooccurrence':
+        return CooccurrenceRescoring(ref_prior, **kwargs)
+    raise ValueError(f'unknown correction {name!r}; choose from '
+                     f'{list(CORRECTIONS)}')
+
+
+def describe_corrections() -> Dict[str, str]:
+    """One line per correction, for reports."""
+    return {
+        'reweight':
+        'marginal re-weighting: Saerens-style label-shift '
+        'correction of each class\'s sigmoid odds, target marginals implied '
+        'by E (relative to E_ref) and the training class frequencies',
+        'cooccurrence':
+        'co-occurrence rescoring: logit E[c, j] - logit '
+        'E_ref[c, j] of the other classes j, weighted by the detector\'s max '
+        'score for j (our simple context baseline)',
+    }

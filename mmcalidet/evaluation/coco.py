@@ -1,0 +1,183 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""COCO box metrics of detections, on any subset of the images.
+
+The same COCOeval set-up as mmdet's ``CocoMetric`` (``maxDets`` 100 / 300
+/ 1000, default IoU thresholds, categories of the model's classes), without
+its JSON round trip and its rounding to three decimals, so that many small
+evaluations (subsets, self-calibration iterations) are cheap and their
+averages keep their precision. ``tests/test_evaluation`` checks that the
+figures equal ``CocoMetric``'s up to that rounding.
+"""
+import contextlib
+import io
+from typing import Callable, Dict, Optional, Sequence
+
+import numpy as np
+from mmengine.structures import InstanceData
+
+#: the six standard COCO box metrics, in COCOeval's ``stats`` order
+METRICS = ('AP', 'AP50', 'AP75', 'APs', 'APm', 'APl')
+
+
+class CocoEvaluator:
+    """COCO box AP of per-image detections.
+
+    Args:
+        ann_file (str | COCO): the COCO annotation file (or a loaded
+            ``COCO`` object, e.g. a ``CocoMetric``'s ``_coco_api``).
+        classes (Sequence[str]): the model's class names; category ids are
+            looked up by name as ``CocoMetric`` does.
+        proposal_nums (Sequence[int]): COCOeval ``maxDets``.
+    """
+
+    def __init__(
+        self,
+        ann_file,
+        classes: Sequence[str],
+        proposal_nums: Sequence[int] = (100, 300, 1000)
+    ) -> None:
+        from mmdet.datasets.api_wrappers import COCO
+        if isinstance(ann_file, str):
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.coco = COCO(ann_file)
+        else:
+            self.coco = ann_file
+        self.classes = list(classes)
+        self.cat_ids = self.coco.get_cat_ids(cat_names=self.classes)
+        if len(self.cat_ids) != len(self.classes):
+            raise ValueError(
+                f'the annotation file has {len(self.cat_ids)} of the '
+                f'{len(self.classes)} classes of the model')
+        self.proposal_nums = list(proposal_nums)
+        self.all_img_ids = list(self.coco.get_img_ids())
+        # categories with ground truth, per image
+        self._img_cats = {
+            img_id: {
+                ann['category_id']
+                for ann in self.coco.imgToAnns.get(img_id, [])
+            }
+            for img_id in self.all_img_ids
+        }
+
+    def to_array(self, img_ids: Sequence[int],
+                 results: Sequence[InstanceData]) -> np.ndarray:
+        """Detections as the N x 7 array ``loadRes`` takes: image id, x, y,
+        w, h, score, category id."""
+        rows = []
+        cat_ids = np.asarray(self.cat_ids)
+        for img_id, res in zip(img_ids, results):
+            n = len(res.scores)
+            if n == 0:
+                continue
+            boxes = np.asarray(
+                res.bboxes.cpu().numpy()
+                if hasattr(res.bboxes, 'cpu') else res.bboxes,
+                dtype=np.float64)
+            boxes = boxes.reshape(-1, 4)
+            arr = np.empty((n, 7))
+            arr[:, 0] = img_id
+            arr[:, 1:3] = boxes[:, :2]
+            arr[:, 3:5] = boxes[:, 2:] - boxes[:, :2]
+            arr[:, 5] = np.asarray(
+                res.scores.cpu().numpy()
+                if hasattr(res.scores, 'cpu') else res.scores,
+                dtype=np.float64)
+            labels = np.asarray(
+                res.labels.cpu().numpy()
+                if hasattr(res.labels, 'cpu') else res.labels,
+                dtype=np.int64)
+            arr[:, 6] = cat_ids[labels]
+            rows.append(arr)
+        return np.concatenate(rows) if rows else np.zeros((0, 7))
+
+    def evaluate(
+            self,
+            img_ids: Sequence[int],
+            results: Sequence[InstanceData],
+            eval_img_ids: Optional[Sequence[int]] = None) -> Dict[str, float]:
+        """COCO box metrics.
+
+        Args:
+            img_ids (Sequence[int]): the COCO image id of each result.
+            results (Sequence[InstanceData]): detections per image
+                (``bboxes`` xyxy in original image coordinates, ``scores``,
+                ``labels`` as contiguous class indices).
+            eval_img_ids (Sequence[int], optional): the images to evaluate
+                on; default ``img_ids`` (images without results count as
+                images without detections).
+
+        Returns:
+            dict[str, float]: :data:`METRICS` as fractions (not rounded);
+            ``nan`` where COCOeval gives -1 (no ground truth in that area
+            range, or no ground truth at all).
+        """
+        from mmdet.datasets.api_wrappers import COCOeval
+        if len(img_ids) != len(results):
+            raise ValueError(f'{len(img_ids)} image ids for {len(results)} '
+                             'results')
+        eval_img_ids = list(img_ids if eval_img_ids is None else eval_img_ids)
+        unknown = (set(eval_img_ids) | set(img_ids)) - set(self.coco.imgs)
+        if unknown:
+            raise ValueError(f'image id {sorted(unknown)[0]!r} is not in the '
+                             'annotation file')
+        # COCOeval leaves a category without ground truth in the evaluated
+        # images out of every mean (its precision stays -1), and applies
+        # maxDets per image and category: evaluating only the categories
+        # with ground truth gives the same figures, much faster on subsets
+        with_gt = set().union(*(self._img_cats[i] for i in eval_img_ids)) \
+            if eval_img_ids else set()
+        cat_ids = [c for c in self.cat_ids if c in with_gt]
+        if not cat_ids:
+            return {k: float('nan') for k in METRICS}
+        dets = self.to_array(img_ids, results)
+        in_eval = set(eval_img_ids)
+        dets = dets[np.isin(dets[:, 6], cat_ids)
+                    & np.isin(dets[:, 0], list(in_eval))]
+        if len(dets) == 0:
+            # loadRes needs one detection: a zero-score false positive
+            # changes nothing when there is no true positive (AP 0)
+            dets = np.array([[eval_img_ids[0], 0, 0, 1, 1, 0, cat_ids[0]]],
+                            dtype=np.float64)
+        with contextlib.redirect_stdout(io.StringIO()):
+            coco_dt = self.coco.loadRes(dets)
+            coco_eval = COCOeval(self.coco, coco_dt, 'bbox')
+            coco_eval.params.catIds = cat_ids
+            coco_eval.params.imgIds = eval_img_ids
+            coco_eval.params.maxDets = self.proposal_nums
+            coco_eval.evaluate()
+            coco_eval.accumulate()
+            coco_eval.summarize()
+        stats = coco_eval.stats[:len(METRICS)]
+        return {
+            k: float(v) if v > -1 else float('nan')
+            for k, v in zip(METRICS, stats)
+        }
+
+
+def coco_evaluator_from_cfg(cfg, classes: Sequence[str]) -> CocoEvaluator:
+    """A :class:`CocoEvaluator` on the ``ann_file`` of a config's
+    ``test_evaluator`` (a ``CocoMetric`` or a list holding one)."""
+    evaluators = cfg.get('test_evaluator')
+    if not isinstance(evaluators, (list, tuple)):
+        evaluators = [evaluators]
+    for ev in evaluators:
+        if ev and 'CocoMetric' in str(ev.get('type', '')) and \
+                ev.get('ann_file'):
+            return CocoEvaluator(ev['ann_file'], classes)
+    raise ValueError('the config has no test_evaluator CocoMetric with an '
+                     'ann_file')
+
+
+def cache_evaluator(evaluator: CocoEvaluator) -> Callable:
+    """``evaluate(cache, predictions, indices=None) -> metrics``: COCO
+    metrics of predictions for the cached images ``indices`` (default all,
+    in cache order), as the sweep, subset and self-calibration functions
+    take it."""
+
+    def evaluate(cache, predictions, indices=None) -> Dict[str, float]:
+        ids = cache.img_ids()
+        if indices is not None:
+            ids = [ids[i] for i in indices]
+        return evaluator.evaluate(ids, predictions)
+
+    return evaluate

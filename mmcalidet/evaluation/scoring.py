@@ -1,0 +1,191 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Re-score cached decoder outputs under any prior.
+
+Only the classification branch of the last decoder layer runs: the
+wrapped head's ``cls_branches[l](h)``, then, for a CaliDet head, its own
+``calibrate_cls_scores`` with V' of the prior (or, for a plain detector, a
+post-hoc correction from :mod:`mmcalidet.evaluation.baselines`), then the
+head's ``predict_by_feat`` (top-k, boxes to image coordinates). The result
+equals ``model.predict`` under the same prior on the same batches.
+"""
+from typing import Callable, List, Optional, Sequence, Union
+
+import numpy as np
+import torch
+from mmdet.structures import DetDataSample
+from mmengine.structures import InstanceData
+from torch import Tensor
+
+from .cache import HiddenStateCache, _progress, with_predictions
+
+#: a prior argument: ``None`` (the model's deployment prior), a K x K
+#: matrix shared by all images, an (N, K, K) stack aligned with the images
+#: scored, or a callable mapping image indices to a (B, K, K) stack
+PriorArg = Union[None, np.ndarray, Tensor, Callable[[np.ndarray], np.ndarray]]
+
+
+def is_calibratable(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a CaliDet detector (takes a prior)."""
+    return hasattr(model, 'set_prior') and hasattr(
+        getattr(model, 'bbox_head', None), 'calibrate_cls_scores')
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's parameters."""
+    return next(model.parameters()).device
+
+
+class Rescorer:
+    """Predictions from a :class:`HiddenStateCache` under any prior.
+
+    Args:
+        model (nn.Module): the detector that filled the cache.
+        cache (HiddenStateCache): the cache.
+        correction (callable, optional): a post-hoc correction
+            ``correction(logits, priors) -> logits`` for a plain detector
+            (see :mod:`mmcalidet.evaluation.baselines`). ``None``: CaliDet
+            calibration for a CaliDet model, raw scores otherwise.
+        batch_size (int): images per re-scoring step.
+    """
+
+    def __init__(self,
+                 model: torch.nn.Module,
+                 cache: HiddenStateCache,
+                 correction: Optional[Callable] = None,
+                 batch_size: int = 64) -> None:
+        if cache.layer_index is None:
+            raise ValueError('the cache is empty')
+        self.model = model
+        self.cache = cache
+        self.correction = correction
+        self.batch_size = max(1, int(batch_size))
+        self.calibratable = is_calibratable(model)
+        if self.calibratable and correction is not None:
+            raise ValueError('post-hoc corrections are baselines for plain '
+                             'detectors; a CaliDet model calibrates itself')
+        self.device = model_device(model)
+
+    @property
+    def num_classes(self) -> int:
+        return self.model.bbox_head.num_classes
+
+    def _as_tensor(self, prior) -> Tensor:
+        return torch.as_tensor(
+            np.asarray(prior) if not isinstance(prior, Tensor) else prior,
+            dtype=torch.float32,
+            device=self.device)
+
+    def _check(self, priors: Tensor, batch: Optional[int]) -> Tensor:
+        k = self.num_classes
+        shape = (k, k) if batch is None else (batch, k, k)
+        if tuple(priors.shape) != shape:
+            raise ValueError(f'expected priors of shape {shape}, got '
+                             f'{tuple(priors.shape)}')
+        return priors
+
+    def logits(self,
+               hidden: Tensor,
+               priors: Optional[Tensor],
+               cali_vectors: Optional[Tensor] = None) -> Tensor:
+        """Last-layer logits (B, Q, C) of cached hidden states.
+
+        Args:
+            hidden (Tensor): (B, Q, d).
+            priors (Tensor, optional): (K, K) or (B, K, K); ``None``: the
+                deployment prior (CaliDet) or no prior (plain).
+            cali_vectors (Tensor, optional): V' of a shared prior, to
+                skip the CaliFormer.
+
+        Returns:
+            Tensor: the logits the full head gives for that layer.
+        """
+        head = self.model.bbox_head
+        logits = head.cls_branches[self.cache.layer_index](hidden)
+        if self.calibratable:
+            if cali_vectors is None and priors is None:
+                cali_vectors = self.model.deployment_cali_vectors()
+            elif cali_vectors is None and priors.dim() == 3:
+                # images of a group (E_b) share a prior: V' once per prior
+                unique, inverse = torch.unique(
+                    priors.flatten(1), dim=0, return_inverse=True)
+                cali_vectors = head.get_cali_vectors(
+                    unique.view(-1, *priors.shape[1:]))[inverse]
+            elif cali_vectors is None:
+                cali_vectors = head.get_cali_vectors(priors)
+            return head.calibrate_cls_scores(logits[None], hidden[None],
+                                             cali_vectors)[0]
+        if self.correction is not None:
+            if priors is None:
+                raise ValueError('a post-hoc correction needs a prior')
+            return self.correction(logits, priors)
+        if priors is not None:
+            raise ValueError(f'{type(self.model).__name__} takes no prior; '
+                             'pass a post-hoc correction to use one')
+        return logits
+
+    def predict(self,
+                prior: PriorArg = None,
+                indices: Optional[Sequence[int]] = None,
+                progress: bool = False) -> List[InstanceData]:
+        """Detections of cached images under a prior.
+
+        Args:
+            prior: see :data:`PriorArg`.
+            indices (Sequence[int], optional): the images (default all).
+            progress (bool): show a progress bar.
+
+        Returns:
+            list[InstanceData]: per image (in ``indices`` order): ``bboxes``
+            (xyxy, original image coordinates), ``scores``, ``labels``, on
+            the CPU.
+        """
+        indices = np.arange(len(self.cache)) if indices is None else \
+            np.asarray(indices, dtype=np.int64)
+        shared, stack, fn = None, None, None
+        if callable(prior) and not isinstance(prior, (np.ndarray, Tensor)):
+            fn = prior
+        elif prior is not None:
+            tensor = self._as_tensor(prior)
+            if tensor.dim() == 3:
+                stack = self._check(tensor, len(indices))
+            else:
+                shared = self._check(tensor, None)
+        head = self.model.bbox_head
+        results: List[InstanceData] = []
+        with torch.no_grad(), _progress(len(indices), 'scoring',
+                                        progress) as bar:
+            cali = None
+            if self.calibratable and shared is not None:
+                cali = head.get_cali_vectors(shared)
+            for start in range(0, len(indices), self.batch_size):
+                idx = indices[start:start + self.batch_size]
+                hidden, boxes, samples = self.cache.get(idx, self.device)
+                priors = shared
+                if stack is not None:
+                    priors = stack[start:start + len(idx)]
+                elif fn is not None:
+                    priors = self._check(self._as_tensor(fn(idx)), len(idx))
+                logits = self.logits(hidden, priors,
+                                     cali if priors is shared else None)
+                batch = head.predict_by_feat(
+                    logits[None],
+                    boxes[None],
+                    batch_img_metas=[ds.metainfo for ds in samples],
+                    rescale=True)
+                results.extend(r.cpu() for r in batch)
+                bar.update(len(idx))
+        return results
+
+    def predict_samples(self,
+                        prior: PriorArg = None,
+                        indices: Optional[Sequence[int]] = None,
+                        progress: bool = False) -> List[DetDataSample]:
+        """:meth:`predict`, as data samples (metainfo, ground truth and
+        ``pred_instances``) like ``model.test_step`` returns them."""
+        indices = np.arange(len(self.cache)) if indices is None else \
+            np.asarray(indices, dtype=np.int64)
+        preds = self.predict(prior, indices, progress)
+        return [
+            with_predictions(self.cache.data_samples[k], p)
+            for k, p in zip(indices, preds)
+        ]

@@ -1,0 +1,300 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Self-calibration (the paper's Algo. 1) on cached decoder outputs.
+
+``E_c <- E_t``; each iteration re-scores the images under ``E_c`` and
+
+* ``E_i``: the relation statistics of the predicted classes (a class is
+  present in an image when a detection of it scores >= ``score_thr``);
+* ``z`` per image: the max score of each class among those detections
+  (0 when the class is not predicted); ``Z[i, j] = mean_x z[j]``;
+* ``E_c <- clip(E_c + eta * Z * (E_i - E_c), 0, 1)``, diagonal 1.
+
+Re-scoring uses :class:`~mmcalidet.evaluation.scoring.Rescorer`, so the
+backbone and transformer run once per image, not once per iteration.
+"""
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from mmengine.structures import InstanceData
+
+from ..priors import batch_prior, validate_prior
+
+#: default score threshold for "class predicted" (see
+#: docs/user_guides/self_calibrate.md for how it was chosen)
+DEFAULT_SCORE_THR = 0.3
+#: the paper's step size
+DEFAULT_ETA = 4.0
+
+
+def _field(pred, key: str) -> np.ndarray:
+    if hasattr(pred, 'pred_instances'):
+        pred = pred.pred_instances
+    value = pred[key] if isinstance(pred, dict) else getattr(pred, key)
+    if hasattr(value, 'detach'):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def prediction_statistics(
+        predictions: Sequence,
+        num_classes: int,
+        score_thr: float = DEFAULT_SCORE_THR) -> Tuple[np.ndarray, np.ndarray]:
+    """E_i and z of a set of predictions.
+
+    Args:
+        predictions (Sequence): per image an ``InstanceData`` (or a
+            ``DetDataSample`` with ``pred_instances``, or a dict) with
+            ``scores`` and ``labels``.
+        num_classes (int): K.
+        score_thr (float): a class is present when a detection of it
+            scores at least this.
+
+    Returns:
+        tuple[np.ndarray, np.ndarray]: ``E_i`` (K x K, the statistics of
+        the present classes; a column whose class is never predicted is
+        0.5) and ``z`` (N x K, the max score of each present class per
+        image, 0 elsewhere). Non-finite scores count as 0.
+    """
+    label_lists = []
+    z = np.zeros((len(predictions), num_classes))
+    for n, pred in enumerate(predictions):
+        scores = _field(pred, 'scores').astype(np.float64).reshape(-1)
+        labels = _field(pred, 'labels').astype(np.int64).reshape(-1)
+        scores = np.where(np.isfinite(scores), scores, 0.0)
+        keep = scores >= score_thr
+        labels, scores = labels[keep], scores[keep]
+        if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+            raise ValueError(f'prediction labels must lie in [0, '
+                             f'{num_classes}), got {labels.min()}..'
+                             f'{labels.max()}')
+        np.maximum.at(z[n], labels, scores)
+        label_lists.append(np.unique(labels))
+    return batch_prior(num_classes, label_lists), z
+
+
+def calibration_step(prior: np.ndarray, stats: np.ndarray, z_mean: np.ndarray,
+                     eta: float) -> np.ndarray:
+    """One update of Algo. 1: ``clip(E_c + eta * Z * (E_i - E_c), 0, 1)``
+    with ``Z[i, j] = z_mean[j]`` and the diagonal reset to 1.
+
+    Args:
+        prior (np.ndarray): E_c (K x K).
+        stats (np.ndarray): E_i (K x K).
+        z_mean (np.ndarray): (K,) mean over images of z.
+        eta (float): the step size.
+
+    Returns:
+        np.ndarray: the new E_c (K x K float64).
+    """
+    prior = np.asarray(prior, dtype=np.float64)
+    z_mean = np.nan_to_num(np.asarray(z_mean, dtype=np.float64))
+    new = prior + eta * z_mean[None, :] * (np.asarray(stats) - prior)
+    new = np.clip(np.nan_to_num(new, nan=0.5), 0.0, 1.0)
+    np.fill_diagonal(new, 1.0)
+    return new
+
+
+@dataclass
+class SelfCalibrationResult:
+    """The outcome of :func:`self_calibrate`.
+
+    Attributes:
+        prior (np.ndarray): the final E_c.
+        history (list[dict]): per iteration (0 = E_t): ``iter``, the
+            metrics (when evaluated), ``step_mae`` and ``step_max`` (of the
+            update that produced this E_c; 0 at iteration 0), and
+            ``num_present`` (mean predicted classes per image under the
+            E_c of that iteration).
+        predictions (list[InstanceData]): detections under the final E_c.
+        converged (bool): stopped because step MAX < tol.
+    """
+    prior: np.ndarray
+    history: List[Dict] = field(default_factory=list)
+    predictions: List[InstanceData] = field(default_factory=list)
+    converged: bool = False
+
+
+def self_calibrate(model,
+                   images,
+                   eta: float = DEFAULT_ETA,
+                   iters: int = 20,
+                   score_thr: float = DEFAULT_SCORE_THR,
+                   tol: float = 1e-3,
+                   init_prior=None,
+                   evaluate: Optional[Callable[[List[InstanceData]],
+                                               Dict[str, float]]] = None,
+                   indices: Optional[Sequence[int]] = None,
+                   correction=None,
+                   batch_size: int = 64,
+                   eval_interval: int = 1,
+                   progress: bool = False) -> SelfCalibrationResult:
+    """Self-calibrate a frozen detector on a set of images (Algo. 1).
+
+    Args:
+        model (nn.Module): a CaliDet detector (or a plain one with a
+            post-hoc ``correction``). Its parameters and deployment prior
+            are left unchanged; inject ``result.prior`` to deploy it.
+        images: a :class:`HiddenStateCache` filled with ``model``, or a
+            list of image paths / arrays (cached here through the model's
+            test pipeline, see :func:`cache_images`).
+        eta (float): step size. Defaults to 4.0 (the paper's).
+        iters (int): maximum number of updates.
+        score_thr (float): the score from which a class counts as
+            predicted. Defaults to :data:`DEFAULT_SCORE_THR`.
+        tol (float): stop when the step MAX is below it (0 disables).
+        init_prior (array-like, optional): E_c at the start; default the
+            model's deployment prior (E_t).
+        evaluate (callable, optional): ``evaluate(predictions) -> metrics``
+            called at every iteration (e.g. COCO AP when annotations
+            exist).
+        indices (Sequence[int], optional): the cached images to use
+            (default all).
+        correction (callable, optional): post-hoc correction for a plain
+            detector (see :class:`Rescorer`).
+        batch_size (int): images per re-scoring step.
+        eval_interval (int): call ``evaluate`` every this many iterations
+            (and at the first and the last); COCO evaluation can cost more
+            than re-scoring.
+        progress (bool): show a progress bar over iterations.
+
+    Returns:
+        SelfCalibrationResult: final E_c, per-iteration history and the
+        final predictions.
+    """
+    from .cache import HiddenStateCache, cache_images
+    from .scoring import Rescorer
+    if eta <= 0 or iters < 0 or tol < 0 or eval_interval < 1:
+        raise ValueError('eta must be > 0, iters and tol >= 0, '
+                         'eval_interval >= 1')
+    cache = images if isinstance(images, HiddenStateCache) else \
+        cache_images(model, list(images))
+    rescorer = Rescorer(model, cache, correction, batch_size)
+    k = rescorer.num_classes
+    if init_prior is None:
+        if not hasattr(model, 'get_prior'):
+            raise ValueError('pass init_prior (E_t) for a model without a '
+                             'deployment prior')
+        init_prior = model.get_prior()
+    prior = validate_prior(init_prior, num_classes=k)
+    from tqdm import tqdm
+    history: List[Dict] = []
+    step_mae = step_max = 0.0
+    converged = False
+    preds: List[InstanceData] = []
+    with tqdm(
+            total=iters + 1,
+            desc='self-calibration',
+            disable=not progress,
+            leave=False,
+            dynamic_ncols=True) as bar:
+        for it in range(iters + 1):
+            preds = rescorer.predict(prior, indices)
+            stats, z = prediction_statistics(preds, k, score_thr)
+            record = dict(
+                iter=it,
+                step_mae=step_mae,
+                step_max=step_max,
+                num_present=float((z > 0).sum(1).mean()) if len(z) else 0.)
+            last = it == iters or converged
+            if evaluate is not None and (last or it % eval_interval == 0):
+                record.update(evaluate(preds))
+            history.append(record)
+            bar.update(1)
+            if last:
+                break
+            new = calibration_step(prior, stats,
+                                   z.mean(0) if len(z) else np.zeros(k), eta)
+            step = np.abs(new - prior)
+            step_mae, step_max = float(step.mean()), float(step.max())
+            prior = new
+            converged = tol > 0 and step_max < tol
+    return SelfCalibrationResult(prior, history, preds, converged)
+
+
+def mean_history(histories: Sequence[List[Dict]]) -> List[Dict]:
+    """Average per-iteration records over runs (e.g. subsets). A run that
+    stopped early keeps its last record for the later iterations; ``nan``
+    values are left out of the mean.
+
+    Args:
+        histories (Sequence[list[dict]]): ``SelfCalibrationResult.history``
+            of each run.
+
+    Returns:
+        list[dict]: per iteration the mean of every numeric key, plus
+        ``num_runs``.
+    """
+    histories = [h for h in histories if h]
+    if not histories:
+        return []
+    length = max(len(h) for h in histories)
+    keys = [k for k in histories[0][0] if k != 'iter']
+    out = []
+    for it in range(length):
+        recs = [h[min(it, len(h) - 1)] for h in histories]
+        row = dict(iter=it, num_runs=len(recs))
+        for key in keys:
+            vals = np.array([r.get(key, np.nan) for r in recs], dtype=float)
+            row[key] = float(np.nanmean(vals)) if np.isfinite(vals).any() \
+                else float('nan')
+        out.append(row)
+    return out
+
+
+def self_calibrate_subsets(model,
+                           cache,
+                           size: int,
+                           num_images: Optional[int] = None,
+                           seed: int = 0,
+                           evaluate: Optional[Callable] = None,
+                           progress: bool = True,
+                           **kwargs) -> Dict:
+    """Self-calibrate separately on random subsets of a cache (the paper's
+    Sec. 4.4: subsets of one size summing up to 1024 images).
+
+    Args:
+        model (nn.Module): the detector that filled ``cache``.
+        cache (HiddenStateCache): the evaluation images.
+        size (int): images per subset (``0``: the whole cache as one set).
+        num_images (int, optional): images used in all (default all); the
+            subsets are the first ``num_images // size`` of the split of
+            :func:`~mmcalidet.evaluation.subsets.split_subsets`.
+        seed (int): split seed.
+        evaluate (callable, optional): ``evaluate(cache, predictions,
+            indices) -> metrics`` (e.g. :func:`cache_evaluator`).
+        progress (bool): show a progress bar over subsets.
+        **kwargs: passed to :func:`self_calibrate` (``eta``, ``iters``,
+            ``score_thr``, ``tol``, ``init_prior``, ``correction``).
+
+    Returns:
+        dict: ``subsets`` (index arrays), ``results``
+        (:class:`SelfCalibrationResult` per subset) and ``mean`` (the
+        averaged history, :func:`mean_history`).
+    """
+    from tqdm import tqdm
+
+    from .subsets import split_subsets
+    total = len(cache) if num_images is None else min(num_images, len(cache))
+    if size == 0:
+        subsets = [np.arange(total)]
+    else:
+        subsets = split_subsets(len(cache), size, seed)[:total // size]
+    if not subsets:
+        raise ValueError(f'no subset of {size} images among {total}')
+    results = []
+    for idx in tqdm(
+            subsets,
+            desc=f'subsets of {size or total}',
+            disable=not progress,
+            leave=False,
+            dynamic_ncols=True):
+        ev = None
+        if evaluate is not None:
+            ev = (lambda preds, idx=idx: evaluate(cache, preds, idx))
+        results.append(
+            self_calibrate(model, cache, evaluate=ev, indices=idx, **kwargs))
+    return dict(
+        subsets=subsets,
+        results=results,
+        mean=mean_history([r.history for r in results]))

@@ -1,0 +1,304 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""The standard injection table (the paper's Sec. 4.2, Tab. 2).
+
+A CaliDet model is evaluated under priors from misleading to accurate:
+``flip(E_x)``, ``E0``, ``E_t``, ``E_v``, ``E_b`` (each evaluation batch),
+``E_x`` (each image); all but E0 and E_t are computed from the ground
+truth of the evaluation images (oracle). Expected: AP non-decreasing in
+that order. Plain detectors appear as one row (no prior) and, with a
+post-hoc correction, one row per prior.
+"""
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ..priors import (batch_prior, flat_prior, flip_prior, load_prior,
+                      sample_prior)
+from ..utils.prior_source import load_prior_source
+from .cache import HiddenStateCache
+from .coco import METRICS
+from .scoring import PriorArg, Rescorer
+
+#: the paper's priors, from the most misleading to the most accurate
+STANDARD_PRIORS = ('flip_E_x', 'E0', 'E_t', 'E_v', 'E_b', 'E_x')
+
+#: how tables print them
+PRIOR_LABELS = {
+    'flip_E_x': 'flip(E_x)',
+    'E0': 'E0',
+    'E_t': 'E_t',
+    'E_v': 'E_v',
+    'E_b': 'E_b',
+    'E_x': 'E_x',
+}
+
+PRIOR_NOTES = {
+    'flip_E_x': 'E_x of each image with 0 and 1 swapped (misleading)',
+    'E0': 'flat prior (nothing known)',
+    'E_t': 'training statistics (the default deployment prior)',
+    'E_v': 'statistics of the whole evaluation set',
+    'E_b': 'statistics of each evaluation batch',
+    'E_x': 'statistics of each image (upper bound)',
+}
+
+ORACLE = {'flip_E_x', 'E_v', 'E_b', 'E_x'}
+
+
+@dataclass
+class PriorSpec:
+    """A prior to evaluate under.
+
+    Attributes:
+        key (str): identifier (``E_t``, ``flip_E_x``, a user label).
+        label (str): how tables print it.
+        oracle (bool): computed from the evaluation set's ground truth.
+        prior: a K x K matrix or a per-image callable (see
+            :data:`~mmcalidet.evaluation.scoring.PriorArg`).
+        note (str): one-line description.
+    """
+    key: str
+    label: str
+    oracle: bool
+    prior: PriorArg
+    note: str = ''
+
+
+@dataclass
+class Method:
+    """A detector (and how it uses a prior) that tables compare.
+
+    Attributes:
+        name (str): the row name (``CaliDet``, ``DINO``,
+            ``DINO + marginal re-weighting``, ...).
+        rescorer (Rescorer): predictions from its cache.
+    """
+    name: str
+    rescorer: Rescorer
+
+    @property
+    def takes_prior(self) -> bool:
+        return self.rescorer.calibratable or \
+            self.rescorer.correction is not None
+
+    @property
+    def cache(self) -> HiddenStateCache:
+        return self.rescorer.cache
+
+
+def per_image_priors(matrices: Sequence[np.ndarray]) -> Callable:
+    """A per-image prior callable from one matrix per cached image."""
+
+    def fn(indices: np.ndarray) -> np.ndarray:
+        return np.stack([matrices[k] for k in indices])
+
+    return fn
+
+
+def group_priors(label_lists: Sequence[np.ndarray], groups: Sequence[int],
+                 num_classes: int) -> Callable:
+    """A per-image callable giving each image E_b of its group."""
+    groups = np.asarray(groups)
+    table = {
+        g:
+        batch_prior(num_classes,
+                    [label_lists[k] for k in np.flatnonzero(groups == g)])
+        for g in np.unique(groups)
+    }
+    return per_image_priors([table[g] for g in groups])
+
+
+def parse_prior_names(items: Sequence[str]):
+    """Split prior arguments into keys and user priors.
+
+    Args:
+        items (Sequence[str]): standard keys (``E_t``, ...) or
+            ``LABEL=SOURCE`` (a prior file or shipped name).
+
+    Returns:
+        tuple[list[str], dict]: the keys in order and ``{label: source}``.
+    """
+    names, extra = [], {}
+    for item in items:
+        if '=' in item:
+            label, src = item.split('=', 1)
+            if not label or not src:
+                raise ValueError(f'expected LABEL=FILE, got {item!r}')
+            extra[label] = src
+            item = label
+        names.append(item)
+    return names, extra
+
+
+def build_priors(names: Sequence[str],
+                 label_lists: Sequence[np.ndarray],
+                 train_prior: np.ndarray,
+                 batch_ids: Optional[Sequence[int]] = None,
+                 extra: Optional[Dict[str, object]] = None,
+                 classes: Optional[Sequence[str]] = None) -> List[PriorSpec]:
+    """Build the named priors for a set of evaluation images.
+
+    Args:
+        names (Sequence[str]): keys of :data:`STANDARD_PRIORS` and of
+            ``extra``, in table order.
+        label_lists (Sequence[np.ndarray]): ground-truth class indices per
+            image (for the oracle priors).
+        train_prior (np.ndarray): E_t.
+        batch_ids (Sequence[int], optional): evaluation batch per image
+            (for E_b; default: all images in one batch, i.e. E_v).
+        extra (dict, optional): more priors, label -> prior source (file,
+            shipped name or matrix), not oracle.
+        classes (Sequence[str], optional): class order for named files.
+
+    Returns:
+        list[PriorSpec]: the priors.
+    """
+    k = train_prior.shape[0]
+    extra = dict(extra or {})
+    specs = []
+    per_image = None
+    for name in names:
+        if name in extra:
+            specs.append(
+                PriorSpec(name, name, False,
+                          load_prior_source(extra[name], classes, k),
+                          'user prior'))
+            continue
+        if name not in STANDARD_PRIORS:
+            raise ValueError(f'unknown prior {name!r}; choose from '
+                             f'{list(STANDARD_PRIORS)} or pass it as '
+                             'LABEL=FILE')
+        if name in ('E_x', 'flip_E_x') and per_image is None:
+            per_image = [sample_prior(k, labels) for labels in label_lists]
+        if name == 'E0':
+            prior = flat_prior(k)
+        elif name == 'E_t':
+            prior = load_prior(train_prior, num_classes=k)
+        elif name == 'E_v':
+            prior = batch_prior(k, label_lists)
+        elif name == 'E_b':
+            prior = group_priors(
+                label_lists,
+                batch_ids if batch_ids is not None else [0] * len(label_lists),
+                k)
+        elif name == 'E_x':
+            prior = per_image_priors(per_image)
+        else:
+            prior = per_image_priors([flip_prior(p) for p in per_image])
+        specs.append(
+            PriorSpec(name, PRIOR_LABELS[name], name in ORACLE, prior,
+                      PRIOR_NOTES[name]))
+    return specs
+
+
+#: what forked evaluation workers read (inherited, never pickled)
+_EVAL_JOBS: Dict = {}
+
+
+def _evaluate_job(index: int) -> Dict[str, float]:
+    cache, preds = _EVAL_JOBS['jobs'][index]
+    return _EVAL_JOBS['evaluate'](cache, preds)
+
+
+def evaluate_priors(methods: Sequence[Method],
+                    priors: Sequence[PriorSpec],
+                    evaluate: Callable,
+                    progress: bool = True,
+                    workers: int = 0) -> List[Dict]:
+    """Evaluate every method under every prior.
+
+    Args:
+        methods (Sequence[Method]): the detectors.
+        priors (Sequence[PriorSpec]): the priors (for methods that take
+            one; the others give one row with prior ``-``).
+        evaluate (callable): ``evaluate(cache, predictions) -> metrics``.
+        progress (bool): show a progress bar.
+        workers (int): evaluate in this many forked processes (POSIX);
+            0 evaluates one after the other. COCO evaluation, not the
+            re-scoring, dominates a sweep over a large set.
+
+    Returns:
+        list[dict]: one row per (method, prior): ``method``, ``prior``
+        (label), ``key``, ``oracle``, the metrics and ``seconds`` (of the
+        re-scoring, plus the evaluation when not in workers).
+    """
+    from tqdm import tqdm
+    jobs = []
+    for method in methods:
+        for spec in (priors if method.takes_prior else [None]):
+            jobs.append((method, spec))
+    rows, pending = [], []
+    for method, spec in tqdm(
+            jobs,
+            desc='priors',
+            disable=not progress,
+            leave=False,
+            dynamic_ncols=True):
+        start = time.perf_counter()
+        preds = method.rescorer.predict(None if spec is None else spec.prior)
+        metrics = {}
+        if workers > 0:
+            pending.append((method.cache, preds))
+        else:
+            metrics = evaluate(method.cache, preds)
+        rows.append(
+            dict(
+                method=method.name,
+                prior='-' if spec is None else spec.label,
+                key=None if spec is None else spec.key,
+                oracle=False if spec is None else spec.oracle,
+                **metrics,
+                seconds=time.perf_counter() - start))
+    if pending:
+        import multiprocessing
+        _EVAL_JOBS.update(jobs=pending, evaluate=evaluate)
+        try:
+            ctx = multiprocessing.get_context('fork')
+            with ctx.Pool(min(workers, len(pending))) as pool:
+                results = pool.map(_evaluate_job, range(len(pending)))
+        finally:
+            _EVAL_JOBS.clear()
+        for row, metrics in zip(rows, results):
+            seconds = row.pop('seconds')
+            row.update(metrics, seconds=seconds)
+    return rows
+
+
+def check_expected_order(rows: Sequence[Dict],
+                         method: str,
+                         order: Sequence[str] = STANDARD_PRIORS,
+                         metric: str = 'AP') -> Dict:
+    """Whether a method's metric is non-decreasing along ``order``.
+
+    Args:
+        rows (Sequence[dict]): rows of :func:`evaluate_priors`.
+        method (str): the method to check.
+        order (Sequence[str]): prior keys from worst to best.
+        metric (str): the metric.
+
+    Returns:
+        dict: ``holds`` (bool, ``None`` when fewer than two of the priors
+        were evaluated), ``order`` (the keys checked) and ``violations``
+        (``'E_t > E_v (49.30 > 49.27)'`` strings).
+    """
+    values = {
+        r['key']: r[metric]
+        for r in rows if r['method'] == method and r.get('key') in order
+    }
+    keys = [k for k in order if k in values]
+    violations = []
+    for a, b in zip(keys, keys[1:]):
+        if values[a] > values[b]:
+            violations.append(
+                f'{PRIOR_LABELS.get(a, a)} > {PRIOR_LABELS.get(b, b)} '
+                f'({100 * values[a]:.2f} > {100 * values[b]:.2f})')
+    return dict(
+        holds=None if len(keys) < 2 else not violations,
+        order=keys,
+        violations=violations)
+
+
+def metric_columns(spec: str = 'pct') -> list:
+    """Table columns of the COCO metrics."""
+    return [(m, m, spec) for m in METRICS]

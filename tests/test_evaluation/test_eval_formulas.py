@@ -1,0 +1,277 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Model-free pieces of the protocol: subsets, epsilon, the prior table,
+the self-calibration update, the online calibrator, post-hoc baselines."""
+import numpy as np
+import pytest
+import torch
+from mmengine.structures import InstanceData
+
+from mmcalidet.evaluation import (OnlineSelfCalibrator, PriorReweighting,
+                                  build_priors, calibration_step,
+                                  check_expected_order, mean_history,
+                                  prediction_statistics, split_subsets,
+                                  subset_epsilon)
+from mmcalidet.evaluation.baselines import (CooccurrenceRescoring,
+                                            build_correction,
+                                            class_frequencies)
+from mmcalidet.priors import (batch_prior, flat_prior, flip_prior, prior_mae,
+                              sample_prior)
+
+K = 5
+
+
+def pred(labels, scores):
+    return InstanceData(
+        labels=torch.tensor(labels, dtype=torch.long),
+        scores=torch.tensor(scores, dtype=torch.float32),
+        bboxes=torch.zeros(len(labels), 4))
+
+
+def test_split_subsets():
+    subsets = split_subsets(103, 8, seed=0)
+    assert len(subsets) == 12 and all(len(s) == 8 for s in subsets)
+    flat = np.concatenate(subsets)
+    assert len(set(flat.tolist())) == 96  # non-overlapping
+    assert np.array_equal(flat, np.random.default_rng(0).permutation(103)[:96])
+    assert all(
+        np.array_equal(a, b)
+        for a, b in zip(subsets, split_subsets(103, 8, seed=0)))
+    assert not np.array_equal(flat, np.concatenate(split_subsets(103, 8, 1)))
+    assert split_subsets(5, 8) == []
+    with pytest.raises(ValueError):
+        split_subsets(5, 0)
+
+
+def test_subset_epsilon_is_mean_mae():
+    rng = np.random.default_rng(0)
+    labels = [
+        rng.choice(K, rng.integers(0, 3), replace=False) for _ in range(20)
+    ]
+    e_t = batch_prior(K, labels[:10])
+    rows = subset_epsilon(labels, e_t, sizes=(4, 32), seed=3)
+    expect = np.mean([
+        prior_mae(batch_prior(K, [labels[i] for i in idx]), e_t)
+        for idx in split_subsets(20, 4, 3)
+    ])
+    assert rows[0] == pytest.approx(
+        dict(
+            size=4,
+            num_subsets=5,
+            epsilon=expect,
+            epsilon_std=rows[0]['epsilon_std']))
+    assert rows[1]['num_subsets'] == 0 and np.isnan(rows[1]['epsilon'])
+
+
+def test_build_priors():
+    labels = [
+        np.array([0, 1]),
+        np.array([2]),
+        np.array([], np.int64),
+        np.array([1, 3])
+    ]
+    e_t = batch_prior(K, labels[:2])
+    specs = {
+        s.key: s
+        for s in build_priors(('flip_E_x', 'E0', 'E_t', 'E_v', 'E_b', 'E_x'),
+                              labels,
+                              e_t,
+                              batch_ids=[0, 0, 1, 1])
+    }
+    assert [s.oracle
+            for s in specs.values()] == [True, False, False, True, True, True]
+    np.testing.assert_array_equal(specs['E0'].prior, flat_prior(K))
+    np.testing.assert_array_equal(specs['E_t'].prior, e_t)
+    np.testing.assert_array_equal(specs['E_v'].prior, batch_prior(K, labels))
+    idx = np.array([3, 0])
+    np.testing.assert_array_equal(
+        specs['E_x'].prior(idx),
+        np.stack([sample_prior(K, labels[3]),
+                  sample_prior(K, labels[0])]))
+    np.testing.assert_array_equal(
+        specs['flip_E_x'].prior(idx),
+        np.stack([flip_prior(sample_prior(K, labels[k])) for k in idx]))
+    eb = specs['E_b'].prior(np.array([0, 1, 2, 3]))
+    np.testing.assert_array_equal(eb[0], batch_prior(K, labels[:2]))
+    np.testing.assert_array_equal(eb[1], eb[0])
+    np.testing.assert_array_equal(eb[3], batch_prior(K, labels[2:]))
+    with pytest.raises(ValueError, match='unknown prior'):
+        build_priors(['E_q'], labels, e_t)
+
+
+def test_check_expected_order():
+
+    def rows(aps, method='m'):
+        keys = ('flip_E_x', 'E0', 'E_t', 'E_v', 'E_b', 'E_x')
+        return [dict(method=method, key=k, AP=a) for k, a in zip(keys, aps)]
+
+    ok = check_expected_order(rows([.1, .2, .3, .3, .4, .5]), 'm')
+    assert ok['holds'] is True and ok['violations'] == []
+    bad = check_expected_order(
+        rows([.1, .2, .31, .3, .4, .5]) + rows([.9] * 6, 'other'), 'm')
+    assert bad['holds'] is False
+    assert bad['violations'] == ['E_t > E_v (31.00 > 30.00)']
+    assert check_expected_order(rows([.1]), 'm')['holds'] is None
+
+
+def test_prediction_statistics():
+    preds = [
+        pred([0, 0, 2, 3], [0.9, 0.5, 0.4, 0.1]),  # 3 below threshold
+        pred([], []),
+        pred([2, 4], [0.8, float('nan')]),
+    ]
+    stats, z = prediction_statistics(preds, K, score_thr=0.3)
+    np.testing.assert_allclose(
+        z, [[0.9, 0, 0.4, 0, 0], [0] * 5, [0, 0, 0.8, 0, 0]], atol=1e-6)
+    np.testing.assert_array_equal(stats, batch_prior(K, [[0, 2], [], [2]]))
+    with pytest.raises(ValueError, match='labels must lie'):
+        prediction_statistics([pred([7], [0.9])], K, 0.3)
+
+
+def test_calibration_step_formula():
+    rng = np.random.default_rng(0)
+    prior = sample_prior(K, [0, 1]) * 0.8 + 0.1
+    np.fill_diagonal(prior, 1)
+    stats = rng.uniform(size=(K, K))
+    z = np.array([0.0, 0.5, 0.1, 1.0, 0.2])
+    new = calibration_step(prior, stats, z, eta=4.0)
+    expect = np.clip(prior + 4.0 * z[None, :] * (stats - prior), 0, 1)
+    np.fill_diagonal(expect, 1)
+    np.testing.assert_allclose(new, expect)
+    assert np.array_equal(new[:, 0], prior[:, 0])  # z = 0: column kept
+    assert new.min() >= 0 and new.max() <= 1  # eta * z = 4 overshoots
+    assert np.any(expect != prior + 4.0 * z[None, :] * (stats - prior))
+
+
+def test_mean_history_carries_early_stops():
+    a = [dict(iter=0, AP=0.1, step_max=0.), dict(iter=1, AP=0.3, step_max=0.2)]
+    b = [dict(iter=0, AP=0.3, step_max=0.)]
+    mean = mean_history([a, b])
+    assert [m['AP'] for m in mean] == pytest.approx([0.2, 0.3])
+    assert mean[1]['num_runs'] == 2
+
+
+class FakeModel:
+
+    def __init__(self, prior):
+        self.prior = prior
+        self.injected = []
+
+    def get_prior(self):
+        return self.prior.copy()
+
+    def set_prior(self, prior):
+        self.prior = np.asarray(prior)
+        self.injected.append(self.prior.copy())
+
+
+def test_online_zero_predictions_keep_prior_valid():
+    e_t = flat_prior(K)
+    e_t[1, 0] = 0.9
+    model = FakeModel(e_t)
+    cal = OnlineSelfCalibrator(
+        model=model, num_classes=K, warmup=0, update_interval=1)
+    for _ in range(5):
+        assert cal.update([pred([], [])])
+        assert np.isfinite(cal.prior).all()
+        assert cal.prior.min() >= 0 and cal.prior.max() <= 1
+        assert np.all(np.diagonal(cal.prior) == 1)
+    np.testing.assert_array_equal(cal.prior, e_t)  # nothing to learn
+    assert cal.last_step == dict(step_mae=0.0, step_max=0.0)
+    assert len(model.injected) == 6  # construction + 5 updates
+
+
+def test_online_running_statistics_and_update():
+    e_t = flat_prior(K)
+    model = FakeModel(e_t)
+    cal = OnlineSelfCalibrator(
+        model=model,
+        eta=1.0,
+        momentum=0.5,
+        score_thr=0.3,
+        update_interval=2,
+        warmup=4)
+    stream = [
+        pred([0, 1], [0.9, 0.6]),
+        pred([0], [0.8]),
+        pred([1, 2], [0.7, 0.2]),
+        pred([3], [0.5])
+    ]
+    updated = [cal.update(p) for p in stream]
+    assert updated == [False, False, False, True]  # after warmup 4
+    # the running statistics, by hand (m = 0.5 per image)
+    pres = np.array(
+        [[1, 1, 0, 0, 0], [1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0, 1, 0]],
+        dtype=float)
+    zs = np.array([[.9, .6, 0, 0, 0], [.8, 0, 0, 0, 0], [0, .7, 0, 0, 0],
+                   [0, 0, 0, .5, 0]])
+    w = 0.5**np.arange(3, -1, -1)
+    pair = sum(wk * np.outer(p, p) for wk, p in zip(w, pres))
+    cnt = (w[:, None] * pres).sum(0)
+    stats = np.full((K, K), 0.5)
+    stats[:, cnt > 0] = pair[:, cnt > 0] / cnt[cnt > 0]
+    np.fill_diagonal(stats, 1)
+    z_mean = (w[:, None] * zs).sum(0) / w.sum()
+    run = cal.running_statistics()
+    np.testing.assert_allclose(run['stats'], stats)
+    np.testing.assert_allclose(run['z_mean'], z_mean, atol=1e-7)
+    np.testing.assert_allclose(cal.prior,
+                               calibration_step(e_t, stats, z_mean, 1.0))
+    np.testing.assert_allclose(model.prior, cal.prior)
+    # state round trip
+    other = OnlineSelfCalibrator(num_classes=K, init_prior=e_t)
+    other.load_state_dict(cal.state_dict())
+    np.testing.assert_array_equal(other.prior, cal.prior)
+    cal.reset()
+    np.testing.assert_array_equal(cal.prior, e_t)
+    with pytest.raises(ValueError, match='momentum'):
+        OnlineSelfCalibrator(init_prior=e_t, momentum=1.0)
+    with pytest.raises(ValueError, match='init_prior'):
+        OnlineSelfCalibrator(num_classes=K)
+
+
+def test_posthoc_corrections_identity_at_reference_and_direction():
+    rng = np.random.default_rng(0)
+    labels = [
+        rng.choice(K, rng.integers(1, 4), replace=False) for _ in range(50)
+    ]
+    e_ref = batch_prior(K, labels)
+    freq = np.array([0.5, 0.2, 0.1, 0.3, 0.05])
+    logits = torch.randn(2, 7, K)
+    for corr in (PriorReweighting(e_ref, freq),
+                 CooccurrenceRescoring(e_ref, beta=1.0)):
+        torch.testing.assert_close(corr(logits, e_ref), logits)
+        per_image = np.stack([e_ref, sample_prior(K, [0, 1])])
+        out = corr(logits, per_image)
+        assert out.shape == logits.shape
+        torch.testing.assert_close(out[0], logits[0])
+        assert not torch.allclose(out[1], logits[1])
+    # E says class 2 always appears with the others: its scores go up
+    boosted = e_ref.copy()
+    boosted[2, :] = 1.0
+    for corr in (PriorReweighting(e_ref, freq), CooccurrenceRescoring(e_ref)):
+        shift = corr(logits, boosted) - logits
+        assert torch.all(shift[..., 2] > 0)
+    # re-weighting: logit shift = logit(pi_t) - logit(pi_s), per class
+    rw = PriorReweighting(e_ref, freq)
+    pi_t = rw.target_marginals(torch.as_tensor(boosted, dtype=torch.float32))
+    expect = torch.logit(pi_t) - torch.logit(
+        torch.as_tensor(freq, dtype=torch.float32))
+    torch.testing.assert_close(
+        rw(logits, boosted) - logits,
+        expect.expand_as(logits),
+        atol=1e-5,
+        rtol=1e-5)
+    with pytest.raises(ValueError, match='sigmoid logits'):
+        rw(torch.zeros(1, 3, K + 1), e_ref)
+    with pytest.raises(ValueError, match='unknown correction'):
+        build_correction('softmax', e_ref)
+    with pytest.raises(ValueError, match='class frequencies'):
+        build_correction('reweight', e_ref)
+
+
+def test_class_frequencies():
+    meta = dict(images_per_class=dict(a=5, b=0), num_images=10)
+    np.testing.assert_allclose(
+        class_frequencies(meta, ['b', 'a']), [1e-6, 0.5])
+    with pytest.raises(ValueError, match='images_per_class'):
+        class_frequencies({}, ['a'])

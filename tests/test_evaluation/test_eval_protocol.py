@@ -1,0 +1,199 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""The protocol on a cached tiny CaliDINO (random weights: contracts only,
+not accuracy): prior table, subsets, self-calibration, online
+calibration with model.test_step."""
+import os.path as osp
+
+import numpy as np
+import pytest
+import torch
+from mmdet.registry import MODELS
+from mmengine.registry import init_default_scope
+from mmengine.runner import Runner
+
+from mmcalidet.evaluation import (METRICS, CocoEvaluator, OnlineSelfCalibrator,
+                                  Rescorer, build_priors, cache_evaluator,
+                                  cache_hidden_states, calibration_step,
+                                  evaluate_priors, evaluate_subsets,
+                                  prediction_statistics, self_calibrate,
+                                  self_calibrate_subsets, split_subsets)
+from mmcalidet.evaluation.sweep import Method
+from mmcalidet.priors import batch_prior, prior_mae
+from mmcalidet.testing import get_config
+
+K = 80
+
+
+@pytest.fixture(scope='module')
+def setup():
+    init_default_scope('mmdet')
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
+    cfg.test_dataloader.dataset.indices = 4
+    cfg.test_dataloader.dataset.pipeline[1].scale = (96, 96)
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    loader = Runner.build_dataloader(cfg.test_dataloader)
+    model.dataset_meta = dict(loader.dataset.metainfo)
+    model.eval()
+    cache = cache_hidden_states(model, loader, progress=False)
+    evaluator = CocoEvaluator(cfg.test_evaluator.ann_file,
+                              loader.dataset.metainfo['classes'])
+    return model, loader, cache, evaluator
+
+
+def test_self_calibration_follows_algorithm_1(setup):
+    model, _, cache, _ = setup
+    e_t = model.get_prior()
+    seen = []
+
+    def evaluate(preds):
+        seen.append(preds)
+        return dict(AP=float(len(seen)))
+
+    result = self_calibrate(
+        model,
+        cache,
+        eta=4.0,
+        iters=3,
+        score_thr=0.5,
+        tol=0.0,
+        evaluate=evaluate)
+    # by hand: predictions under E_c, statistics, update
+    rescorer = Rescorer(model, cache)
+    prior, priors = e_t, [e_t]
+    for _ in range(3):
+        stats, z = prediction_statistics(rescorer.predict(prior), K, 0.5)
+        prior = calibration_step(prior, stats, z.mean(0), 4.0)
+        priors.append(prior)
+    np.testing.assert_allclose(result.prior, prior)
+    assert [h['iter'] for h in result.history] == [0, 1, 2, 3]
+    assert [h['AP'] for h in result.history] == [1.0, 2.0, 3.0, 4.0]
+    for it, h in enumerate(result.history):
+        # evaluated on the predictions under the E_c of that iteration
+        expect = rescorer.predict(priors[it])
+        assert all(
+            torch.equal(a.scores, b.scores) for a, b in zip(seen[it], expect))
+        if it:
+            step = np.abs(priors[it] - priors[it - 1])
+            assert h['step_mae'] == pytest.approx(step.mean())
+            assert h['step_max'] == pytest.approx(step.max())
+    assert result.history[0]['step_max'] == 0.0
+    assert result.history[1]['step_max'] > 0  # the prior moved
+    assert np.all(np.diagonal(result.prior) == 1)
+    assert result.prior.min() >= 0 and result.prior.max() <= 1
+    np.testing.assert_array_equal(model.get_prior(), e_t)  # untouched
+    # early stop: any step is below a huge tolerance
+    stopped = self_calibrate(model, cache, iters=10, tol=2.0)
+    assert stopped.converged and len(stopped.history) == 2
+    # AP only every other iteration (and at the last)
+    sparse = self_calibrate(
+        model,
+        cache,
+        iters=3,
+        tol=0.0,
+        evaluate=lambda p: dict(AP=0.5),
+        eval_interval=2)
+    assert ['AP' in h for h in sparse.history] == [True, False, True, True]
+
+
+def test_prior_table_and_subsets(setup):
+    model, _, cache, evaluator = setup
+    evaluate = cache_evaluator(evaluator)
+    e_t = model.get_prior()
+    labels = cache.gt_label_lists()
+    specs = build_priors(('E0', 'E_t', 'E_x'), labels, e_t, cache.batch_ids)
+    method = Method('CaliDINO', Rescorer(model, cache))
+    rows = evaluate_priors([method], specs, evaluate, progress=False)
+    assert [(r['prior'], r['oracle']) for r in rows] == [('E0', False),
+                                                         ('E_t', False),
+                                                         ('E_x', True)]
+    expect = evaluate(cache, method.rescorer.predict(e_t))
+    assert {m: rows[1][m] for m in METRICS} == expect
+
+    rows = evaluate_subsets([method],
+                            evaluate,
+                            e_t,
+                            sizes=(2, 8),
+                            seed=1,
+                            progress=False)
+    assert [(r['size'], r['prior']) for r in rows] == [(2, 'E_t'), (2, 'E_b')]
+    subsets = split_subsets(4, 2, seed=1)
+    eps = np.mean([
+        prior_mae(batch_prior(K, [labels[i] for i in idx]), e_t)
+        for idx in subsets
+    ])
+    assert rows[1]['epsilon'] == pytest.approx(eps)
+    # each subset is evaluated on its own images, then averaged
+    preds = method.rescorer.predict(e_t)
+    per = [evaluate(cache, [preds[i] for i in idx], idx) for idx in subsets]
+    assert rows[0]['AP'] == pytest.approx(
+        np.nanmean([p['AP'] for p in per]), nan_ok=True)
+    assert rows[1]['gain_AP'] == pytest.approx(
+        rows[1]['AP'] - rows[0]['AP'], nan_ok=True)
+
+
+def test_self_calibrate_subsets(setup):
+    model, _, cache, evaluator = setup
+    out = self_calibrate_subsets(
+        model,
+        cache,
+        2,
+        num_images=4,
+        seed=0,
+        evaluate=cache_evaluator(evaluator),
+        progress=False,
+        iters=2,
+        tol=0.0)
+    assert len(out['subsets']) == 2 and len(out['results']) == 2
+    assert [m['iter'] for m in out['mean']] == [0, 1, 2]
+    assert out['mean'][2]['step_max'] == pytest.approx(
+        np.mean([r.history[2]['step_max'] for r in out['results']]))
+    with pytest.raises(ValueError, match='no subset'):
+        self_calibrate_subsets(model, cache, 8, progress=False)
+
+
+def test_online_calibrator_composes_with_test_step(setup):
+    model, loader, _, _ = setup
+    saved = model.get_prior()
+    cal = OnlineSelfCalibrator(
+        model=model, warmup=2, update_interval=2, eta=1.0)
+    try:
+        priors = []
+        with torch.no_grad():
+            for batch in loader:
+                outputs = model.test_step(batch)
+                assert cal.update(outputs)
+                priors.append(model.get_prior())
+        assert cal.num_updates == 2 and cal.num_images == 4
+        np.testing.assert_allclose(model.get_prior(), cal.prior, atol=1e-6)
+        assert not np.allclose(priors[0], saved)  # injected and used
+    finally:
+        model.set_prior(saved)
+
+
+def test_self_calibrate_accepts_image_paths(setup, tmp_path):
+    model, loader, cache, _ = setup
+    model.cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
+    model.cfg.test_dataloader.dataset.pipeline[1].scale = (96, 96)
+    paths = [ds.img_path for ds in cache.data_samples[:2]]
+    assert all(osp.isfile(p) for p in paths)
+    result = self_calibrate(model, paths, iters=1, tol=0.0)
+    assert len(result.predictions) == 2 and len(result.history) == 2
+
+
+def test_prior_table_in_worker_processes(setup):
+    model, _, cache, evaluator = setup
+    specs = build_priors(('E0', 'E_t'), cache.gt_label_lists(),
+                         model.get_prior(), cache.batch_ids)
+    method = Method('CaliDINO', Rescorer(model, cache))
+    evaluate = cache_evaluator(evaluator)
+    serial = evaluate_priors([method], specs, evaluate, progress=False)
+    forked = evaluate_priors([method],
+                             specs,
+                             evaluate,
+                             progress=False,
+                             workers=2)
+    for a, b in zip(serial, forked):
+        a.pop('seconds'), b.pop('seconds')
+        np.testing.assert_equal(a, b)  # nan == nan here
