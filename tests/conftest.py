@@ -35,3 +35,16 @@ def run_script(script: str, *args: str, cwd: str = ROOT,
 @pytest.fixture
 def run_tool():
     return run_script
+
+
+@pytest.fixture(autouse=True)
+def _keep_light_import_switch():
+    """Tools run in-process (runpy) set ``MMCALIDET_LIGHT=1`` for their own
+    start-up; restore it so later subprocesses (train.py) import mmcalidet
+    in full."""
+    before = os.environ.get('MMCALIDET_LIGHT')
+    yield
+    if before is None:
+        os.environ.pop('MMCALIDET_LIGHT', None)
+    else:
+        os.environ['MMCALIDET_LIGHT'] = before
