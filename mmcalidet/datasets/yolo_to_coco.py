@@ -1,11 +1,10 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Convert YOLO-format labels to a COCO-format annotation dict."""
-import json
 import os
 import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
-from ..utils.file_io import check_readable_file
+from ..utils.file_io import load_json
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp')
 
@@ -27,8 +26,7 @@ def read_categories(path: str) -> List[Dict]:
     names = read_class_names(path)
     entries = None
     if path.endswith('.json'):
-        with open(path, encoding='utf-8') as f:
-            data = json.load(f)
+        data = load_json(path, 'classes file')
         if isinstance(data, list) and data and isinstance(data[0], dict):
             entries = sorted(data, key=lambda d: d.get('index', 0))
     cats = []
@@ -79,13 +77,7 @@ def image_sizes_from_folder(image_dir: str) -> Dict[str, List[int]]:
 
 def read_sizes_json(path: str) -> Dict[str, List[int]]:
     """Read a ``{file name: [width, height]}`` JSON file."""
-    check_readable_file(path, what='sizes file')
-    try:
-        with open(path, encoding='utf-8') as f:
-            sizes = json.load(f)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f'sizes file {path} is not valid JSON: {exc}') \
-            from exc
+    sizes = load_json(path, 'sizes file')
     if not isinstance(sizes, dict) or not sizes:
         raise ValueError(f'sizes file {path} must be a non-empty object '
                          '{"file name": [width, height]}')

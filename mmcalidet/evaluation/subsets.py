@@ -89,23 +89,18 @@ def subset_epsilon(label_lists: Sequence[np.ndarray],
 def _read_image_list(path: str) -> List[str]:
     """Image names from a JSON object / list (e.g.
     ``val2017_image_sizes.json``) or a text file, one per line."""
-    from ..utils.file_io import check_readable_file
-    check_readable_file(path, what='image list')
-    with open(path, encoding='utf-8') as f:
-        text = f.read()
+    from ..utils.file_io import check_readable_file, load_json
     if path.endswith('.json'):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f'image list {path} is not valid JSON: {exc}') \
-                from exc
+        data = load_json(path, 'image list')
         if isinstance(data, dict):
             return list(data)
         if isinstance(data, list) and all(isinstance(x, str) for x in data):
             return data
         raise ValueError(f'image list {path}: expected a JSON object keyed '
                          'by image name or a list of names')
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    check_readable_file(path, what='image list')
+    with open(path, encoding='utf-8') as f:
+        return [line.strip() for line in f if line.strip()]
 
 
 def _stem(name: str) -> str:

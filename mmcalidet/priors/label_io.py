@@ -5,7 +5,6 @@ Every reader returns a :class:`LabelSets`: the class indices of all images
 as one flat int64 array plus offsets, ready for the Cython counting core.
 YOLO tarballs are streamed (decompressed in chunks, never extracted).
 """
-import json
 import os
 import os.path as osp
 import zlib
@@ -14,7 +13,7 @@ from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 
-from ..utils.file_io import check_readable_file
+from ..utils.file_io import check_readable_file, load_json
 from ._cooccurrence import parse_yolo, tar_members
 from .prior_io import check_class_names
 
@@ -65,15 +64,8 @@ def read_class_names(path: str) -> List[str]:
     Returns:
         list[str]: names ordered by class index.
     """
-    check_readable_file(path, what='classes file')
-    with open(path, encoding='utf-8') as f:
-        text = f.read()
     if path.endswith('.json'):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f'classes file {path} is not valid JSON: '
-                             f'{exc}') from exc
+        data = load_json(path, 'classes file')
         if isinstance(data, dict):
             data = data.get('classes')
         if isinstance(data, list) and data and isinstance(data[0], dict):
@@ -87,7 +79,9 @@ def read_class_names(path: str) -> List[str]:
                                      'be 0..K-1')
             data = [d['name'] for d in data]
         return check_class_names(data, f'classes file {path}')
-    names = [line.strip() for line in text.splitlines() if line.strip()]
+    check_readable_file(path, what='classes file')
+    with open(path, encoding='utf-8') as f:
+        names = [line.strip() for line in f if line.strip()]
     return check_class_names(names, f'classes file {path}')
 
 
@@ -124,13 +118,7 @@ def read_coco_labels(path: str,
     Returns:
         LabelSets: one entry per image of ``images``.
     """
-    check_readable_file(path, MAX_ANNOTATION_BYTES, 'annotation file')
-    try:
-        with open(path, encoding='utf-8') as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f'annotation file {path} is not valid JSON: '
-                         f'{exc}') from exc
+    data = load_json(path, 'annotation file', MAX_ANNOTATION_BYTES)
     if not isinstance(data, dict) or 'images' not in data:
         raise ValueError(f'{path}: not a COCO annotation file (no "images")')
     cat_to_index, names = _coco_category_order(

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..utils.file_io import atomic_write, check_readable_file
+from ..utils.file_io import atomic_write, check_readable_file, load_json
 
 PriorSource = Union[str, os.PathLike, np.ndarray, Sequence, Dict[str, Any]]
 
@@ -189,15 +189,7 @@ def _read_prior_file(path: str) -> Tuple[Any, Optional[List[str]], dict]:
         except Exception as exc:  # numpy raises several types
             raise ValueError(f'cannot read prior file {path}: {exc}') from exc
         return matrix, None, {}
-    try:
-        with open(path, encoding='utf-8') as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f'prior file {path} is not valid JSON: {exc}') \
-            from exc
-    except RecursionError as exc:
-        raise ValueError(f'prior file {path} is not valid JSON: nested too '
-                         'deeply') from exc
+    data = load_json(path, 'prior file', MAX_PRIOR_FILE_BYTES)
     return _split_prior_dict(data, path)
 
 

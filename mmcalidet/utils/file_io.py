@@ -1,5 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """File helpers: atomic writes and guarded reads."""
+import json
 import os
 import os.path as osp
 import stat
@@ -85,3 +86,32 @@ def check_readable_file(path: PathLike,
         raise ValueError(f'{what} is too large ({info.st_size} bytes > '
                          f'limit {max_bytes}): {path}')
     return path
+
+
+def load_json(path: PathLike,
+              what: str = 'file',
+              max_bytes: int = MAX_SMALL_FILE_BYTES):
+    """Read a JSON file after :func:`check_readable_file`.
+
+    Args:
+        path (str | PathLike): the file.
+        what (str): what the file holds, for error messages.
+        max_bytes (int): size limit in bytes.
+
+    Returns:
+        The parsed JSON value.
+
+    Raises:
+        ValueError: ``"<what> <path> is not valid JSON: ..."`` for a
+            syntax error, bad UTF-8 or nesting too deep, or the errors of
+            :func:`check_readable_file`.
+    """
+    path = check_readable_file(path, max_bytes, what)
+    try:
+        with open(path, encoding='utf-8') as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f'{what} {path} is not valid JSON: {exc}') from exc
+    except RecursionError as exc:
+        raise ValueError(f'{what} {path} is not valid JSON: nested too '
+                         'deeply') from exc

@@ -13,10 +13,10 @@ model (scene types, mixtures, sites) can be replaced with ``--scenes
 FILE.json``; see docs/user_guides/context_shift.md.
 """
 import argparse
-import json
 
 from mmcalidet.datasets.context_shift import make_context_shift
 from mmcalidet.utils.cli import run_tool
+from mmcalidet.utils.file_io import load_json
 
 
 def parse_args(argv=None):
@@ -43,12 +43,7 @@ def main(argv=None):
     args = parse_args(argv)
     scenes = None
     if args.scenes:
-        with open(args.scenes, encoding='utf-8') as f:
-            try:
-                scenes = json.load(f)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f'{args.scenes} is not valid JSON: {exc}') \
-                    from exc
+        scenes = load_json(args.scenes, 'scene model')
     meta = make_context_shift(
         args.out, seed=args.seed, num_train=args.num_train,
         num_val_per_site=args.num_val_per_site, img_size=args.img_size,

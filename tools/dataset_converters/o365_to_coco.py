@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Tuple
 os.environ.setdefault('MMCALIDET_LIGHT', '1')
 
 from mmcalidet.utils.cli import run_tool
-from mmcalidet.utils.file_io import atomic_write, check_readable_file
+from mmcalidet.utils.file_io import atomic_write, load_json
 
 #: the shipped mapping table
 DEFAULT_MAP = osp.join(
@@ -62,13 +62,7 @@ def load_mapping(path: str) -> Tuple[List[dict], Dict[str, List[str]]]:
         tuple: COCO categories (``id``, ``name``, ``supercategory``) and
         the manual table (COCO name -> Objects365 names).
     """
-    check_readable_file(path, what='mapping file')
-    try:
-        with open(path, encoding='utf-8') as f:
-            data = json.load(f)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f'mapping file {path} is not valid JSON: {exc}') \
-            from exc
+    data = load_json(path, 'mapping file')
     cats = data.get('coco_categories')
     manual = data.get('manual', {})
     if not isinstance(cats, list) or not cats or not isinstance(manual, dict):
@@ -204,13 +198,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv: Optional[list] = None) -> int:
     args = parse_args(argv)
     coco_categories, manual = load_mapping(args.map or default_map_path())
-    check_readable_file(args.src, MAX_ANNOTATION_BYTES, 'annotation file')
-    try:
-        with open(args.src, encoding='utf-8') as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f'annotation file {args.src} is not valid JSON: '
-                         f'{exc}') from exc
+    data = load_json(args.src, 'annotation file', MAX_ANNOTATION_BYTES)
     if not isinstance(data, dict):
         raise ValueError(f'{args.src}: not a COCO-style annotation file')
     out, report = convert(data, coco_categories, manual)
