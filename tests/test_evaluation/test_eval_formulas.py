@@ -275,3 +275,21 @@ def test_class_frequencies():
         class_frequencies(meta, ['b', 'a']), [1e-6, 0.5])
     with pytest.raises(ValueError, match='images_per_class'):
         class_frequencies({}, ['a'])
+
+
+def test_batch_step_with_zero_predictions_keeps_prior_valid():
+    """Algo. 1 on images where nothing is detected (or only below the
+    threshold, or with non-finite scores): E_c stays finite, in [0, 1],
+    with diagonal 1, and unchanged (Z = 0)."""
+    from mmcalidet.evaluation.self_calibration import (calibration_step,
+                                                       prediction_statistics)
+    e_c = flat_prior(K)
+    e_c[2, 1] = 0.8
+    preds = [pred([], []), pred([0], [0.1]), pred([3], [float('nan')])]
+    stats, z = prediction_statistics(preds, K, score_thr=0.3)
+    np.testing.assert_array_equal(z, 0)
+    np.testing.assert_array_equal(stats, flat_prior(K))
+    new = calibration_step(e_c, stats, z.mean(0), eta=4.0)
+    assert np.isfinite(new).all() and new.min() >= 0 and new.max() <= 1
+    np.testing.assert_array_equal(np.diagonal(new), 1)
+    np.testing.assert_array_equal(new, e_c)
