@@ -1,9 +1,9 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Helpers for tests and benchmarks (configs, real data, demo batches)."""
 from ._utils import (PROJECT_ROOT, coco_mini_label_lists, data_root,
-                     demo_batch, get_config, save_coco_mini_prior)
+                     demo_batch, get_config, save_coco_mini_prior, train_steps)
 
 __all__ = [
     'PROJECT_ROOT', 'data_root', 'get_config', 'coco_mini_label_lists',
-    'save_coco_mini_prior', 'demo_batch'
+    'save_coco_mini_prior', 'demo_batch', 'train_steps'
 ]

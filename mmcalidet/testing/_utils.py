@@ -114,3 +114,39 @@ def demo_batch(labels: Sequence[Sequence[int]],
             bboxes=torch.zeros(0, 4), labels=torch.zeros(0, dtype=torch.long))
         data_samples.append(sample)
     return dict(inputs=inputs, data_samples=data_samples)
+
+
+def train_steps(model: torch.nn.Module,
+                batch: dict,
+                steps: int = 8,
+                lr: float = 2e-4,
+                max_norm: float = 0.1) -> List[float]:
+    """A few optimiser steps on one batch, as DINO trains (AdamW, gradient
+    clipping), each with the same seeds; returns the total losses.
+
+    Args:
+        model (nn.Module): a detector with a data preprocessor.
+        batch (dict): ``dict(inputs=..., data_samples=...)``.
+        steps (int): optimiser steps.
+        lr (float): learning rate.
+        max_norm (float): gradient clipping norm.
+
+    Returns:
+        list[float]: the total loss before each step.
+    """
+    import copy
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    np.random.seed(0)
+    history = []
+    for _ in range(steps):
+        torch.manual_seed(0)
+        data = model.data_preprocessor(copy.deepcopy(batch), True)
+        losses = model.loss(data['inputs'], data['data_samples'])
+        total = sum(losses.values())
+        optimizer.zero_grad()
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+        history.append(total.item())
+    return history

@@ -13,7 +13,7 @@ from mmengine.runner import load_checkpoint, save_checkpoint
 
 from mmcalidet.models.dense_heads import CalibratedClsMixin
 from mmcalidet.priors import flat_prior, sample_prior
-from mmcalidet.testing import demo_batch, get_config
+from mmcalidet.testing import demo_batch, get_config, train_steps
 
 K = 80
 TINY = 'calidet/calidet_deformable-detr_tiny_coco-mini.py'
@@ -216,22 +216,8 @@ def test_two_stage_proposals_stay_uncalibrated():
 
 
 def test_training_reduces_the_loss():
-    model = build()
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4)
-    batch = demo_batch([[1, 2], [3, 3]], size=64, seed=1)
-    np.random.seed(0)
-    history = []
-    for _ in range(8):
-        torch.manual_seed(0)
-        data = model.data_preprocessor(copy.deepcopy(batch), True)
-        losses = model.loss(data['inputs'], data['data_samples'])
-        total = sum(losses.values())
-        optimizer.zero_grad()
-        total.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
-        optimizer.step()
-        history.append(total.item())
+    history = train_steps(
+        build(), demo_batch([[1, 2], [3, 3]], size=64, seed=1), steps=8)
     assert np.mean(history[-2:]) < 0.7 * np.mean(history[:2]), history
 
 

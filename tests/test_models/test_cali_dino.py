@@ -12,7 +12,7 @@ from mmengine.runner import load_checkpoint, save_checkpoint
 
 from mmcalidet.priors import (default_prior_path, flat_prior, load_prior,
                               sample_prior, save_prior)
-from mmcalidet.testing import demo_batch, get_config
+from mmcalidet.testing import demo_batch, get_config, train_steps
 
 K = 80
 register_all_modules()
@@ -229,22 +229,8 @@ def test_cali_vectors_are_cached_until_the_prior_or_weights_change():
 
 
 def test_training_reduces_the_loss():
-    model = build()
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4)
-    batch = demo_batch([[1, 2], [3, 3]], size=64, seed=1)
-    np.random.seed(0)
-    history = []
-    for _ in range(8):
-        torch.manual_seed(0)
-        data = model.data_preprocessor(copy.deepcopy(batch), True)
-        losses = model.loss(data['inputs'], data['data_samples'])
-        total = sum(losses.values())
-        optimizer.zero_grad()
-        total.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
-        optimizer.step()
-        history.append(total.item())
+    history = train_steps(
+        build(), demo_batch([[1, 2], [3, 3]], size=64, seed=1), steps=8)
     assert np.mean(history[-2:]) < 0.7 * np.mean(history[:2]), history
 
 
