@@ -1,9 +1,11 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Helpers for tests and benchmarks (configs, real data, demo batches)."""
-from ._utils import (PROJECT_ROOT, coco_mini_label_lists, data_root,
-                     demo_batch, get_config, save_coco_mini_prior, train_steps)
+from ._utils import (PROJECT_ROOT, build_detector, coco_mini_label_lists,
+                     data_root, demo_batch, eval_inputs, get_config,
+                     random_prior, save_coco_mini_prior, train_steps)
 
 __all__ = [
     'PROJECT_ROOT', 'data_root', 'get_config', 'coco_mini_label_lists',
-    'save_coco_mini_prior', 'demo_batch', 'train_steps'
+    'save_coco_mini_prior', 'demo_batch', 'train_steps', 'build_detector',
+    'random_prior', 'eval_inputs'
 ]

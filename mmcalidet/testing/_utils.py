@@ -150,3 +150,39 @@ def train_steps(model: torch.nn.Module,
         optimizer.step()
         history.append(total.item())
     return history
+
+
+def build_detector(name: str, seed: int = 0, **model) -> torch.nn.Module:
+    """Build and initialise the detector of ``configs/<name>``.
+
+    Args:
+        name (str): config path relative to ``configs/``.
+        seed (int): torch seed of the initialisation.
+        **model: entries that update ``cfg.model``.
+
+    Returns:
+        nn.Module: the detector.
+    """
+    from mmdet.registry import MODELS
+    cfg = get_config(name)
+    cfg.model.update(model)
+    torch.manual_seed(seed)
+    detector = MODELS.build(cfg.model)
+    detector.init_weights()
+    return detector
+
+
+def random_prior(seed: int, num_classes: int = 80) -> np.ndarray:
+    """A uniform random K x K prior with diagonal 1."""
+    rng = np.random.default_rng(seed)
+    prior = rng.uniform(size=(num_classes, num_classes))
+    np.fill_diagonal(prior, 1.0)
+    return prior
+
+
+def eval_inputs(model: torch.nn.Module,
+                labels: Sequence[Sequence[int]] = ((1, 2), (3, )),
+                size: int = 64) -> tuple:
+    """Preprocessed test inputs and data samples of a :func:`demo_batch`."""
+    data = model.data_preprocessor(demo_batch(labels, size=size), False)
+    return data['inputs'], data['data_samples']

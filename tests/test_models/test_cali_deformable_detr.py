@@ -13,7 +13,10 @@ from mmengine.runner import load_checkpoint, save_checkpoint
 
 from mmcalidet.models.dense_heads import CalibratedClsMixin
 from mmcalidet.priors import flat_prior, sample_prior
-from mmcalidet.testing import demo_batch, get_config, train_steps
+from mmcalidet.testing import (build_detector, demo_batch, eval_inputs,
+                               get_config)
+from mmcalidet.testing import random_prior as make_random_prior
+from mmcalidet.testing import train_steps
 
 K = 80
 TINY = 'calidet/calidet_deformable-detr_tiny_coco-mini.py'
@@ -30,12 +33,7 @@ def one_thread():
 
 
 def build(name=TINY, seed=0, **model):
-    cfg = get_config(name)
-    cfg.model.update(model)
-    torch.manual_seed(seed)
-    detector = MODELS.build(cfg.model)
-    detector.init_weights()
-    return detector
+    return build_detector(name, seed, **model)
 
 
 @pytest.fixture(scope='module')
@@ -44,15 +42,7 @@ def model():
 
 
 def random_prior(seed):
-    rng = np.random.default_rng(seed)
-    prior = rng.uniform(size=(K, K))
-    np.fill_diagonal(prior, 1.0)
-    return prior
-
-
-def eval_inputs(model, labels=((1, 2), (3, )), size=64):
-    data = model.data_preprocessor(demo_batch(labels, size=size), False)
-    return data['inputs'], data['data_samples']
+    return make_random_prior(seed, K)
 
 
 def test_head_is_the_shared_calibration_on_deformable_detr(model):

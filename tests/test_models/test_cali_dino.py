@@ -12,19 +12,17 @@ from mmengine.runner import load_checkpoint, save_checkpoint
 
 from mmcalidet.priors import (default_prior_path, flat_prior, load_prior,
                               sample_prior, save_prior)
-from mmcalidet.testing import demo_batch, get_config, train_steps
+from mmcalidet.testing import (build_detector, demo_batch, eval_inputs,
+                               get_config)
+from mmcalidet.testing import random_prior as make_random_prior
+from mmcalidet.testing import train_steps
 
 K = 80
 register_all_modules()
 
 
 def build(name='calidet/calidet_dino_tiny_coco-mini.py', seed=0, **model):
-    cfg = get_config(name)
-    cfg.model.update(model)
-    torch.manual_seed(seed)
-    detector = MODELS.build(cfg.model)
-    detector.init_weights()
-    return detector
+    return build_detector(name, seed, **model)
 
 
 @pytest.fixture(scope='module')
@@ -33,15 +31,7 @@ def model():
 
 
 def random_prior(seed):
-    rng = np.random.default_rng(seed)
-    prior = rng.uniform(size=(K, K))
-    np.fill_diagonal(prior, 1.0)
-    return prior
-
-
-def eval_inputs(model, labels=((1, 2), (3, )), size=64):
-    data = model.data_preprocessor(demo_batch(labels, size=size), False)
-    return data['inputs'], data['data_samples']
+    return make_random_prior(seed, K)
 
 
 def test_default_prior_is_the_config_prior(model):
