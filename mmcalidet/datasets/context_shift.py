@@ -314,9 +314,15 @@ def make_context_shift(out_dir: str,
     os.makedirs(osp.join(tmp, 'annotations'))
     os.makedirs(osp.join(tmp, 'priors'))
     e_t = batch_prior(len(CLASSES), splits['train']['labels'])
+    # images per class: the post-hoc marginal re-weighting baseline needs
+    # the training class frequencies beside E_t
+    present = np.zeros(len(CLASSES), np.int64)
+    for labels in splits['train']['labels']:
+        present[np.unique(np.asarray(labels, np.int64))] += 1
     save_prior(
         osp.join(tmp, 'priors', 'E_t.json'), e_t, CLASSES,
-        source='context-shift train', num_images=num_train)
+        source='context-shift train', num_images=num_train,
+        images_per_class={c: int(n) for c, n in zip(CLASSES, present)})
     meta = dict(
         seed=seed, num_train=num_train, num_val_per_site=num_val_per_site,
         img_size=img_size, digit_size=list(digit_size),

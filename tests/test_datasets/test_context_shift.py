@@ -60,7 +60,17 @@ def test_annotations_and_priors_agree(tmp_path):
     np.testing.assert_array_equal(
         load_prior(str(root / 'priors' / 'E_t.json')),
         batch_prior(10, sets.label_lists()))
-    e_t = load_prior(str(root / 'priors' / 'E_t.json'))
+    e_t, e_t_meta = load_prior(
+        str(root / 'priors' / 'E_t.json'), return_meta=True)
+    # class frequencies beside E_t (the marginal re-weighting baseline)
+    counts = np.zeros(10, np.int64)
+    for labels in sets.label_lists():
+        counts[np.unique(labels)] += 1
+    assert e_t_meta['images_per_class'] == {
+        c: int(n)
+        for c, n in zip(CLASSES, counts)
+    }
+    assert e_t_meta['num_images'] == 24
     for site in DEFAULT_SCENES['sites']:
         path = root / 'annotations' / f'instances_val_{site}.json'
         e_site = batch_prior(10, read_coco_labels(str(path)).label_lists())
