@@ -18,6 +18,17 @@ def _as_curves(curves: Union[History, Dict[str, History]]) -> Dict:
     return {'': curves}
 
 
+def _zoom(ax, values: Sequence[float], margin: float = 2.0) -> None:
+    """Limit the y axis to the plotted values (bars of AP 70-80 that differ
+    by a point are unreadable from 0); never below 0."""
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    if not vals:
+        return
+    lo, hi = min(vals), max(vals)
+    pad = max(margin, 0.25 * (hi - lo))
+    ax.set_ylim(max(0.0, lo - pad), hi + pad)
+
+
 def _series(history: History, key: str, scale: float = 1.0):
     """Iterations and values of ``key`` where it is a finite number."""
     pts = [(r['iter'], scale * r[key]) for r in history
@@ -124,7 +135,8 @@ def plot_prior_sweep(rows: Sequence[Dict],
                 lw=1.2,
                 color='k',
                 label=f'{r["method"]} (no prior)')
-    ax.set_ylim(bottom=0)
+    _zoom(ax, [100 * v for v in value.values() if v is not None] +
+          [100 * r[metric] for r in flat if r.get(metric) is not None])
     ax.set_xticks(x)
     ax.set_xticklabels(priors)
     ax.set_ylabel(f'{metric} (x100)')
@@ -206,5 +218,55 @@ def plot_subset_results(rows: Sequence[Dict],
             ax.set_xticklabels([str(s) for s in sizes])
             ax.minorticks_off()
     fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_site_results(rows: Sequence[Dict],
+                      path: str,
+                      metric: str = 'AP',
+                      title: str = 'Deployment sites: E_t vs the site prior'
+                      ) -> str:
+    """Write a grouped bar chart of a metric per site and method / prior
+    (the rows of :func:`mmcalidet.evaluation.sites.evaluate_groups`),
+    labelled with each site's epsilon.
+
+    Args:
+        rows (Sequence[dict]): rows with ``site``, ``epsilon``, ``method``,
+            ``prior`` and the metric (a fraction).
+        path (str): the PNG.
+        metric (str): the metric.
+        title (str): the title.
+
+    Returns:
+        str: the path.
+    """
+    plt = _pyplot()
+
+    def series(r):
+        return r['method'] + ('' if r['prior'] == '-' else
+                              f' ({r["prior"]})')
+
+    sites = list(dict.fromkeys(r['site'] for r in rows))
+    names = list(dict.fromkeys(series(r) for r in rows))
+    value = {(r['site'], series(r)): r.get(metric) for r in rows}
+    eps = {r['site']: r['epsilon'] for r in rows}
+    width = 0.8 / max(1, len(names))
+    fig, ax = plt.subplots(figsize=(max(6.0, 2.4 * len(sites)), 4.2))
+    x = np.arange(len(sites))
+    plotted = []
+    for j, name in enumerate(names):
+        vals = [value.get((s, name)) for s in sites]
+        vals = [100 * v if v is not None else np.nan for v in vals]
+        plotted += vals
+        ax.bar(
+            x + (j - (len(names) - 1) / 2) * width, vals, width, label=name)
+    _zoom(ax, plotted)
+    ax.set_xticks(x)
+    ax.set_xticklabels([f'{s}\nepsilon {eps[s]:.3f}' for s in sites])
+    ax.set_ylabel(f'{metric} (x100)')
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(axis='y', alpha=0.3)
     fig.tight_layout()
     return _save(fig, path)

@@ -1,7 +1,8 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The protocol on a cached tiny CaliDINO (random weights: contracts only,
-not accuracy): prior table, subsets, self-calibration, online
+not accuracy): prior table, subsets, sites, self-calibration, online
 calibration with model.test_step."""
+import json
 import os.path as osp
 
 import numpy as np
@@ -17,6 +18,7 @@ from mmcalidet.evaluation import (METRICS, CocoEvaluator, OnlineSelfCalibrator,
                                   evaluate_priors, evaluate_subsets,
                                   prediction_statistics, self_calibrate,
                                   self_calibrate_subsets, split_subsets)
+from mmcalidet.evaluation.sites import evaluate_groups, read_image_groups
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import batch_prior, prior_mae
 from mmcalidet.testing import get_config
@@ -198,3 +200,50 @@ def test_prior_table_in_worker_processes(setup):
     for a, b in zip(serial, forked):
         a.pop('seconds'), b.pop('seconds')
         np.testing.assert_equal(a, b)  # nan == nan here
+
+
+def test_site_table_matches_per_site_evaluation(setup):
+    model, _, cache, evaluator = setup
+    evaluate = cache_evaluator(evaluator)
+    e_t = model.get_prior()
+    labels = cache.gt_label_lists()
+    method = Method('CaliDINO', Rescorer(model, cache))
+    groups = ['b', 'a', 'b', 'a']
+    rows = evaluate_groups([method], evaluate, e_t, groups, order=['a', 'b'])
+    assert [(r['site'], r['prior'], r['num_images']) for r in rows] == [
+        ('a', 'E_t', 2), ('a', 'E_site', 2), ('b', 'E_t', 2),
+        ('b', 'E_site', 2)
+    ]
+    for site, idx in (('a', [1, 3]), ('b', [0, 2])):
+        e_site = batch_prior(K, [labels[i] for i in idx])
+        base, own = [r for r in rows if r['site'] == site]
+        assert base['epsilon'] == pytest.approx(prior_mae(e_site, e_t))
+        expect_t = evaluate(cache, method.rescorer.predict(e_t, idx), idx)
+        expect_s = evaluate(cache, method.rescorer.predict(e_site, idx), idx)
+        assert {m: base[m] for m in METRICS} == expect_t
+        assert {m: own[m] for m in METRICS} == expect_s
+        assert own['gain_AP'] == pytest.approx(
+            own['AP'] - base['AP'], nan_ok=True)
+    with pytest.raises(ValueError, match='3 group labels for 4'):
+        evaluate_groups([method], evaluate, e_t, groups[:3])
+    with pytest.raises(ValueError, match='missing from order'):
+        evaluate_groups([method], evaluate, e_t, groups, order=['a'])
+
+
+def test_read_image_groups(tmp_path):
+    ann = tmp_path / 'val.json'
+    ann.write_text(
+        json.dumps(
+            dict(
+                images=[dict(id=1, site='x'),
+                        dict(id=2, site='y')],
+                annotations=[],
+                categories=[])))
+    assert read_image_groups(str(ann), [2, 1]) == ['y', 'x']
+    with pytest.raises(ValueError, match='no image with id 3'):
+        read_image_groups(str(ann), [3])
+    with pytest.raises(ValueError, match="has no 'scene' field"):
+        read_image_groups(str(ann), [1], key='scene')
+    ann.write_text(json.dumps(dict(images=[], annotations=[])))
+    with pytest.raises(ValueError, match='no images'):
+        read_image_groups(str(ann), [1])
