@@ -200,3 +200,58 @@ def test_loma_uses_matching_queries_only():
     assert torch.equal(grad[:, :, :num_dn],
                        torch.zeros_like(grad[:, :, :num_dn]))
     assert grad[-1, :, num_dn:].abs().sum() > 0
+
+
+def test_loma_on_the_matched_class_of_assigned_queries():
+    head = build_head(loma_queries='matched_class')
+    hidden, refs, enc_cls, enc_coord, samples, dn_meta = loss_inputs([[1, 2],
+                                                                      [3]])
+    num_dn = dn_meta['num_denoising_queries']
+    priors = torch.stack([random_prior(1), random_prior(2)])
+    cali = head.get_cali_vectors(priors)
+    losses = head.loss(
+        hidden,
+        refs,
+        enc_cls,
+        enc_coord,
+        samples,
+        dn_meta,
+        cali_vectors=cali,
+        priors=priors)
+    # by hand: the matcher's labels (recomputed), then the paper's per-class
+    # factor on the assigned class only, averaged over assigned queries
+    from mmcalidet.models.losses.loma_loss import loma_class_weights
+    outs = head(hidden, refs, cali)
+    cls = head.split_outputs(*outs, dn_meta)[0][-1]
+    boxes = head.split_outputs(*outs, dn_meta)[1][-1]
+    labels = torch.stack(
+        head.get_targets(
+            list(cls.detach()), list(boxes.detach()),
+            [s.gt_instances for s in samples],
+            [s.metainfo for s in samples])[0])
+    pos = labels < K
+    assert int(pos.sum()) == 3  # every ground-truth box is assigned
+    w = loma_class_weights(priors,
+                           head.get_sample_priors(samples, hidden))
+    b_idx, q_idx = torch.nonzero(pos, as_tuple=True)
+    c = labels[pos]
+    expect = 20.0 * (cls[b_idx, q_idx, c] * w[b_idx, c]).sum() / K / 3
+    assert losses['loss_loma'].item() == pytest.approx(expect.item(),
+                                                       rel=1e-5)
+    # gradient only through assigned queries
+    hidden = hidden.clone().requires_grad_(True)
+    losses = head.loss(
+        hidden,
+        refs,
+        enc_cls,
+        enc_coord,
+        samples,
+        dn_meta,
+        cali_vectors=cali,
+        priors=priors)
+    grad, = torch.autograd.grad(losses['loss_loma'], hidden)
+    g = grad[-1, :, num_dn:].abs().sum(-1)
+    assert torch.equal(g > 0, pos)
+    assert head._target_labels is None  # nothing kept between calls
+    with pytest.raises(ValueError, match='loma_queries'):
+        build_head(loma_queries='some')

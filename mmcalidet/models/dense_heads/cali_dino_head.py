@@ -26,6 +26,8 @@ class CaliDINOHead(CalibratedClsMixin, DINOHead):
         rho (float): scale of V'. Defaults to 0.2.
         loss_loma (dict, optional): config of the :class:`LoMaLoss`;
             ``None`` disables it.
+        loma_queries (str): ``'all'`` (the paper's) or ``'matched_class'``
+            (see :class:`CalibratedClsMixin`).
         *args, **kwargs: the arguments of mmdet's ``DINOHead``.
     """
 
@@ -60,13 +62,20 @@ class CaliDINOHead(CalibratedClsMixin, DINOHead):
         batch_img_metas = [ds.metainfo for ds in batch_data_samples]
 
         outs = self(hidden_states, references, cali_vectors)
-        losses = self.loss_by_feat(*outs, enc_outputs_class, enc_outputs_coord,
-                                   batch_gt_instances, batch_img_metas,
-                                   dn_meta)
+        # the decoder layers' targets come first (the encoder's follow)
+        self._target_labels = [] if self.loma_queries != 'all' else None
+        try:
+            losses = self.loss_by_feat(*outs, enc_outputs_class,
+                                       enc_outputs_coord, batch_gt_instances,
+                                       batch_img_metas, dn_meta)
+            labels = self._target_labels
+        finally:
+            self._target_labels = None
         if self.loss_loma is not None:
             matching_cls_scores = self.split_outputs(*outs, dn_meta)[0]
             losses.update(
                 self.loss_loma_by_feat(
                     matching_cls_scores, priors,
-                    self.get_sample_priors(batch_data_samples, hidden_states)))
+                    self.get_sample_priors(batch_data_samples, hidden_states),
+                    labels))
         return losses

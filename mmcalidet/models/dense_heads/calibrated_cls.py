@@ -37,7 +37,16 @@ class CalibratedClsMixin:
         loss_loma (dict, optional): config of the :class:`LoMaLoss` applied
             to every decoder layer; ``None`` disables it. Defaults to
             ``dict(type='LoMaLoss', loss_weight=20.0)``.
+        loma_queries (str): which logits LoMa manipulates. ``'all'`` (the
+            paper's): every class logit of every matching query, averaged
+            over queries. ``'matched_class'``: only the logit of the
+            ground-truth class of each query that the Hungarian matcher
+            assigned, averaged over those queries (an accurate prior raises
+            the right class, without raising present classes on background
+            queries). Defaults to ``'all'``.
     """
+
+    LOMA_QUERIES = ('all', 'matched_class')
 
     def __init__(self,
                  *args,
@@ -45,8 +54,15 @@ class CalibratedClsMixin:
                  rho: float = 0.2,
                  loss_loma: OptConfigType = dict(
                      type='LoMaLoss', loss_weight=20.0),
+                 loma_queries: str = 'all',
                  **kwargs) -> None:
+        if loma_queries not in self.LOMA_QUERIES:
+            raise ValueError(f'loma_queries must be one of '
+                             f'{self.LOMA_QUERIES}, got {loma_queries!r}')
         super().__init__(*args, **kwargs)
+        self.loma_queries = loma_queries
+        # matching-query labels of every get_targets call of one loss()
+        self._target_labels: Optional[List[Tensor]] = None
         califormer = copy.deepcopy(califormer)
         califormer.setdefault('num_classes', self.num_classes)
         califormer.setdefault('embed_dims', self.embed_dims)
@@ -207,8 +223,53 @@ class CalibratedClsMixin:
         return torch.as_tensor(
             stats.astype(np.float32), dtype=like.dtype, device=like.device)
 
-    def loss_loma_by_feat(self, all_layers_cls_scores: Tensor, priors: Tensor,
-                          sample_priors: Tensor) -> Dict[str, Tensor]:
+    def get_targets(self, cls_scores_list, *args, **kwargs) -> tuple:
+        """The wrapped head's targets; while :meth:`loss` records them,
+        the per-query labels (B, Q) of each call are kept for LoMa."""
+        targets = super().get_targets(cls_scores_list, *args, **kwargs)
+        if self._target_labels is not None:
+            self._target_labels.append(torch.stack(targets[0]))
+        return targets
+
+    def loma_query_weights(self, all_layers_cls_scores: Tensor,
+                           labels: Optional[List[Tensor]]) -> list:
+        """Per layer ``(class_mask, avg_factor)`` for LoMa: ``(None,
+        None)`` for every query and class (``'all'``); the one-hot matched
+        class of assigned queries and their number (``'matched_class'``).
+
+        Args:
+            all_layers_cls_scores (Tensor): (L, B, Q, C) matching logits.
+            labels (list[Tensor], optional): the (B, Q) target labels of
+                each decoder layer (background = ``num_classes``).
+
+        Returns:
+            list[tuple]: one ``(class_mask, avg_factor)`` per layer.
+        """
+        num_layers = all_layers_cls_scores.shape[0]
+        if self.loma_queries == 'all':
+            return [(None, None)] * num_layers
+        if labels is None or len(labels) < num_layers:
+            raise RuntimeError('LoMa on matched queries needs the targets '
+                               'of every decoder layer')
+        out = []
+        k = self.num_classes
+        for layer_labels in labels[:num_layers]:
+            pos = layer_labels < k
+            mask = torch.zeros(
+                (*layer_labels.shape, k),
+                dtype=all_layers_cls_scores.dtype,
+                device=all_layers_cls_scores.device)
+            mask[pos] = torch.nn.functional.one_hot(
+                layer_labels[pos], k).to(mask.dtype)
+            out.append((mask, max(float(pos.sum()), 1.0)))
+        return out
+
+    def loss_loma_by_feat(self,
+                          all_layers_cls_scores: Tensor,
+                          priors: Tensor,
+                          sample_priors: Tensor,
+                          labels: Optional[List[Tensor]] = None
+                          ) -> Dict[str, Tensor]:
         """LoMa for every decoder layer (``loss_loma`` for the last one,
         ``d{i}.loss_loma`` for the others, as mmdet names the DETR losses).
 
@@ -217,14 +278,27 @@ class CalibratedClsMixin:
                 queries to average over (the matching queries).
             priors (Tensor): the injected priors, (B, K, K) or (K, K).
             sample_priors (Tensor): E_x, (B, K, K).
+            labels (list[Tensor], optional): the (B, Q) target labels of
+                each decoder layer (``loma_queries='matched_class'``).
 
         Returns:
             dict[str, Tensor]: the LoMa losses.
         """
         losses = {}
         num_layers = all_layers_cls_scores.shape[0]
+        weights = self.loma_query_weights(all_layers_cls_scores, labels)
         for layer_id, cls_scores in enumerate(all_layers_cls_scores):
             key = 'loss_loma' if layer_id == num_layers - 1 \
                 else f'd{layer_id}.loss_loma'
-            losses[key] = self.loss_loma(cls_scores, priors, sample_priors)
+            mask, avg = weights[layer_id]
+            if mask is None:
+                losses[key] = self.loss_loma(cls_scores, priors,
+                                             sample_priors)
+            else:
+                losses[key] = self.loss_loma(
+                    cls_scores,
+                    priors,
+                    sample_priors,
+                    class_mask=mask,
+                    avg_factor=avg)
         return losses

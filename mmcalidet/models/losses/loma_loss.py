@@ -64,7 +64,8 @@ class LoMaLoss(nn.Module):
                 sample_prior: Tensor,
                 weight: Optional[Tensor] = None,
                 avg_factor: Optional[float] = None,
-                reduction_override: Optional[str] = None) -> Tensor:
+                reduction_override: Optional[str] = None,
+                class_mask: Optional[Tensor] = None) -> Tensor:
         """Compute the loss.
 
         Args:
@@ -77,6 +78,9 @@ class LoMaLoss(nn.Module):
             avg_factor (float, optional): divide the sum by this instead of
                 averaging (with ``reduction='mean'``).
             reduction_override (str, optional): overrides ``reduction``.
+            class_mask (Tensor, optional): (B, Q, K) factors of each logit
+                (e.g. the one-hot matched class); the sum over classes is
+                still divided by K.
 
         Returns:
             Tensor: the loss (a scalar unless the reduction is ``'none'``).
@@ -91,7 +95,13 @@ class LoMaLoss(nn.Module):
             class_weights = class_weights.unsqueeze(0)
         class_weights = class_weights.to(cls_scores.dtype)
         logits = cls_scores[..., :num_classes]
-        loss = (logits * class_weights.unsqueeze(1)).mean(dim=-1)
+        terms = logits * class_weights.unsqueeze(1)
+        if class_mask is not None:
+            if class_mask.shape != terms.shape:
+                raise ValueError(f'class_mask must be {tuple(terms.shape)}, '
+                                 f'got {tuple(class_mask.shape)}')
+            terms = terms * class_mask.to(terms.dtype)
+        loss = terms.mean(dim=-1)
         loss = weight_reduce_loss(
             loss, weight=weight, reduction=reduction, avg_factor=avg_factor)
         return self.loss_weight * loss
