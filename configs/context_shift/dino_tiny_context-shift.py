@@ -12,7 +12,14 @@ classes = ('zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven',
 metainfo = dict(classes=classes)
 img_scale = (128, 128)
 
-model = dict(bbox_head=dict(num_classes=10))
+# the backbone learns from scratch here (nothing is downloaded): no frozen
+# stem, batch-norm statistics updated, full learning rate
+model = dict(
+    backbone=dict(
+        frozen_stages=-1,
+        norm_cfg=dict(type='BN', requires_grad=True),
+        norm_eval=False),
+    bbox_head=dict(num_classes=10))
 
 train_pipeline = [
     dict(type='LoadImageFromFile'),
@@ -46,3 +53,26 @@ val_dataloader = dict(
 test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=cs_root + 'annotations/instances_val.json')
 test_evaluator = val_evaluator
+
+# schedule (2 CPU cores: about 0.53 s per iteration, 27 minutes in all):
+# 3000 iterations of 4 images (6 passes over the 2000 train scenes), lr
+# 2e-4 decayed x0.1 at 2500. The CaliDINO twin fine-tunes from iter_2000
+# for the last 1000 iterations, so both see the same 3000 iterations.
+train_dataloader.update(batch_size=4)
+optim_wrapper = dict(
+    optimizer=dict(lr=2e-4),
+    paramwise_cfg=dict(custom_keys={'backbone': dict(lr_mult=1.0)}))
+max_iters = 3000
+train_cfg = dict(max_iters=max_iters, val_interval=1000)
+param_scheduler = [
+    dict(
+        type='MultiStepLR',
+        begin=0,
+        end=max_iters,
+        by_epoch=False,
+        milestones=[2500],
+        gamma=0.1)
+]
+default_hooks = dict(
+    logger=dict(interval=50),
+    checkpoint=dict(interval=1000, max_keep_ckpts=3))

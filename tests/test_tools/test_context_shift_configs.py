@@ -31,6 +31,7 @@ def test_twins_train_two_iterations(cs_data, tmp_path, config):
         sys.executable, 'tools/train.py', config, '--work-dir',
         str(tmp_path), '--cfg-options', 'train_cfg.max_iters=2',
         'train_cfg.val_interval=2', 'default_hooks.checkpoint.interval=2',
+        'load_from=None',
         'default_hooks.logger.interval=1'
     ], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     log = res.stdout + res.stderr
