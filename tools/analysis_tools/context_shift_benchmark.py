@@ -10,7 +10,7 @@ post-hoc baselines on the plain DINO).
 Full: 3000 DINO iterations, then the CaliDINO fine-tunes the final DINO
 for 1000 more (the configs' schedule, the paper's recipe; about 40 minutes
 on 2 CPU cores). ``--quick``: 900 + 300 iterations, no subset table
-(``make demo``, about 12 minutes). ``--calidet-init same-budget|scratch``
+(``make demo``, 14 minutes). ``--calidet-init same-budget|scratch``
 start the CaliDINO otherwise. Steps already done are reused: the data
 folder, and a work folder holding the last checkpoint (``--retrain`` trains
 again). Writes ``results.md``, ``results.json`` and the plots to
