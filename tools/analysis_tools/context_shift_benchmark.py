@@ -1,6 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The context-shift benchmark end to end: generate the data, train the
-plain tiny DINO and the tiny CaliDINO on the same budget, and evaluate them
+plain tiny DINO and the tiny CaliDINO (fine-tuned from it), and evaluate them
 (injection table, per-site table, subset table, self-calibration per site,
 post-hoc baselines on the plain DINO).
 
