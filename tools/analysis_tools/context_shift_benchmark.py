@@ -302,6 +302,7 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
     from mmcalidet.evaluation.sites import evaluate_groups, read_image_groups
     from mmcalidet.evaluation.sweep import metric_columns
     from mmcalidet.evaluation.tool_utils import EvalSetup
+    from mmcalidet.priors import batch_prior, prior_mae
     from mmcalidet.visualization import (plot_prior_comparison,
                                          plot_prior_sweep,
                                          plot_self_calibration,
@@ -340,6 +341,13 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
         set(groups) - set(SITES))
     site_rows = evaluate_groups(methods, evaluate, e_t, groups, order)
     timings['sites'] = time.perf_counter() - t0
+    # each site's images and own statistics E_site, for the steps below
+    garr = np.asarray(groups)
+    site_idx = {site: np.flatnonzero(garr == site) for site in order}
+    site_prior = {
+        site: batch_prior(e_t.shape[0], [labels[i] for i in idx])
+        for site, idx in site_idx.items()
+    }
 
     # 3. subsets (the paper's Tab. 3 layout)
     subset_rows = []
@@ -352,9 +360,7 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
     # 4. self-calibration on each site, from E_t
     t0 = time.perf_counter()
     curves, selfcal_rows = {}, []
-    garr = np.asarray(groups)
-    for site in order:
-        idx = np.flatnonzero(garr == site)
+    for site, idx in site_idx.items():
         for m in methods:
             if not m.takes_prior:
                 continue
@@ -370,20 +376,15 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
                 correction=m.rescorer.correction,
                 batch_size=eargs.rescore_batch_size)
             curves[f'{m.name}, {site}'] = res.history
-            site_eps = next(r['epsilon'] for r in site_rows
-                            if r['site'] == site)
-            from mmcalidet.priors import prior_mae
             selfcal_rows.append(
                 dict(
                     site=site,
                     method=m.name,
-                    epsilon=site_eps,
+                    epsilon=prior_mae(site_prior[site], e_t),
                     AP_start=res.history[0]['AP'],
                     AP_end=res.history[-1]['AP'],
                     gain=res.history[-1]['AP'] - res.history[0]['AP'],
-                    epsilon_end=prior_mae(
-                        res.prior,
-                        _site_prior(labels, idx, e_t.shape[0]))))
+                    epsilon_end=prior_mae(res.prior, site_prior[site])))
     timings['self_calibration'] = time.perf_counter() - t0
 
     # tables
@@ -431,11 +432,10 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
             plot_subset_results(subset_rows,
                                 osp.join(out_dir, 'subsets.png')))
     for site in order:
-        idx = np.flatnonzero(garr == site)
         plots.append(
             plot_prior_comparison(
                 e_t,
-                _site_prior(labels, idx, e_t.shape[0]),
+                site_prior[site],
                 osp.join(out_dir, f'prior_{site}.png'),
                 names=('E_t', f'E_{site}'),
                 classes=setup.classes))
@@ -455,11 +455,6 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
         timings=timings,
         num_images=len(cache),
         data_epsilon=data_meta.get('epsilon', {}))
-
-
-def _site_prior(labels, idx, k):
-    from mmcalidet.priors import batch_prior
-    return batch_prior(k, [labels[i] for i in idx])
 
 
 def claims(prior_rows, site_rows, selfcal_rows, orders) -> List[str]:
