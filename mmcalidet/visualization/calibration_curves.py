@@ -88,6 +88,33 @@ def plot_self_calibration(curves: Union[History, Dict[str, History]],
     return _save(fig, path)
 
 
+def _grouped_bars(ax, groups: Sequence[str], series: Sequence[str],
+                  value: Dict) -> List[float]:
+    """Draw one bar per (group, series), grouped along x by ``groups``.
+
+    Args:
+        ax: the matplotlib axes.
+        groups (Sequence[str]): the x groups, in order.
+        series (Sequence[str]): the bars of each group (legend entries).
+        value (dict): ``(group, series) -> fraction`` (missing or ``None``:
+            no bar).
+
+    Returns:
+        list[float]: the drawn values (x100, ``nan`` for missing ones).
+    """
+    width = 0.8 / max(1, len(series))
+    x = np.arange(len(groups))
+    drawn: List[float] = []
+    for j, name in enumerate(series):
+        vals = [value.get((g, name)) for g in groups]
+        vals = [100 * v if v is not None else np.nan for v in vals]
+        drawn += vals
+        ax.bar(
+            x + (j - (len(series) - 1) / 2) * width, vals, width, label=name)
+    ax.set_xticks(x)
+    return drawn
+
+
 def plot_prior_sweep(rows: Sequence[Dict],
                      path: str,
                      metric: str = 'AP',
@@ -115,18 +142,9 @@ def plot_prior_sweep(rows: Sequence[Dict],
             priors.append(r['prior'])
         if r['method'] not in methods:
             methods.append(r['method'])
-    value = {(r['method'], r['prior']): r.get(metric) for r in rows}
-    width = 0.8 / max(1, len(methods))
+    value = {(r['prior'], r['method']): r.get(metric) for r in rows}
     fig, ax = plt.subplots(figsize=(1.2 * len(priors) + 3, 3.8))
-    x = np.arange(len(priors))
-    for m, method in enumerate(methods):
-        vals = [value.get((method, p)) for p in priors]
-        vals = [100 * v if v is not None else np.nan for v in vals]
-        ax.bar(
-            x + (m - (len(methods) - 1) / 2) * width,
-            vals,
-            width,
-            label=method)
+    _grouped_bars(ax, priors, methods, value)
     for r in flat:
         if r.get(metric) is not None and not math.isnan(r[metric]):
             ax.axhline(
@@ -137,7 +155,6 @@ def plot_prior_sweep(rows: Sequence[Dict],
                 label=f'{r["method"]} (no prior)')
     _zoom(ax, [100 * v for v in value.values() if v is not None] +
           [100 * r[metric] for r in flat if r.get(metric) is not None])
-    ax.set_xticks(x)
     ax.set_xticklabels(priors)
     ax.set_ylabel(f'{metric} (x100)')
     ax.set_title(title)
@@ -222,11 +239,11 @@ def plot_subset_results(rows: Sequence[Dict],
     return _save(fig, path)
 
 
-def plot_site_results(rows: Sequence[Dict],
-                      path: str,
-                      metric: str = 'AP',
-                      title: str = 'Deployment sites: E_t vs the site prior'
-                      ) -> str:
+def plot_site_results(
+        rows: Sequence[Dict],
+        path: str,
+        metric: str = 'AP',
+        title: str = 'Deployment sites: E_t vs the site prior') -> str:
     """Write a grouped bar chart of a metric per site and method / prior
     (the rows of :func:`mmcalidet.evaluation.sites.evaluate_groups`),
     labelled with each site's epsilon.
@@ -244,25 +261,14 @@ def plot_site_results(rows: Sequence[Dict],
     plt = _pyplot()
 
     def series(r):
-        return r['method'] + ('' if r['prior'] == '-' else
-                              f' ({r["prior"]})')
+        return r['method'] + ('' if r['prior'] == '-' else f' ({r["prior"]})')
 
     sites = list(dict.fromkeys(r['site'] for r in rows))
     names = list(dict.fromkeys(series(r) for r in rows))
     value = {(r['site'], series(r)): r.get(metric) for r in rows}
     eps = {r['site']: r['epsilon'] for r in rows}
-    width = 0.8 / max(1, len(names))
     fig, ax = plt.subplots(figsize=(max(6.0, 2.4 * len(sites)), 4.2))
-    x = np.arange(len(sites))
-    plotted = []
-    for j, name in enumerate(names):
-        vals = [value.get((s, name)) for s in sites]
-        vals = [100 * v if v is not None else np.nan for v in vals]
-        plotted += vals
-        ax.bar(
-            x + (j - (len(names) - 1) / 2) * width, vals, width, label=name)
-    _zoom(ax, plotted)
-    ax.set_xticks(x)
+    _zoom(ax, _grouped_bars(ax, sites, names, value))
     ax.set_xticklabels([f'{s}\nepsilon {eps[s]:.3f}' for s in sites])
     ax.set_ylabel(f'{metric} (x100)')
     ax.set_title(title)
