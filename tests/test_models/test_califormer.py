@@ -159,3 +159,20 @@ def test_bad_shapes():
         model(torch.rand(5, 5))
     with pytest.raises(ValueError):
         model(torch.rand(2, 2, K, K))
+
+
+def test_receptive_field_one_layer_reads_own_column_only():
+    """With one layer, V'[i] sees only column i of E (P(. | i)); from two
+    layers on, the other columns (so row i, P(i | .)) reach it too. For
+    E_x, column i is non-flat exactly when class i is present, with either
+    sign: one layer cannot tell E_x from its flip by class i's own entries
+    (the reason docs/results.md gives for the paper's 3 layers)."""
+    prior = random_prior(5)
+    i, j = 0, 3
+    edited = prior.clone()
+    edited[i, j] = 1.0 - edited[i, j]  # P(i | j): row i, column j != i
+    edited[2, j] = 1.0 - edited[2, j]
+    one, two = make_califormer(num_layers=1), make_califormer(num_layers=2)
+    torch.testing.assert_close(one(edited)[i], one(prior)[i])
+    assert not torch.allclose(one(edited)[j], one(prior)[j], atol=1e-4)
+    assert not torch.allclose(two(edited)[i], two(prior)[i], atol=1e-4)
