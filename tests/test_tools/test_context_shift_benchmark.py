@@ -37,7 +37,10 @@ def bench(tmp_path_factory):
     args = [
         '--data', data, '--work-dir',
         str(root / 'work'), '--dino-iters', '4', '--finetune-iters', '2',
-        '--self-cal-iters', '2', '--score-thr', '0', '--no-progress'
+        '--self-cal-iters', '2', '--score-thr', '0', '--no-progress',
+        # an option that changes the architecture: the evaluation must
+        # build the model the training ran (the dumped config)
+        '--calidet-options', 'model.bbox_head.califormer.num_layers=2'
     ]
     code, log = _run(args)
     assert code == 0, log[-4000:]
@@ -57,6 +60,7 @@ def test_benchmark_writes_every_table(bench):
     assert osp.isfile(root / 'work' / 'dino' / 'iter_4.pth')
     assert osp.isfile(root / 'work' / 'calidet' / 'iter_2.pth')
     assert 'load_from=' + str(root / 'work' / 'dino' / 'iter_4.pth') in log
+    assert 'does not fit the config' not in log
     inj = {(r['method'], r['prior']) for r in res['injection']}
     for prior in ('flip(E_x)', 'E0', 'E_t', 'E_v', 'E_b', 'E_x'):
         assert ('CaliDINO', prior) in inj

@@ -269,6 +269,14 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
         seconds=secs)
 
 
+def trained_config(work_dir: str, config: str) -> str:
+    """The config a training in ``work_dir`` ran with: the copy that
+    mmengine dumps there (with every ``--cfg-options``/``--calidet-options``
+    applied, e.g. a changed CaliFormer depth), else ``config``."""
+    dumped = osp.join(work_dir, osp.basename(config))
+    return dumped if osp.isfile(dumped) else config
+
+
 def _eval_args(trained: Dict, out_dir: str, no_progress: bool):
     from mmcalidet.evaluation.tool_utils import add_model_args
     parser = argparse.ArgumentParser()
@@ -276,8 +284,10 @@ def _eval_args(trained: Dict, out_dir: str, no_progress: bool):
     parser.add_argument('checkpoint')
     add_model_args(parser)
     argv = [
-        CALIDET_CONFIG, trained['calidet_ckpt'], '--baseline-config',
-        DINO_CONFIG, '--baseline-checkpoint', trained['dino_ckpt'],
+        trained_config(trained['calidet_dir'], CALIDET_CONFIG),
+        trained['calidet_ckpt'], '--baseline-config',
+        trained_config(trained['dino_dir'], DINO_CONFIG),
+        '--baseline-checkpoint', trained['dino_ckpt'],
         '--posthoc', 'reweight', 'cooccurrence', '--out-dir', out_dir
     ] + (['--no-progress'] if no_progress else [])
     return parser.parse_args(argv)
