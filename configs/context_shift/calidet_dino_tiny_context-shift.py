@@ -35,7 +35,11 @@ model = dict(
         type='CaliDINOHead',
         califormer=dict(
             type='CaliFormer',
-            num_layers=1,
+            # the paper's 3 layers: with 1, V'[i] reads only column i of E,
+            # which is non-flat for a present class i in E_x and in its
+            # flip alike, so the model cannot tell them apart (ablation in
+            # docs/results.md)
+            num_layers=3,
             num_heads=8,
             feedforward_channels=512,
             # V' = 0 at the start: the fine-tune starts as the plain DINO
