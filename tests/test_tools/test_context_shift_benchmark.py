@@ -141,3 +141,24 @@ def test_benchmark_same_budget_starts_from_an_earlier_checkpoint(
     assert osp.isfile(work / 'dino' / 'iter_1.pth')
     assert osp.isfile(work / 'calidet' / 'iter_1.pth')
     assert 'load_from=' + str(work / 'dino' / 'iter_1.pth') in log
+
+
+def test_benchmark_retrains_when_the_settings_changed(bench, tmp_path):
+    root, _, _ = bench
+    work = tmp_path / 'work'
+    args = [
+        '--data',
+        str(root / 'data'), '--work-dir',
+        str(work), '--dino-iters', '2', '--finetune-iters', '1',
+        '--train-only', '--no-progress'
+    ]
+    code, log = _run(args, timeout=300)
+    assert code == 0, log[-3000:]
+    # another rho: the DINO is reused, the CaliDINO trained again
+    code, log = _run(
+        args + ['--calidet-options', 'model.bbox_head.rho=0.5'], timeout=300)
+    assert code == 0, log[-3000:]
+    assert log.count('[train] reusing') == 1
+    assert 'trained with other settings' in log
+    dumped = work / 'calidet' / 'calidet_dino_tiny_context-shift.py'
+    assert 'rho=0.5' in dumped.read_text()

@@ -12,8 +12,9 @@ for 1000 more (the configs' schedule, the paper's recipe; about 40 minutes
 on 2 CPU cores). ``--quick``: 900 + 300 iterations, no subset table
 (``make demo``, 14 minutes). ``--calidet-init same-budget|scratch``
 start the CaliDINO otherwise. Steps already done are reused: the data
-folder, and a work folder holding the last checkpoint (``--retrain`` trains
-again). Writes ``results.md``, ``results.json`` and the plots to
+folder, and a work folder holding the last checkpoint of a training with
+the same model, optimizer, schedule and init (``--retrain`` trains again).
+Evaluation builds each model from the config its training dumped. Writes ``results.md``, ``results.json`` and the plots to
 ``--out-dir`` (default ``<work-dir>/results``).
 """
 import argparse
@@ -159,9 +160,49 @@ def ensure_data(args: argparse.Namespace) -> Dict:
         args.data, seed=args.seed, progress=not args.no_progress)
 
 
+#: the config parts that decide what a training produces
+TRAINING_KEYS = ('model', 'optim_wrapper', 'param_scheduler', 'load_from')
+
+
+def training_settings(config: str,
+                      options: Sequence[str] = (),
+                      data: Optional[str] = None) -> str:
+    """The parts of a config (with ``--cfg-options`` applied) that decide
+    what a training produces (:data:`TRAINING_KEYS`), as canonical JSON.
+
+    Args:
+        config (str): a config file (or the copy a training dumped).
+        options (Sequence[str]): ``KEY=VALUE`` overrides.
+        data (str, optional): the benchmark data folder
+            (``MMCALIDET_CS_DATA``).
+
+    Returns:
+        str: JSON with sorted keys (tuples as lists).
+    """
+    from mmengine.config import Config, DictAction
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--o', nargs='*', action=DictAction, default={})
+    overrides = parser.parse_args(['--o'] + list(options)).o
+    old = os.environ.get('MMCALIDET_CS_DATA')
+    if data is not None:
+        os.environ['MMCALIDET_CS_DATA'] = osp.abspath(data)
+    try:
+        cfg = Config.fromfile(config)
+    finally:
+        if old is None:
+            os.environ.pop('MMCALIDET_CS_DATA', None)
+        else:
+            os.environ['MMCALIDET_CS_DATA'] = old
+    cfg.merge_from_dict(overrides)
+    picked = {k: cfg.get(k) for k in TRAINING_KEYS}
+    return json.dumps(
+        json.loads(json.dumps(picked, default=str)), sort_keys=True)
+
+
 class Training:
     """One tools/train.py run, skipped when ``iter_<max_iters>.pth``
-    exists (unless ``retrain``).
+    exists and the config that training dumped has the same
+    :func:`training_settings` as this run (unless ``retrain``).
 
     Args:
         config (str): the config.
@@ -182,8 +223,18 @@ class Training:
         self.start = time.perf_counter()
         self.seconds = 0.0
         if osp.isfile(self.last) and not retrain:
-            print(f'[train] reusing {self.last}')
-            return
+            dumped = trained_config(work_dir, config)
+            if dumped == config:
+                print(f'[train] reusing {self.last} (no config dumped '
+                      'beside it to compare)')
+                return
+            if training_settings(dumped) == training_settings(
+                    config, options, data):
+                print(f'[train] reusing {self.last}')
+                return
+            print(f'[train] {work_dir} was trained with other settings '
+                  f'(model, optimizer, schedule or init; see {dumped}): '
+                  'training again')
         cmd = [
             sys.executable,
             osp.join(ROOT, 'tools', 'train.py'), config, '--work-dir',
