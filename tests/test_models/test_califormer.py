@@ -176,3 +176,23 @@ def test_receptive_field_one_layer_reads_own_column_only():
     torch.testing.assert_close(one(edited)[i], one(prior)[i])
     assert not torch.allclose(one(edited)[j], one(prior)[j], atol=1e-4)
     assert not torch.allclose(two(edited)[i], two(prior)[i], atol=1e-4)
+
+
+def test_bias_scale_multiplies_delta_e():
+    model = make_califormer(num_layers=1)
+    prior = random_prior(11)
+    delta = prior_delta(prior)
+    model.bias_scale = 4.0
+    with torch.no_grad():
+        out = model(prior)
+        expected = manual_layer(model.encoder.layers[0], model.nodes,
+                                4.0 * delta.t())
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    # beta = 0: attention ignores E, V' is the same for every prior
+    model.bias_scale = 0.0
+    with torch.no_grad():
+        torch.testing.assert_close(model(prior), model(random_prior(12)))
+    for bad in (-1.0, float('nan'), float('inf')):
+        with pytest.raises(ValueError, match='bias_scale'):
+            CaliFormer(num_classes=K, embed_dims=D, num_heads=2,
+                       bias_scale=bad)

@@ -37,6 +37,12 @@ class CaliFormer(BaseModule):
         dropout (float): dropout of attention and FFN. Defaults to 0.
         node_std (float): std of the normal initialisation of the nodes V.
             Defaults to 0.01.
+        bias_scale (float): beta in ``softmax(QK^T / sqrt(d_k) + beta *
+            Delta E^T)``. The paper's Eq. 1 is beta = 1, which caps the bias
+            at +-0.5 in logit units; once the learned QK^T logits are much
+            larger, attention (and so V') stops depending on E. beta > 1
+            lets E steer attention more (ablation in docs/results.md).
+            Defaults to 1.0.
         zero_init_output (bool): initialise the weight of the last layer's
             output LayerNorm to 0, so that V' = 0 and a detector fine-tuned
             from a baseline checkpoint starts exactly as the baseline. With
@@ -53,6 +59,7 @@ class CaliFormer(BaseModule):
                  feedforward_channels: int = 2048,
                  dropout: float = 0.0,
                  node_std: float = 0.01,
+                 bias_scale: float = 1.0,
                  zero_init_output: bool = False,
                  init_cfg: OptMultiConfig = None) -> None:
         super().__init__(init_cfg=init_cfg)
@@ -60,6 +67,10 @@ class CaliFormer(BaseModule):
         self.embed_dims = embed_dims
         self.num_heads = num_heads
         self.node_std = node_std
+        if not (bias_scale >= 0 and bias_scale < float('inf')):
+            raise ValueError('CaliFormer: bias_scale must be finite and >= 0, '
+                             f'got {bias_scale}')
+        self.bias_scale = float(bias_scale)
         self.zero_init_output = zero_init_output
         self.nodes = nn.Parameter(torch.empty(num_classes, embed_dims))
         nn.init.normal_(self.nodes, std=node_std)
@@ -129,7 +140,8 @@ class CaliFormer(BaseModule):
             distinct, inverse = torch.unique(
                 priors.flatten(1), dim=0, return_inverse=True)
             priors = distinct.view(-1, k, k)
-        bias = self.attn_bias(priors).repeat_interleave(self.num_heads, dim=0)
+        bias = self.attn_bias(priors) * self.bias_scale
+        bias = bias.repeat_interleave(self.num_heads, dim=0)
         nodes = self.nodes.unsqueeze(0).expand(priors.shape[0], -1, -1)
         out = self.encoder(
             query=nodes, query_pos=None, key_padding_mask=None, attn_mask=bias)
