@@ -14,6 +14,7 @@ from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                SelfCalibrationResult, calibration_step,
                                mean_history, prediction_statistics,
                                self_calibrate, self_calibrate_subsets)
+from .sensitivity import prior_sensitivity
 from .subsets import (SUBSET_SIZES, evaluate_subsets, read_evaluation_labels,
                       split_subsets, subset_epsilon)
 from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
@@ -30,5 +31,5 @@ __all__ = [
     'calibration_step', 'self_calibrate', 'self_calibrate_subsets',
     'mean_history', 'OnlineSelfCalibrator', 'CORRECTIONS', 'CORRECTION_NAMES',
     'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
-    'class_frequencies', 'markdown_table', 'write_report'
+    'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'
 ]

@@ -1,0 +1,145 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""mmcalidet.evaluation.sensitivity and tools/analysis_tools/
+prior_sensitivity.py."""
+import json
+import os.path as osp
+import runpy
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from mmdet.registry import MODELS
+from mmengine.registry import init_default_scope
+from mmengine.runner import save_checkpoint
+from torch import nn
+
+from mmcalidet.evaluation.sensitivity import prior_sensitivity
+from mmcalidet.models import CaliFormer
+from mmcalidet.priors import flat_prior, flip_prior, sample_prior
+from mmcalidet.testing import PROJECT_ROOT, get_config
+
+K, D = 6, 16
+TOOL = osp.join(PROJECT_ROOT, 'tools', 'analysis_tools',
+                'prior_sensitivity.py')
+
+
+class Head(nn.Module):
+    """The parts of a calibrated head the probe reads."""
+
+    def __init__(self, bias_scale=1.0, rho=0.2):
+        super().__init__()
+        torch.manual_seed(0)
+        self.califormer = CaliFormer(
+            num_classes=K,
+            embed_dims=D,
+            num_layers=2,
+            num_heads=2,
+            feedforward_channels=32,
+            bias_scale=bias_scale)
+        self.califormer.init_weights()
+        with torch.no_grad():
+            self.califormer.nodes.normal_()
+        self.califormer.eval()
+        self.cls_branches = nn.ModuleList([nn.Linear(D, K), nn.Linear(D, K)])
+        self.rho = rho
+
+    def get_cali_vectors(self, priors):
+        return self.califormer(priors)
+
+
+LABELS = [[0, 2], [1, 3, 4], [5, 0, 1]]
+
+
+def test_rows_match_a_hand_computation():
+    head = Head()
+    e_t = np.random.default_rng(0).uniform(size=(K, K))
+    np.fill_diagonal(e_t, 1.0)
+    rows = {r['prior']: r for r in prior_sensitivity(head, LABELS + [[]], e_t)}
+    assert list(rows) == ['E_x', 'flip_E_x', 'E_t']
+    assert rows['E_x']['num_priors'] == 3  # the empty label set is skipped
+    w = head.cls_branches[-1].weight.detach()
+    unit = w / w.norm(dim=1, keepdim=True)
+    with torch.no_grad():
+        v0 = head.califormer(torch.tensor(flat_prior(K)).float())
+        for kind, make in (('E_x', lambda lab: sample_prior(K, lab)),
+                           ('flip_E_x',
+                            lambda lab: flip_prior(sample_prior(K, lab)))):
+            present, absent, change = [], [], []
+            for labels in LABELS:
+                v = head.califormer(torch.tensor(make(labels)).float())
+                shift = 0.2 * ((v - v0) * unit).sum(-1)
+                mask = np.isin(np.arange(K), labels)
+                present += shift[mask].tolist()
+                absent += shift[~mask].tolist()
+                change.append((v - v0).norm(dim=-1).mean())
+            row = rows[kind]
+            assert row['present_shift'] == pytest.approx(
+                np.mean(present), abs=1e-6)
+            assert row['absent_shift'] == pytest.approx(
+                np.mean(absent), abs=1e-6)
+            assert row['relative_change'] == pytest.approx(
+                float(torch.stack(change).mean() / v0.norm(dim=-1).mean()),
+                rel=1e-5)
+    assert rows['E_x']['relative_change'] > 0
+    assert rows['E_x']['present_shift'] != rows['flip_E_x']['present_shift']
+    assert np.isnan(rows['E_t']['absent_shift'])  # every class "present"
+
+
+def test_a_head_that_ignores_the_prior_reads_zero():
+    rows = prior_sensitivity(Head(bias_scale=0.0), LABELS)
+    assert [r['prior'] for r in rows] == ['E_x', 'flip_E_x']
+    for r in rows:
+        assert r['relative_change'] == pytest.approx(0, abs=1e-6)
+        assert r['present_shift'] == pytest.approx(0, abs=1e-7)
+
+
+CALI = 'configs/calidet/calidet_dino_tiny_coco-mini.py'
+DINO = 'configs/calidet/dino_tiny_coco-mini.py'
+
+
+@pytest.fixture(scope='module')
+def checkpoints(tmp_path_factory):
+    init_default_scope('mmdet')
+    out = tmp_path_factory.mktemp('sens')
+    paths = []
+    for config in (CALI, DINO):
+        torch.manual_seed(0)
+        model = MODELS.build(get_config(config.split('configs/')[1]).model)
+        model.init_weights()
+        path = str(out / (osp.basename(config) + '.pth'))
+        save_checkpoint(dict(state_dict=model.state_dict()), path)
+        paths.append(path)
+    return paths
+
+
+def test_tool_prints_the_table_and_writes_json(checkpoints, tmp_path,
+                                               monkeypatch, capsys):
+    monkeypatch.chdir(PROJECT_ROOT)
+    main = runpy.run_path(TOOL, run_name='tool')['main']
+    out = str(tmp_path / 'sens.json')
+    assert main([CALI, checkpoints[0], '--num-images', '5', '--out', out]) == 0
+    table = capsys.readouterr().out
+    for kind in ('E_x', 'flip_E_x', 'E_t'):
+        assert f'| {kind} |' in table
+    with open(out) as f:
+        rows = json.load(f)
+    assert [r['num_priors'] for r in rows] == [5, 5, 1]
+
+
+def test_tool_errors_name_the_problem(checkpoints):
+    res = subprocess.run([sys.executable, TOOL, DINO, checkpoints[1]],
+                         cwd=PROJECT_ROOT,
+                         capture_output=True,
+                         text=True,
+                         timeout=300)
+    assert res.returncode == 1
+    assert 'not a calibratable detector' in res.stderr
+    res = subprocess.run(
+        [sys.executable, TOOL, CALI, checkpoints[0], '--objects', '3', '2'],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300)
+    assert res.returncode == 1 and '--objects' in res.stderr
