@@ -105,9 +105,11 @@ def test_online_self_calibration_hook(runner):
 
     runner.register_hook(Spy())
     runner.test()
-    # E_c was updated after each image and used for the next one
-    assert not np.allclose(seen[0], saved)
-    assert not np.allclose(seen[1], seen[0])
+    # E_c was updated after each image and used for the next one. The
+    # random tiny model's scores can be ~1e-6, so an update may be smaller
+    # than np.allclose's tolerance: compare exactly
+    assert np.abs(seen[0] - saved).max() > 0
+    assert np.abs(seen[1] - seen[0]).max() > 0
     # restored after the epoch, the final E_c saved by class name
     np.testing.assert_array_equal(model.get_prior(), saved)
     path = osp.join(runner.work_dir, 'self_calibrated_prior.json')
