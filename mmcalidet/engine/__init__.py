@@ -1,16 +1,20 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """mmengine components registered in mmdet's ``LOOPS`` / ``HOOKS``: the
 evaluation protocol's test loops (``loops.py``), online self-calibration
-(``self_calibration_hook.py``) and safe checkpointing
-(``checkpoint_hooks.py``)."""
+(``self_calibration_hook.py``), safe checkpointing
+(``checkpoint_hooks.py``) and snapshots at chosen iterations
+(``snapshot_hook.py``)."""
+from .calibrator_optim import CalibratorOptimWrapperConstructor
 from .checkpoint_hooks import (AtomicCheckpointHook, CheckpointCompatHook,
                                IterationSeedHook)
 from .loops import (CachedTestLoop, PriorSweepTestLoop,
                     SelfCalibrationTestLoop, SubsetEvalTestLoop)
 from .self_calibration_hook import OnlineSelfCalibrationHook
+from .snapshot_hook import SnapshotHook
 
 __all__ = [
     'CachedTestLoop', 'PriorSweepTestLoop', 'SubsetEvalTestLoop',
     'SelfCalibrationTestLoop', 'OnlineSelfCalibrationHook',
-    'AtomicCheckpointHook', 'IterationSeedHook', 'CheckpointCompatHook'
+    'AtomicCheckpointHook', 'IterationSeedHook', 'CheckpointCompatHook',
+    'SnapshotHook', 'CalibratorOptimWrapperConstructor'
 ]

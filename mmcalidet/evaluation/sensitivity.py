@@ -24,7 +24,9 @@ def prior_sensitivity(head,
 
     Args:
         head: a calibrated head (``get_cali_vectors``, ``rho`` and
-            ``cls_branches``; the last branch's weight is W).
+            ``cls_branches``); W is the last decoder layer's classifier
+            (:meth:`CalibratedClsMixin.decoder_cls_branch`), not the
+            encoder's proposal classifier that two-stage heads append.
         label_lists (Sequence[Sequence[int]]): the classes of each image
             whose E_x (and flip) is probed; images without a class are
             skipped.
@@ -37,7 +39,7 @@ def prior_sensitivity(head,
         ``absent_shift`` (mean logit change along W_k of the classes the
         image has / has not; for E_t every class counts as present).
     """
-    weight = head.cls_branches[-1].weight
+    weight = head.decoder_cls_branch(-1).weight
     num_classes = weight.shape[0]
     unit = weight / weight.norm(dim=1, keepdim=True).clamp_min(1e-12)
     rho = float(head.rho)

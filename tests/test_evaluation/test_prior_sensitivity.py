@@ -17,6 +17,7 @@ from torch import nn
 
 from mmcalidet.evaluation.sensitivity import prior_sensitivity
 from mmcalidet.models import CaliFormer
+from mmcalidet.models.dense_heads.calibrated_cls import CalibratedClsMixin
 from mmcalidet.priors import flat_prior, flip_prior, sample_prior
 from mmcalidet.testing import PROJECT_ROOT, get_config
 
@@ -26,7 +27,12 @@ TOOL = osp.join(PROJECT_ROOT, 'tools', 'analysis_tools',
 
 
 class Head(nn.Module):
-    """The parts of a calibrated head the probe reads."""
+    """The parts of a calibrated head the probe reads: a two-stage head
+    with one decoder layer (``cls_branches[0]``) and the encoder's proposal
+    classifier (``cls_branches[1]``)."""
+
+    as_two_stage = True
+    decoder_cls_branch = CalibratedClsMixin.decoder_cls_branch
 
     def __init__(self, bias_scale=1.0, rho=0.2):
         super().__init__()
@@ -59,7 +65,7 @@ def test_rows_match_a_hand_computation():
     rows = {r['prior']: r for r in prior_sensitivity(head, LABELS + [[]], e_t)}
     assert list(rows) == ['E_x', 'flip_E_x', 'E_t']
     assert rows['E_x']['num_priors'] == 3  # the empty label set is skipped
-    w = head.cls_branches[-1].weight.detach()
+    w = head.cls_branches[0].weight.detach()  # not the encoder's [1]
     unit = w / w.norm(dim=1, keepdim=True)
     with torch.no_grad():
         v0 = head.califormer(torch.tensor(flat_prior(K)).float())
@@ -85,6 +91,33 @@ def test_rows_match_a_hand_computation():
     assert rows['E_x']['relative_change'] > 0
     assert rows['E_x']['present_shift'] != rows['flip_E_x']['present_shift']
     assert np.isnan(rows['E_t']['absent_shift'])  # every class "present"
+
+
+def test_w_is_the_last_decoder_layers_classifier_of_a_real_head():
+    """DINO's head appends the encoder's proposal classifier to
+    cls_branches: the probe's W is the last decoder layer's."""
+    init_default_scope('mmdet')
+    torch.manual_seed(0)
+    head = MODELS.build(
+        get_config('calidet/calidet_dino_tiny_coco-mini.py').model).bbox_head
+    head.init_weights()
+    assert head.as_two_stage and len(head.cls_branches) == 3  # 2 + encoder
+    assert head.decoder_cls_branch(-1) is head.cls_branches[1]
+    assert head.decoder_cls_branch(0) is head.cls_branches[0]
+    with pytest.raises(IndexError):
+        head.decoder_cls_branch(2)
+    with torch.no_grad():  # make the encoder's branch the odd one out
+        head.cls_branches[2].weight.mul_(-1)
+    rows = prior_sensitivity(head, [[0, 1]])
+    w = head.cls_branches[1].weight
+    unit = w / w.norm(dim=1, keepdim=True)
+    with torch.no_grad():
+        v0 = head.get_cali_vectors(torch.tensor(flat_prior(80)).float())
+        v = head.get_cali_vectors(
+            torch.tensor(sample_prior(80, [0, 1])).float())
+        shift = head.rho * ((v - v0) * unit).sum(-1)
+    assert rows[0]['present_shift'] == pytest.approx(
+        float(shift[[0, 1]].mean()), abs=1e-7)
 
 
 def test_a_head_that_ignores_the_prior_reads_zero():

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
+from mmdet.models.dense_heads import DETRHead
 from mmdet.registry import MODELS
 from mmdet.structures import SampleList
 from mmdet.utils import ConfigType, InstanceList, OptConfigType
@@ -81,6 +82,26 @@ class CalibratedClsMixin:
         """Initialise the wrapped head, then the CaliFormer."""
         super().init_weights()
         self.califormer.init_weights()
+
+    def decoder_cls_branch(self, layer: int = -1) -> torch.nn.Module:
+        """The classification branch of a decoder layer.
+
+        Two-stage heads (DINO, two-stage Deformable DETR) append the
+        encoder's proposal classifier to ``cls_branches``; it is not a
+        decoder layer's and stays uncalibrated.
+
+        Args:
+            layer (int): the decoder layer (negative: from the last).
+
+        Returns:
+            nn.Module: the branch (its ``weight`` is W of that layer).
+        """
+        num_layers = len(self.cls_branches) - int(
+            bool(getattr(self, 'as_two_stage', False)))
+        if not -num_layers <= layer < num_layers:
+            raise IndexError(f'decoder layer {layer} out of range for '
+                             f'{num_layers} decoder layers')
+        return self.cls_branches[layer % num_layers]
 
     def flat_priors(self, like: Tensor) -> Tensor:
         """E0 (K x K) on the device of ``like``, the prior of "nothing is
@@ -301,4 +322,66 @@ class CalibratedClsMixin:
                     sample_priors,
                     class_mask=mask,
                     avg_factor=avg)
+        return losses
+
+    def loss_cached(self,
+                    hidden_states: Tensor,
+                    bbox_preds: Tensor,
+                    batch_data_samples: SampleList,
+                    cali_vectors: Tensor,
+                    priors: Tensor,
+                    train_cls_branches: bool = False) -> Dict[str, Tensor]:
+        """The training losses of the matching queries from cached decoder
+        outputs: each decoder layer's classification ``(W + rho V')^T h +
+        b``, Hungarian matching against the ground truth, the focal and box
+        losses of mmdet's ``DETRHead.loss_by_feat`` and LoMa.
+
+        What differs from :meth:`loss` on images: no denoising queries and
+        no encoder proposal loss (neither depends on the prior), and the
+        boxes are the cached ones (their losses are constants that only
+        enter the matching and the log).
+
+        Args:
+            hidden_states (Tensor): (L, B, Q, d) cached hidden states.
+            bbox_preds (Tensor): (L, B, Q, 4) cached boxes (normalised
+                cx, cy, w, h).
+            batch_data_samples (list[DetDataSample]): with ``gt_instances``
+                (and ``sample_prior`` from the EdgeSampler).
+            cali_vectors (Tensor): V' of ``priors``, (B, K, d) or (K, d).
+            priors (Tensor): the injected priors, (B, K, K) or (K, K).
+            train_cls_branches (bool): let gradients reach ``W`` and ``b``
+                of the decoder layers' classification branches (otherwise
+                only the CaliFormer learns).
+
+        Returns:
+            dict[str, Tensor]: ``loss_cls``, ``loss_bbox``, ``loss_iou``,
+            ``loss_loma`` and their ``d{i}.`` versions for the other
+            decoder layers.
+        """
+        with torch.set_grad_enabled(train_cls_branches
+                                    and torch.is_grad_enabled()):
+            cls_scores = torch.stack([
+                self.cls_branches[layer](h)
+                for layer, h in enumerate(hidden_states)
+            ])
+        cls_scores = self.calibrate_cls_scores(cls_scores, hidden_states,
+                                               cali_vectors)
+        batch_gt_instances = [ds.gt_instances for ds in batch_data_samples]
+        batch_img_metas = [ds.metainfo for ds in batch_data_samples]
+        self._target_labels = [] if self.loma_queries != 'all' else None
+        try:
+            # the plain per-layer DETR losses (DINO's and Deformable
+            # DETR's loss_by_feat add the denoising and encoder losses)
+            losses = DETRHead.loss_by_feat(self, cls_scores, bbox_preds,
+                                           batch_gt_instances,
+                                           batch_img_metas)
+            labels = self._target_labels
+        finally:
+            self._target_labels = None
+        if self.loss_loma is not None:
+            losses.update(
+                self.loss_loma_by_feat(
+                    cls_scores, priors,
+                    self.get_sample_priors(batch_data_samples,
+                                           hidden_states), labels))
         return losses

@@ -4,11 +4,12 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-from mmdet.structures import OptSampleList
+from mmdet.structures import OptSampleList, SampleList
 from torch import Tensor
 
 from ...priors import flat_prior
 from ...utils.prior_source import load_prior_source
+from ..data_preprocessors import is_cached_batch
 
 
 class CalibratableDetectorMixin:
@@ -33,6 +34,10 @@ class CalibratableDetectorMixin:
         classes (Sequence[str], optional): the model's class names, to
             reorder named prior files when the model has no
             ``dataset_meta``.
+        cache_train_cls_branches (bool): in training on cached decoder
+            outputs (:meth:`loss_cached`), let the decoder layers'
+            classification branches learn too; by default only the
+            CaliFormer does. Defaults to False.
         *args, **kwargs: the arguments of the detector; ``bbox_head``
             must be a calibrated head (:class:`CalibratedClsMixin`).
     """
@@ -41,8 +46,10 @@ class CalibratableDetectorMixin:
                  *args,
                  prior=None,
                  classes: Optional[Sequence[str]] = None,
+                 cache_train_cls_branches: bool = False,
                  **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.cache_train_cls_branches = bool(cache_train_cls_branches)
         if not hasattr(self.bbox_head, 'get_cali_vectors'):
             raise TypeError(f'{type(self).__name__} needs a calibrated '
                             'bbox_head (e.g. CaliDINOHead), got '
@@ -192,3 +199,55 @@ class CalibratableDetectorMixin:
                 priors = self.prior.expand(batch_size, -1, -1)
             head_inputs_dict['priors'] = priors
         return head_inputs_dict
+
+    def calibrator_modules(self) -> Dict[str, torch.nn.Module]:
+        """What a training on cached decoder outputs updates, by name in
+        the detector: the CaliFormer and, with
+        ``cache_train_cls_branches``, the decoder layers' classification
+        branches (not the encoder's proposal classifier)."""
+        head = self.bbox_head
+        modules = {'bbox_head.califormer': head.califormer}
+        if self.cache_train_cls_branches:
+            num = len(head.cls_branches) - int(
+                bool(getattr(head, 'as_two_stage', False)))
+            for layer in range(num):
+                modules[f'bbox_head.cls_branches.{layer}'] = \
+                    head.cls_branches[layer]
+        return modules
+
+    def loss(self, batch_inputs, batch_data_samples: SampleList) -> dict:
+        """The detector's losses on images, or :meth:`loss_cached` on
+        cached decoder outputs (``dict(hidden_states=..., bbox_preds=...)``
+        from :class:`DecoderCachePreprocessor`)."""
+        if is_cached_batch(batch_inputs):
+            return self.loss_cached(batch_inputs, batch_data_samples)
+        return super().loss(batch_inputs, batch_data_samples)
+
+    def loss_cached(self, batch_inputs: Dict[str, Tensor],
+                    batch_data_samples: SampleList) -> dict:
+        """Calibrator training on cached decoder outputs: the CaliFormer
+        (and, with ``cache_train_cls_branches``, the classification
+        branches) learn from each sample's prior (the EdgeSampler's draw)
+        with the matching, focal and LoMa losses of the calibrated head
+        (:meth:`CalibratedClsMixin.loss_cached`).
+
+        Args:
+            batch_inputs (dict): ``hidden_states`` (L, B, Q, d) and
+                ``bbox_preds`` (L, B, Q, 4).
+            batch_data_samples (list[DetDataSample]): with
+                ``gt_instances`` (and ``prior`` / ``sample_prior``).
+
+        Returns:
+            dict[str, Tensor]: the loss components.
+        """
+        hidden = batch_inputs['hidden_states']
+        priors = self.batch_priors(batch_data_samples)
+        if priors is None:
+            priors = self.prior.expand(hidden.shape[1], -1, -1)
+        return self.bbox_head.loss_cached(
+            hidden,
+            batch_inputs['bbox_preds'],
+            batch_data_samples,
+            self.bbox_head.get_cali_vectors(priors),
+            priors,
+            train_cls_branches=self.cache_train_cls_branches)

@@ -1,0 +1,147 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Time a calibrator step on cached decoder outputs against a full CaliDINO
+training step, and print the ratio (target: the cached step >= 50x
+cheaper).
+
+    python benchmarks/bench_cached_calibrator.py            # context-shift
+    python benchmarks/bench_cached_calibrator.py --config \
+        calidet/calidet_dino_tiny_coco-mini_cached.py --size 256
+
+Both steps run on the same batch (random scenes with 2-6 objects each, the
+config's image size) with the config's optimizer (AdamW, gradient
+clipping): the full step is the data preprocessor (EdgeSampler), backbone,
+transformer, head losses (denoising included), backward and the optimizer
+step; the cached step is the preprocessor (EdgeSampler) on cached decoder
+outputs of that batch, the CaliFormer, the calibrated logits of every
+decoder layer, matching, focal and LoMa losses, backward and the optimizer
+step (over the CaliFormer only). Each step has its config's optimizer.
+Steps alternate; the ratio is the median of per-pair ratios.
+"""
+import argparse
+import copy
+import os.path as osp
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+from mmdet.registry import MODELS
+from mmdet.utils import register_all_modules
+from mmengine.optim import build_optim_wrapper
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+from mmcalidet.testing import demo_batch, get_config  # noqa: E402
+
+TARGET = 50.0
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument(
+        '--config',
+        default='context_shift/calidet_dino_tiny_context-shift_cached.py')
+    parser.add_argument(
+        '--full-config',
+        default='context_shift/calidet_dino_tiny_context-shift.py',
+        help='the full fine-tune\'s config (its optimizer)')
+    parser.add_argument('--batch-size', type=int, default=4)
+    parser.add_argument(
+        '--size', type=int, default=128, help='image height and width')
+    parser.add_argument('--iters', type=int, default=20)
+    parser.add_argument('--warmup', type=int, default=3)
+    parser.add_argument('--threads', type=int, default=None)
+    return parser.parse_args()
+
+
+def build(cfg, full_cfg):
+    """The model (random prior of the config's K, so no data is needed)
+    and the optimizers of the full fine-tune and of the cached training."""
+    k = cfg.model.bbox_head.num_classes
+    rng = np.random.default_rng(0)
+    prior = rng.uniform(size=(k, k))
+    np.fill_diagonal(prior, 1.0)
+    cfg.model.prior = prior
+    for aug in cfg.model.data_preprocessor.get('batch_augments') or []:
+        aug.prior = prior
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    return model, build_optim_wrapper(model, full_cfg.optim_wrapper), \
+        build_optim_wrapper(model, cfg.optim_wrapper)
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    register_all_modules()
+    cfg = get_config(args.config)
+    model, full_optim, cached_optim = build(cfg,
+                                            get_config(args.full_config))
+    k = cfg.model.bbox_head.num_classes
+    rng = np.random.default_rng(0)
+    labels = [
+        rng.choice(k, size=rng.integers(2, 7), replace=True).tolist()
+        for _ in range(args.batch_size)
+    ]
+    images = demo_batch(labels, size=args.size)
+
+    # the cached outputs of this batch (eval mode, as the cache is made)
+    model.eval()
+    data = model.data_preprocessor(copy.deepcopy(images), False)
+    with torch.no_grad():
+        head_inputs = model.forward_transformer(
+            model.extract_feat(data['inputs']), data['data_samples'])
+        _, boxes = model.bbox_head(head_inputs['hidden_states'],
+                                   head_inputs['references'])
+    cached = dict(
+        inputs=dict(
+            hidden_states=list(head_inputs['hidden_states'].transpose(0, 1)),
+            bbox_preds=list(boxes.transpose(0, 1))),
+        data_samples=data['data_samples'])
+    model.train()
+
+    def full():
+        full_optim.update_params(
+            sum(
+                model(**model.data_preprocessor(
+                    copy.deepcopy(images), True),
+                      mode='loss').values()))
+
+    def cached_step():
+        cached_optim.update_params(
+            sum(
+                model(**model.data_preprocessor(
+                    copy.deepcopy(cached), True),
+                      mode='loss').values()))
+
+    for _ in range(args.warmup):
+        full()
+        cached_step()
+    full_t, cached_t, ratios = [], [], []
+    for _ in range(args.iters):
+        f, c = timed(full), timed(cached_step)
+        full_t.append(f)
+        cached_t.append(c)
+        ratios.append(f / c)
+    f_med = statistics.median(full_t)
+    c_med = statistics.median(cached_t)
+    ratio = statistics.median(ratios)
+    print(f'config: {args.config}, batch {args.batch_size} x {args.size} '
+          f'px, {torch.get_num_threads()} threads, {args.iters} pairs')
+    print(f'full CaliDINO training step: {1e3 * f_med:.1f} ms (median)')
+    print(f'cached calibrator step:      {1e3 * c_med:.2f} ms (median)')
+    print(f'ratio (median of pairs): {ratio:.1f}x cheaper '
+          f'(target >= {TARGET:.0f}x): '
+          f'{"met" if ratio >= TARGET else "NOT met"}')
+
+
+if __name__ == '__main__':
+    main()

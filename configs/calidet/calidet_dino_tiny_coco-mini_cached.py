@@ -1,0 +1,29 @@
+# The tiny CaliDINO of calidet_dino_tiny_coco-mini.py calibrated on cached
+# decoder outputs of a trained tiny DINO (dino_tiny_coco-mini.py): only the
+# CaliFormer learns (see configs/context_shift/
+# calidet_dino_tiny_context-shift_cached.py for the recipe). Set the DINO:
+#   python tools/train.py configs/calidet/calidet_dino_tiny_coco-mini_cached.py \
+#       --cfg-options load_from=DINO.pth \
+#       train_dataloader.dataset.source.checkpoint=DINO.pth
+_base_ = './calidet_dino_tiny_coco-mini.py'
+
+dino_checkpoint = 'work_dirs/dino_tiny_coco-mini/iter_400.pth'
+load_from = dino_checkpoint
+
+model = dict(data_preprocessor=dict(type='DecoderCachePreprocessor'))
+
+train_dataloader = dict(
+    _delete_=True,
+    batch_size=2,
+    num_workers=0,
+    persistent_workers=False,
+    sampler=dict(type='DefaultSampler', shuffle=True),
+    dataset=dict(
+        type='DecoderCacheDataset',
+        cache_dir='work_dirs/dino_tiny_coco-mini/decoder_cache_train',
+        source=dict(
+            config='configs/calidet/dino_tiny_coco-mini.py',
+            checkpoint=dino_checkpoint,
+            passes=2)))
+model_wrapper_cfg = dict(
+    type='MMDistributedDataParallel', find_unused_parameters=True)

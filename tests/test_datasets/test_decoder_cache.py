@@ -1,0 +1,114 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""DecoderCacheDataset / build_decoder_cache on the tiny coco-mini DINO."""
+import os
+import os.path as osp
+
+import pytest
+import torch
+from mmdet.registry import DATASETS
+from mmengine.config import Config
+from mmengine.dataset import pseudo_collate
+from mmengine.runner import save_checkpoint
+
+from mmcalidet.datasets import DecoderCacheDataset, build_decoder_cache
+from mmcalidet.datasets.decoder_cache import cache_is_current
+from mmcalidet.testing import PROJECT_ROOT, build_detector
+
+INDICES = [0, 3, 5]
+
+
+@pytest.fixture(scope='module')
+def dino(tmp_path_factory):
+    """A tiny DINO checkpoint and a config whose training pipeline has no
+    random flip (so a direct forward can be compared)."""
+    root = tmp_path_factory.mktemp('dino')
+    model = build_detector('calidet/dino_tiny_coco-mini.py', seed=0)
+    ckpt = str(root / 'dino.pth')
+    save_checkpoint(dict(state_dict=model.state_dict()), ckpt)
+    config = str(root / 'dino_noflip.py')
+    base = osp.join(PROJECT_ROOT, 'configs', 'calidet',
+                    'dino_tiny_coco-mini.py')
+    with open(config, 'w') as f:
+        f.write(f"_base_ = '{base}'\n"
+                'train_dataloader = dict(dataset=dict(pipeline=[\n'
+                "    dict(type='LoadImageFromFile'),\n"
+                "    dict(type='LoadAnnotations', with_bbox=True),\n"
+                "    dict(type='Resize', scale=(256, 256), keep_ratio=True),\n"
+                "    dict(type='PackDetInputs')]))\n")
+    return model, config, ckpt
+
+
+def test_cache_holds_every_decoder_layer_and_the_ground_truth(dino, tmp_path):
+    model, config, ckpt = dino
+    out = str(tmp_path / 'cache')
+    # one batch, as below (padding to the batch's largest image changes
+    # the features)
+    build_decoder_cache(
+        config, ckpt, out, indices=INDICES, batch_size=3, progress=False)
+    assert not [f for f in os.listdir(tmp_path) if 'partial' in f]
+    dataset = DecoderCacheDataset(out)
+    assert len(dataset) == len(INDICES)
+    assert dataset.num_layers == 2
+    assert len(dataset.metainfo['classes']) == 80
+
+    # the same images through the model directly
+    source = DATASETS.build(Config.fromfile(config).train_dataloader.dataset)
+    model.eval()
+    batch = model.data_preprocessor(
+        pseudo_collate([source[i] for i in INDICES]), False)
+    with torch.no_grad():
+        head_inputs = model.forward_transformer(
+            model.extract_feat(batch['inputs']), batch['data_samples'])
+        _, boxes = model.bbox_head(head_inputs['hidden_states'],
+                                   head_inputs['references'])
+    for k, ds in enumerate(batch['data_samples']):
+        item = dataset[k]
+        torch.testing.assert_close(
+            item['inputs']['hidden_states'],
+            head_inputs['hidden_states'][:, k],
+            rtol=1e-4,
+            atol=1e-4)
+        torch.testing.assert_close(
+            item['inputs']['bbox_preds'], boxes[:, k], rtol=1e-4, atol=1e-5)
+        gt = item['data_samples'].gt_instances
+        assert torch.equal(gt.labels, ds.gt_instances.labels)
+        torch.testing.assert_close(gt.bboxes, ds.gt_instances.bboxes)
+        assert tuple(item['data_samples'].img_shape) == tuple(ds.img_shape)
+
+
+def test_source_makes_the_cache_once_and_again_when_stale(dino, tmp_path):
+    model, config, ckpt = dino
+    out = str(tmp_path / 'cache')
+    source = dict(
+        config=config, checkpoint=ckpt, indices=INDICES[:2], progress=False)
+    DecoderCacheDataset(out, source=source)
+    stamp = os.stat(osp.join(out, 'hidden.npy')).st_mtime_ns
+    DecoderCacheDataset(out, source=source)  # up to date: reused
+    assert os.stat(osp.join(out, 'hidden.npy')).st_mtime_ns == stamp
+    assert cache_is_current(out, config, ckpt, 1, INDICES[:2], 'float32')
+    assert not cache_is_current(out, config, ckpt, 2, INDICES[:2],
+                                'float32')
+    # another checkpoint at the same path: stale, made again
+    state = model.state_dict()
+    state['bbox_head.cls_branches.0.bias'] = state[
+        'bbox_head.cls_branches.0.bias'] + 1
+    save_checkpoint(dict(state_dict=state), ckpt)
+    assert not cache_is_current(out, config, ckpt, 1, INDICES[:2], 'float32')
+    DecoderCacheDataset(out, source=source)
+    assert os.stat(osp.join(out, 'hidden.npy')).st_mtime_ns != stamp
+
+
+def test_missing_cache_names_the_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match='source=dict'):
+        DecoderCacheDataset(str(tmp_path / 'nothing'))
+
+
+def test_bad_arguments(dino, tmp_path):
+    _, config, ckpt = dino
+    with pytest.raises(ValueError, match='passes'):
+        build_decoder_cache(config, ckpt, str(tmp_path / 'c'), passes=0)
+    with pytest.raises(ValueError, match='out of range'):
+        build_decoder_cache(
+            config, ckpt, str(tmp_path / 'c'), indices=[10**6],
+            progress=False)
+    assert not [f for f in os.listdir(tmp_path) if 'partial' in f]

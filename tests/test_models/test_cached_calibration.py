@@ -1,0 +1,101 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Calibrator training on cached decoder outputs: the same logits and
+losses as the head on images, gradients only where they belong."""
+import copy
+
+import pytest
+import torch
+from mmdet.models.dense_heads import DeformableDETRHead
+
+from mmcalidet.models.data_preprocessors import is_cached_batch
+from mmcalidet.priors import label_lists_prior
+from mmcalidet.testing import build_detector, demo_batch
+
+CONFIG = 'calidet/calidet_dino_tiny_coco-mini_cached.py'
+LABELS = ((1, 2), (3, ), (0, 5, 7))
+
+
+@pytest.fixture(scope='module')
+def model():
+    return build_detector(CONFIG, seed=0)
+
+
+def decoder_outputs(model, labels=LABELS):
+    """Eval-mode decoder outputs of a demo batch, as the cache holds them,
+    with the batch's data samples."""
+    model.eval()
+    data = model.data_preprocessor(demo_batch(labels, size=64), False)
+    samples = data['data_samples']
+    with torch.no_grad():
+        head_inputs = model.forward_transformer(
+            model.extract_feat(data['inputs']), samples)
+        _, boxes = model.bbox_head(head_inputs['hidden_states'],
+                                   head_inputs['references'],
+                                   head_inputs['cali_vectors'])
+    return head_inputs, boxes, samples
+
+
+def test_cached_losses_equal_head_losses_on_images(model):
+    """The cached path computes the logits the head computes from the same
+    hidden states, and the per-layer DETR losses of those logits."""
+    head_inputs, boxes, samples = decoder_outputs(model)
+    hidden = head_inputs['hidden_states']
+    labels = [ds.gt_instances.labels.numpy() for ds in samples]
+    priors = torch.as_tensor(
+        label_lists_prior(labels, 80), dtype=torch.float32)
+    head = model.bbox_head
+    with torch.no_grad():
+        cali = head.get_cali_vectors(priors)
+        cls, box = head(hidden, head_inputs['references'], cali)
+        expected = DeformableDETRHead.loss_by_feat(
+            head, cls, box, None, None, [ds.gt_instances for ds in samples],
+            [ds.metainfo for ds in samples])
+        got = head.loss_cached(hidden, boxes, samples, cali, priors)
+    assert torch.equal(box, boxes)
+    for key, value in expected.items():
+        torch.testing.assert_close(got[key], value, msg=key)
+    # LoMa per decoder layer, and nothing of denoising or the encoder
+    assert {'loss_loma', 'd0.loss_loma'} <= set(got)
+    assert not any(k.startswith(('dn_', 'enc_')) for k in got)
+
+
+def test_cached_batch_through_preprocessor_and_detector(model):
+    """DecoderCachePreprocessor stacks cached items to (L, B, Q, d) and the
+    EdgeSampler gives each sample a prior; images still go through
+    DetDataPreprocessor."""
+    head_inputs, boxes, samples = decoder_outputs(model)
+    hidden = head_inputs['hidden_states']
+    items = dict(
+        inputs=dict(
+            hidden_states=list(hidden.transpose(0, 1)),
+            bbox_preds=list(boxes.transpose(0, 1))),
+        data_samples=copy.deepcopy(samples))
+    assert is_cached_batch(items['inputs'])
+    model.train()
+    data = model.data_preprocessor(items, True)
+    assert torch.equal(data['inputs']['hidden_states'], hidden)
+    assert all(ds.prior.shape == (80, 80) for ds in data['data_samples'])
+    losses = model.loss(data['inputs'], data['data_samples'])
+    assert torch.isfinite(sum(losses.values()))
+    images = model.data_preprocessor(demo_batch(LABELS, size=64), False)
+    assert images['inputs'].shape[:2] == (3, 3)
+
+
+@pytest.mark.parametrize('train_cls', [False, True])
+def test_gradients_reach_the_calibrator_only(train_cls):
+    model = build_detector(CONFIG, seed=0, cache_train_cls_branches=train_cls)
+    head_inputs, boxes, samples = decoder_outputs(model)
+    model.train()
+    inputs = dict(
+        hidden_states=head_inputs['hidden_states'], bbox_preds=boxes)
+    losses = model.loss(inputs, samples)
+    sum(losses.values()).backward()
+    with_grad = {
+        name.split('.')[0] + '.' + name.split('.')[1]
+        for name, p in model.named_parameters()
+        if p.grad is not None and p.grad.abs().sum() > 0
+    }
+    expected = {'bbox_head.califormer'}
+    if train_cls:
+        expected.add('bbox_head.cls_branches')
+    assert with_grad == expected
