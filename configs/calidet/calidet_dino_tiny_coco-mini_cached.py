@@ -25,5 +25,9 @@ train_dataloader = dict(
             config='configs/calidet/dino_tiny_coco-mini.py',
             checkpoint=dino_checkpoint,
             passes=2)))
+# the CaliFormer alone (see the context-shift calibrator config)
+optim_wrapper = dict(
+    constructor='CalibratorOptimWrapperConstructor',
+    paramwise_cfg=dict(_delete_=True))
 model_wrapper_cfg = dict(
     type='MMDistributedDataParallel', find_unused_parameters=True)

@@ -4,6 +4,7 @@ eval_priors.py``, ``eval_subsets.py``, ``self_calibrate.py``): build the
 detectors, cache them once, and assemble the methods the tables compare.
 """
 import argparse
+import copy
 import logging
 import os
 import os.path as osp
@@ -148,7 +149,9 @@ def build_detector(cfg, checkpoint: Optional[str], device: str = 'cpu'):
     if cfg.get('custom_imports'):
         from mmengine.utils import import_modules_from_strings
         import_modules_from_strings(**cfg.custom_imports)
-    model = MODELS.build(cfg.model)
+    # a copy: mmdet's DETR detectors write into their bbox_head config, so
+    # the same config could not build a second model
+    model = MODELS.build(copy.deepcopy(cfg.model))
     if checkpoint in (None, 'none'):
         model.init_weights()
     else:
@@ -204,6 +207,21 @@ def load_train_prior(src, model, cfg,
             path, classes=classes, num_classes=len(classes), return_meta=True)
         return matrix, meta
     return load_prior(src, num_classes=len(classes)), {}
+
+
+def shares_trunk(model: torch.nn.Module, baseline: torch.nn.Module) -> bool:
+    """Whether every weight of ``baseline`` is in ``model``, unchanged
+    (a CaliDet model calibrated on the baseline's cached decoder outputs):
+    then both have the same decoder outputs and one cache serves both."""
+    if type(model.backbone) is not type(baseline.backbone):
+        return False
+    mine = model.state_dict()
+    for key, value in baseline.state_dict().items():
+        other = mine.get(key)
+        if other is None or other.shape != value.shape or \
+                not torch.equal(other, value):
+            return False
+    return True
 
 
 class EvalSetup:
@@ -268,13 +286,19 @@ class EvalSetup:
             bmodel = build_detector(bcfg, args.baseline_checkpoint,
                                     args.device)
             bmodel.dataset_meta = dict(bloader.dataset.metainfo)
-            bcache = cache_hidden_states(
-                bmodel,
-                bloader,
-                spill_dir=None if args.cache_dir is None else osp.join(
-                    args.cache_dir, 'baseline'),
-                dtype=dtype,
-                progress=progress)
+            if shares_trunk(model, bmodel):
+                # a calibrator trained on the baseline's cached outputs:
+                # the same decoder outputs, one cache
+                bcache = self.cache
+            else:
+                bcache = cache_hidden_states(
+                    bmodel,
+                    bloader,
+                    spill_dir=None if args.cache_dir is None else osp.join(
+                        args.cache_dir, 'baseline'),
+                    dtype=dtype,
+                    progress=progress)
+            self.info['shared_cache'] = bcache is self.cache
             if bcache.img_ids() != self.cache.img_ids():
                 raise ValueError('the baseline config evaluates other images '
                                  '(or another order) than the main config')

@@ -9,7 +9,7 @@ from mmdet.models.dense_heads import DeformableDETRHead
 
 from mmcalidet.models.data_preprocessors import is_cached_batch
 from mmcalidet.priors import label_lists_prior
-from mmcalidet.testing import build_detector, demo_batch
+from mmcalidet.testing import build_detector, demo_batch, get_config
 
 CONFIG = 'calidet/calidet_dino_tiny_coco-mini_cached.py'
 LABELS = ((1, 2), (3, ), (0, 5, 7))
@@ -99,3 +99,28 @@ def test_gradients_reach_the_calibrator_only(train_cls):
     if train_cls:
         expected.add('bbox_head.cls_branches')
     assert with_grad == expected
+
+
+@pytest.mark.parametrize('name', [
+    'calidet/calidet_dino_tiny_coco-mini_cached.py',
+    'calidet/calidet_dino-4scale_r50_8xb2-cached_coco.py',
+    'context_shift/calidet_dino_tiny_context-shift_cached.py',
+])
+def test_calibrator_configs(name):
+    """Each calibrator config trains the CaliFormer alone on a decoder
+    cache and keeps its parent's model, so its checkpoints are the
+    parent's."""
+    cfg = get_config(name)
+    assert cfg.model.type == 'CaliDINO'
+    assert cfg.model.data_preprocessor.type == 'DecoderCachePreprocessor'
+    sampler, = cfg.model.data_preprocessor.batch_augments
+    assert sampler.type == 'EdgeSampler' and sampler.noise_std == 0.16
+    assert cfg.train_dataloader.dataset.type == 'DecoderCacheDataset'
+    assert 'batch_sampler' not in cfg.train_dataloader  # no aspect ratios
+    assert cfg.optim_wrapper.constructor == \
+        'CalibratorOptimWrapperConstructor'
+    assert cfg.optim_wrapper.clip_grad.max_norm == 0.1  # DINO's
+    assert cfg.train_cfg.type == 'IterBasedTrainLoop'
+    parent = get_config(name.replace('_cached', '').replace(
+        '-cached_coco', '-6e_coco'))
+    assert cfg.model.bbox_head == parent.model.bbox_head

@@ -1,6 +1,7 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The context-shift benchmark end to end: generate the data, train the
-plain tiny DINO and the tiny CaliDINO (fine-tuned from it), and evaluate them
+plain tiny DINO and the tiny CaliDINO (calibrated on the DINO's cached
+decoder outputs, or fine-tuned from it), and evaluate them
 (injection table, per-site table, subset table, self-calibration per site,
 post-hoc baselines on the plain DINO).
 
@@ -34,10 +35,12 @@ from mmcalidet.utils.cli import run_tool  # noqa: E402
 
 DINO_CONFIG = 'configs/context_shift/dino_tiny_context-shift.py'
 CALIDET_CONFIG = 'configs/context_shift/calidet_dino_tiny_context-shift.py'
+CACHED_CONFIG = \
+    'configs/context_shift/calidet_dino_tiny_context-shift_cached.py'
 SITES = ('like_train', 'left_only', 'crossed')
 SUBSET_SIZES = (8, 16, 32, 64, 128, 256)
-#: (dino iterations, fine-tune iterations) per mode
-SCHEDULES = dict(full=(3000, 1000), quick=(900, 300))
+#: (dino iterations, fine-tune iterations, calibrator updates) per mode
+SCHEDULES = dict(full=(3000, 1000, 10000), quick=(900, 300, 3000))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -65,6 +68,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=int,
         help='CaliDINO fine-tune iterations (see --calidet-init)')
     parser.add_argument(
+        '--calibrator-updates',
+        type=int,
+        help='CaliFormer updates on cached decoder outputs (--calidet-init '
+        'cached)')
+    parser.add_argument(
         '--decay-at',
         type=float,
         default=5 / 6,
@@ -72,10 +80,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         '5 of 6 epochs)')
     parser.add_argument(
         '--calidet-init',
-        choices=('finetune', 'same-budget', 'scratch'),
-        default='finetune',
-        help='finetune (the paper\'s recipe): CaliDINO fine-tunes the '
-        'final DINO for --finetune-iters more; same-budget: it starts from '
+        choices=('cached', 'finetune', 'same-budget', 'scratch'),
+        default='cached',
+        help='cached: the CaliFormer of the CaliDINO learns from the final '
+        'DINO\'s cached decoder outputs for --calibrator-updates steps (the '
+        'trunk stays the DINO\'s); finetune (the paper\'s recipe): CaliDINO '
+        'fine-tunes the final DINO for --finetune-iters more; same-budget: '
+        'it starts from '
         'the DINO at dino-iters - finetune-iters and runs the rest of its '
         'schedule; scratch: it trains the DINO schedule from scratch, both '
         'trainings side by side')
@@ -121,16 +132,23 @@ def schedule(args: argparse.Namespace) -> Dict:
     Returns:
         dict: ``dino`` (iterations), ``decay`` (its lr x0.1 iteration),
         ``init`` (``--calidet-init``), ``start`` (the DINO checkpoint the
-        CaliDINO starts from; 0: none), ``calidet`` (CaliDINO iterations)
-        and ``calidet_decay`` (its lr x0.1 iteration).
+        CaliDINO starts from; 0: none), ``calidet`` (CaliDINO iterations,
+        or CaliFormer updates when ``cached``) and ``calidet_decay`` (its
+        lr x0.1 iteration).
     """
-    dino, ft = SCHEDULES['quick' if args.quick else 'full']
+    dino, ft, updates = SCHEDULES['quick' if args.quick else 'full']
     dino = args.dino_iters or dino
     ft = args.finetune_iters or ft
-    if dino < 1 or ft < 1:
-        raise ValueError('--dino-iters and --finetune-iters must be >= 1')
+    updates = args.calibrator_updates or updates
+    if dino < 1 or ft < 1 or updates < 1:
+        raise ValueError('--dino-iters, --finetune-iters and '
+                         '--calibrator-updates must be >= 1')
     decay = int(round(dino * args.decay_at))
     init = args.calidet_init
+    if init == 'cached':  # the CaliFormer alone, on the final DINO
+        return dict(dino=dino, decay=decay, init=init, start=dino,
+                    calidet=updates,
+                    calidet_decay=int(round(updates * args.decay_at)))
     if init == 'finetune':  # the paper's: from the final DINO
         return dict(dino=dino, decay=decay, init=init, start=dino,
                     calidet=ft, calidet_decay=int(round(ft * args.decay_at)))
@@ -301,6 +319,23 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
                         cali_opts + common + list(args.calidet_options),
                         args.retrain, args.data, threads)
         secs = dict(dino=dino.wait(), calidet=cali.wait())
+    elif sched['init'] == 'cached':
+        secs = dict(
+            dino=Training(DINO_CONFIG, dino_dir, sched['dino'], dino_opts,
+                          args.retrain, args.data).wait())
+        start = osp.join(dino_dir, f'iter_{sched["dino"]}.pth')
+        cali_opts += [
+            f'load_from={start}',
+            f'train_dataloader.dataset.source.checkpoint={start}',
+            f'train_dataloader.dataset.source.config={DINO_CONFIG}',
+            'train_dataloader.dataset.cache_dir='
+            f'{osp.join(dino_dir, "decoder_cache_train")}',
+            f'default_hooks.logger.interval={max(1, sched["calidet"] // 10)}'
+        ]
+        secs['calidet'] = Training(
+            CACHED_CONFIG, cali_dir, sched['calidet'],
+            cali_opts + list(args.cfg_options) + list(args.calidet_options),
+            args.retrain or secs['dino'] > 0, args.data).wait()
     else:
         start = osp.join(dino_dir, f'iter_{sched["start"]}.pth')
         cali_opts.append(f'load_from={start}')
@@ -315,6 +350,8 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
     return dict(
         dino_dir=dino_dir,
         calidet_dir=cali_dir,
+        calidet_config=CACHED_CONFIG
+        if sched['init'] == 'cached' else CALIDET_CONFIG,
         dino_ckpt=osp.join(dino_dir, f'iter_{sched["dino"]}.pth'),
         calidet_ckpt=osp.join(cali_dir, f'iter_{sched["calidet"]}.pth'),
         seconds=secs)
@@ -335,7 +372,7 @@ def _eval_args(trained: Dict, out_dir: str, no_progress: bool):
     parser.add_argument('checkpoint')
     add_model_args(parser)
     argv = [
-        trained_config(trained['calidet_dir'], CALIDET_CONFIG),
+        trained_config(trained['calidet_dir'], trained['calidet_config']),
         trained['calidet_ckpt'], '--baseline-config',
         trained_config(trained['dino_dir'], DINO_CONFIG),
         '--baseline-checkpoint', trained['dino_ckpt'],
@@ -573,6 +610,10 @@ def write_results(out_dir: str, results: Dict, trained: Dict,
         f'x0.1 at {sched["decay"]}); ' + (
             'CaliDINO the same schedule from scratch.'
             if sched['init'] == 'scratch' else
+            f'CaliDINO: {sched["calidet"]} CaliFormer updates on the final '
+            'DINO\'s cached decoder outputs (lr x0.1 at update '
+            f'{sched["calidet_decay"]}; the trunk stays the DINO\'s).'
+            if sched['init'] == 'cached' else
             f'CaliDINO {sched["calidet"]} iterations from the DINO\'s '
             f'iteration {sched["start"]} (lr x0.1 at its iteration '
             f'{sched["calidet_decay"]}).'), '',

@@ -1,0 +1,71 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""tools/analysis_tools/calibrator_curve.py on the tiny coco-mini models:
+one training with snapshots, each evaluated on the DINO's cache."""
+import json
+import os
+import os.path as osp
+import subprocess
+import sys
+
+from mmengine.runner import save_checkpoint
+
+from mmcalidet.testing import PROJECT_ROOT, build_detector, data_root
+
+TOOL = 'tools/analysis_tools/calibrator_curve.py'
+CACHED = 'configs/calidet/calidet_dino_tiny_coco-mini_cached.py'
+DINO = 'configs/calidet/dino_tiny_coco-mini.py'
+
+
+def run(args):
+    proc = subprocess.run([sys.executable, TOOL] + args,
+                          cwd=PROJECT_ROOT,
+                          env=dict(
+                              os.environ,
+                              MMCALIDET_DATA=data_root(),
+                              OMP_NUM_THREADS='1'),
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_curve_trains_once_and_evaluates_every_snapshot(tmp_path):
+    dino = build_detector('calidet/dino_tiny_coco-mini.py', seed=0)
+    ckpt = str(tmp_path / 'dino.pth')
+    save_checkpoint(dict(state_dict=dino.state_dict()), ckpt)
+    work = str(tmp_path / 'curve')
+    args = [
+        CACHED, '--dino-config', DINO, '--dino-checkpoint', ckpt,
+        '--updates', '2', '1', '--work-dir', work, '--cache-dir',
+        str(tmp_path / 'cache'), '--max-images', '4', '--no-progress',
+        '--cfg-options', 'train_dataloader.dataset.source.indices=[0,1,2]',
+        'train_dataloader.dataset.source.progress=False'
+    ]
+    code, out = run(args)
+    assert code == 0, out[-4000:]
+    for n in (1, 2):
+        assert osp.isfile(osp.join(work, f'snapshot_iter_{n}.pth'))
+    with open(osp.join(work, 'results', 'curve.json')) as f:
+        result = json.load(f)
+    points = result['points']
+    assert [p['updates'] for p in points] == [1, 2]
+    for p in points:
+        # the summary is the table's arithmetic
+        assert abs(p['spread'] - (p['AP_E_x'] - p['AP_flip_E_x'])) < 1e-9
+        assert abs(p['gain'] - (p['AP_E_x'] - p['AP_E0'])) < 1e-9
+        assert abs(p['et_vs_dino'] -
+                   (p['AP_E_t'] - result['reference']['AP_dino'])) < 1e-9
+    assert osp.getsize(osp.join(work, 'results', 'curve.png')) > 0
+    assert '| 1 |' in out and '| 2 |' in out
+    # a second run with the same settings reuses the training
+    code, out = run(args)
+    assert code == 0 and 'reusing the snapshots' in out, out[-4000:]
+
+
+def test_missing_files_are_one_line_errors(tmp_path):
+    code, out = run([
+        CACHED, '--dino-config', DINO, '--dino-checkpoint',
+        str(tmp_path / 'none.pth'), '--updates', '1', '--work-dir',
+        str(tmp_path)
+    ])
+    assert code == 1 and 'not found' in out and 'Traceback' not in out
