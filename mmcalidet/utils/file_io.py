@@ -12,6 +12,8 @@ PathLike = Union[str, os.PathLike]
 
 #: default size limit for small structured files (priors, class lists)
 MAX_SMALL_FILE_BYTES = 256 * 1024 * 1024
+#: a YOLO label file of 100k objects is ~4 MB; refuse anything huge
+MAX_LABEL_FILE_BYTES = 64 * 1024 * 1024
 
 
 @contextmanager
@@ -58,7 +60,8 @@ def atomic_write(path: PathLike, mode: str = 'w', **kwargs) -> Iterator:
 
 def check_readable_file(path: PathLike,
                         max_bytes: int = MAX_SMALL_FILE_BYTES,
-                        what: str = 'file') -> str:
+                        what: str = 'file',
+                        allow_empty: bool = False) -> str:
     """Check that ``path`` is an existing, regular, non-empty file no larger
     than ``max_bytes`` (device files such as ``/dev/zero`` and huge files are
     refused before anything is read).
@@ -67,6 +70,8 @@ def check_readable_file(path: PathLike,
         path (str | PathLike): the file.
         max_bytes (int): size limit in bytes.
         what (str): what the file holds, for error messages.
+        allow_empty (bool): accept an empty file (e.g. a YOLO label file of
+            an image without objects). Defaults to False.
 
     Returns:
         str: the path as a string.
@@ -80,12 +85,50 @@ def check_readable_file(path: PathLike,
     info = os.stat(path)
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(f'{what} is not a regular file: {path}')
-    if info.st_size == 0:
+    if info.st_size == 0 and not allow_empty:
         raise ValueError(f'{what} is empty: {path}')
     if info.st_size > max_bytes:
         raise ValueError(f'{what} is too large ({info.st_size} bytes > '
                          f'limit {max_bytes}): {path}')
     return path
+
+
+def read_small_file(path: PathLike,
+                    max_bytes: int = MAX_SMALL_FILE_BYTES,
+                    what: str = 'file',
+                    allow_empty: bool = False) -> bytes:
+    """Read a whole file after :func:`check_readable_file`, reading at most
+    ``max_bytes``.
+
+    The file is opened without blocking and checked again on the open
+    descriptor, so a file swapped for a FIFO or a device after the check
+    cannot block the read or fill the memory; a file that grew past the
+    limit since is refused too.
+
+    Args:
+        path (str | PathLike): the file.
+        max_bytes (int): size limit in bytes.
+        what (str): what the file holds, for error messages.
+        allow_empty (bool): accept an empty file.
+
+    Returns:
+        bytes: the content.
+
+    Raises:
+        ValueError: naming the file and the problem.
+    """
+    path = check_readable_file(path, max_bytes, what, allow_empty)
+    fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))
+    with os.fdopen(fd, 'rb') as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f'{what} is not a regular file: {path}')
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f'{what} is too large (more than {max_bytes} '
+                         f'bytes): {path}')
+    if not data and not allow_empty:
+        raise ValueError(f'{what} is empty: {path}')
+    return data
 
 
 def load_json(path: PathLike,
