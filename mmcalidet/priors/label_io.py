@@ -86,11 +86,51 @@ def read_class_names(path: str) -> List[str]:
     return check_class_names(names, f'classes file {path}')
 
 
-def _coco_category_order(categories: list, classes: Optional[Sequence[str]],
-                         path: str) -> dict:
+def _coco_entries(data: dict, key: str, path: str,
+                  required: bool = True) -> list:
+    """``data[key]``: a list of JSON objects."""
+    entries = data.get(key)
+    if entries is None and not required:
+        return []
+    if not isinstance(entries, list):
+        what = 'missing' if key not in data else \
+            f'a {type(entries).__name__}, not a list'
+        raise ValueError(f'{path}: "{key}" is {what}')
+    for k, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(f'{path}: {key}[{k}] is a '
+                             f'{type(entry).__name__}, not an object')
+    return entries
+
+
+def _coco_int(entry: dict, field_name: str, path: str, where: str) -> int:
+    """An integer field of a COCO entry (``true``/``1.0``/``"3"`` refused,
+    as they would silently be other ids)."""
+    if field_name not in entry:
+        raise ValueError(f'{path}: {where} has no "{field_name}"')
+    value = entry[field_name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f'{path}: {where} "{field_name}" must be an '
+                         f'integer, got {value!r}')
+    return value
+
+
+def _coco_category_order(data: dict, classes: Optional[Sequence[str]],
+                         path: str) -> tuple:
     """Map COCO category id -> contiguous class index."""
-    if not isinstance(categories, list) or not categories:
+    if 'categories' not in data or not data['categories']:
         raise ValueError(f'{path}: no "categories" in the annotation file')
+    categories = _coco_entries(data, 'categories', path)
+    first = {}
+    for k, cat in enumerate(categories):
+        cat_id = _coco_int(cat, 'id', path, f'categories[{k}]')
+        if cat_id in first:
+            raise ValueError(f'{path}: duplicated category id {cat_id} '
+                             f'(categories[{first[cat_id]}] and '
+                             f'categories[{k}])')
+        first[cat_id] = k
+        if 'name' not in cat:
+            raise ValueError(f'{path}: categories[{k}] has no "name"')
     cats = sorted(categories, key=lambda c: c['id'])
     names = [c['name'] for c in cats]
     check_class_names(names, f'{path}: category names')
@@ -118,37 +158,54 @@ def read_coco_labels(path: str,
 
     Returns:
         LabelSets: one entry per image of ``images``.
+
+    Raises:
+        ValueError: naming the file and the entry: not a COCO file,
+            missing keys or values of the wrong type (ids must be integers,
+            ``iscrowd`` 0 or 1), duplicated image or category ids, unknown
+            ids in annotations.
     """
     data = load_json(path, 'annotation file', MAX_ANNOTATION_BYTES)
     if not isinstance(data, dict) or 'images' not in data:
         raise ValueError(f'{path}: not a COCO annotation file (no "images")')
-    cat_to_index, names = _coco_category_order(
-        data.get('categories'), classes, path)
-    image_ids = [img['id'] for img in data['images']]
-    row = {img_id: k for k, img_id in enumerate(image_ids)}
-    anns = data.get('annotations') or []
+    cat_to_index, names = _coco_category_order(data, classes, path)
+    images = _coco_entries(data, 'images', path)
+    row = {}
+    for k, img in enumerate(images):
+        img_id = _coco_int(img, 'id', path, f'images[{k}]')
+        if img_id in row:
+            raise ValueError(f'{path}: duplicated image id {img_id} '
+                             f'(images[{row[img_id]}] and images[{k}])')
+        row[img_id] = k
+    anns = _coco_entries(data, 'annotations', path, required=False)
     img_col = np.empty(len(anns), dtype=np.int64)
     cls_col = np.empty(len(anns), dtype=np.int64)
     n = 0
-    for ann in anns:
-        if ann.get('iscrowd', 0):
+    for k, ann in enumerate(anns):
+        where = f'annotations[{k}] (id {ann.get("id")})'
+        crowd = ann.get('iscrowd', 0)
+        if crowd not in (0, 1):  # "no" would count as a crowd
+            raise ValueError(f'{path}: {where} "iscrowd" must be 0 or 1, '
+                             f'got {crowd!r}')
+        if crowd:
             continue
-        if ann['image_id'] not in row:
+        image_id = _coco_int(ann, 'image_id', path, where)
+        cat = _coco_int(ann, 'category_id', path, where)
+        if image_id not in row:
             raise ValueError(f'{path}: annotation {ann.get("id")} refers to '
-                             f'unknown image id {ann["image_id"]}')
-        cat = ann['category_id']
+                             f'unknown image id {image_id}')
         if cat not in cat_to_index:
             if classes is not None:
                 continue  # a category outside the requested classes
             raise ValueError(f'{path}: annotation {ann.get("id")} has '
                              f'unknown category id {cat}')
-        img_col[n] = row[ann['image_id']]
+        img_col[n] = row[image_id]
         cls_col[n] = cat_to_index[cat]
         n += 1
     order = np.argsort(img_col[:n], kind='stable')
     labels = cls_col[:n][order]
-    counts = np.bincount(img_col[:n], minlength=len(image_ids))
-    offsets = np.zeros(len(image_ids) + 1, dtype=np.int64)
+    counts = np.bincount(img_col[:n], minlength=len(images))
+    offsets = np.zeros(len(images) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     return LabelSets(labels, offsets, list(names), source=path)
 

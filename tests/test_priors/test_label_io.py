@@ -272,6 +272,55 @@ def test_coco_bad_annotations(tmp_path, anns, message):
         read_coco_labels(_coco(tmp_path, anns))
 
 
+def _coco_data(**changes):
+    data = dict(
+        images=[dict(id=i, file_name=f'{i}.jpg') for i in (10, 20, 30)],
+        annotations=[dict(id=1, image_id=10, category_id=1, iscrowd=0)],
+        categories=[dict(id=5, name='b'), dict(id=1, name='a')])
+    data.update(changes)
+    return data
+
+
+BAD_COCO = [
+    (dict(images={'10': {}}), '"images" is a dict, not a list'),
+    (dict(images=[10, 20]), 'images[0] is a int, not an object'),
+    (dict(images=[dict(file_name='a.jpg')]), 'images[0] has no "id"'),
+    (dict(images=[dict(id='10')]),
+     'images[0] "id" must be an integer, got \'10\''),
+    (dict(images=[dict(id=10), dict(id=20), dict(id=10)]),
+     'duplicated image id 10 (images[0] and images[2])'),
+    (dict(categories=[dict(id=1, name='a'), dict(id=1, name='b')]),
+     'duplicated category id 1 (categories[0] and categories[1])'),
+    (dict(categories=[dict(name='a')]), 'categories[0] has no "id"'),
+    (dict(categories=[dict(id=1)]), 'categories[0] has no "name"'),
+    (dict(categories=[dict(id=True, name='a')]),
+     'categories[0] "id" must be an integer, got True'),
+    (dict(categories={'1': 'a'}), '"categories" is a dict, not a list'),
+    (dict(annotations=[dict(id=7, category_id=1)]),
+     'annotations[0] (id 7) has no "image_id"'),
+    (dict(annotations=[dict(id=7, image_id=10)]),
+     'annotations[0] (id 7) has no "category_id"'),
+    (dict(annotations=[dict(id=7, image_id=10, category_id=1.5)]),
+     'annotations[0] (id 7) "category_id" must be an integer, got 1.5'),
+    (dict(annotations=[dict(id=7, image_id=[10], category_id=1)]),
+     'annotations[0] (id 7) "image_id" must be an integer, got [10]'),
+    (dict(annotations=[dict(id=7, image_id=10, category_id=1,
+                            iscrowd='no')]),
+     'annotations[0] (id 7) "iscrowd" must be 0 or 1, got \'no\''),
+    (dict(annotations=[None]), 'annotations[0] is a NoneType, not an object'),
+    (dict(annotations='none'), '"annotations" is a str, not a list'),
+]
+
+
+@pytest.mark.parametrize('changes, message', BAD_COCO)
+def test_coco_wrong_keys_types_and_duplicates(tmp_path, changes, message):
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(_coco_data(**changes)))
+    with pytest.raises(ValueError) as info:
+        read_coco_labels(str(path))
+    assert str(info.value) == f'{path}: {message}'
+
+
 def test_coco_bad_files(tmp_path):
     empty = tmp_path / 'empty.json'
     empty.write_text('')
