@@ -1,6 +1,7 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Convert YOLO-format labels to a COCO-format annotation dict."""
 import io
+import math
 import os
 import os.path as osp
 from typing import Dict, List, Optional, Sequence
@@ -133,6 +134,15 @@ def parse_yolo_boxes(path: str, num_classes: int) -> List[List[float]]:
             box = [float(v) for v in fields[1:]]
         except ValueError as exc:
             raise ValueError(f'{path}, line {line_no}: {exc}') from exc
+        for name, text, value in zip(('cx', 'cy', 'w', 'h'), fields[1:],
+                                     box):
+            # NaN / Infinity would be written as invalid JSON
+            if not math.isfinite(value):
+                raise ValueError(f'{path}, line {line_no}: {name} is '
+                                 f'{text!r}, not a finite number')
+        if box[2] < 0 or box[3] < 0:
+            raise ValueError(f'{path}, line {line_no}: negative box size '
+                             f'(w {fields[3]}, h {fields[4]})')
         rows.append([cls] + box)
     return rows
 

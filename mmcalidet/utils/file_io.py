@@ -3,8 +3,10 @@
 import json
 import os
 import os.path as osp
+import signal
 import stat
 import tempfile
+import threading
 from contextlib import contextmanager
 from typing import Iterator, Union
 
@@ -16,13 +18,56 @@ MAX_SMALL_FILE_BYTES = 256 * 1024 * 1024
 MAX_LABEL_FILE_BYTES = 64 * 1024 * 1024
 
 
+#: the temporary file of :func:`atomic_write`: ``<name>.incomplete-<random>``
+#: plus this suffix, beside the destination
+INCOMPLETE_SUFFIX = '.tmp'
+
+
+def incomplete_prefix(name: str) -> str:
+    """The start of the name of :func:`atomic_write`'s temporary files for
+    a destination called ``name`` (e.g. ``ann.json.incomplete-``)."""
+    return f'{name}.incomplete-'
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived inside :func:`atomic_write`."""
+
+
+@contextmanager
+def _cleanup_on_sigterm() -> Iterator[None]:
+    """Turn SIGTERM into an exception inside the block (where it still has
+    the default handler, in the main thread), so that the block's clean-up
+    runs; the process then still dies of SIGTERM."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise _Terminated()
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # die of it, as without us
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @contextmanager
 def atomic_write(path: PathLike, mode: str = 'w', **kwargs) -> Iterator:
     """Open a temporary file beside ``path``; rename it onto ``path`` only
     when the block finishes without an exception.
 
     A crash or an error inside the block leaves ``path`` as it was (an
-    existing file is never truncated or half-written).
+    existing file is never truncated or half-written). The temporary file,
+    ``<name>.incomplete-<random>.tmp``, is removed on any exception,
+    including ``KeyboardInterrupt`` (Ctrl-C) and SIGTERM (``kill``); only a
+    process killed with SIGKILL (``kill -9``) or a power loss can leave it
+    behind, and it is then safe to delete.
 
     Args:
         path (str | PathLike): the destination file.
@@ -35,27 +80,30 @@ def atomic_write(path: PathLike, mode: str = 'w', **kwargs) -> Iterator:
     path = os.fspath(path)
     directory = osp.dirname(osp.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f'.{osp.basename(path)}.', suffix='.tmp', dir=directory)
-    # mkstemp makes the file 0600: give it the mode a plain open() would
-    # (or keep the mode of the file it replaces)
-    if osp.exists(path):
-        mode_bits = stat.S_IMODE(os.stat(path).st_mode)
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode_bits = 0o666 & ~umask
-    os.chmod(tmp, mode_bits)
-    try:
-        with os.fdopen(fd, mode, **kwargs) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if osp.exists(tmp):
-            os.remove(tmp)
-        raise
+    with _cleanup_on_sigterm():
+        fd, tmp = tempfile.mkstemp(
+            prefix=incomplete_prefix(osp.basename(path)),
+            suffix=INCOMPLETE_SUFFIX,
+            dir=directory)
+        try:
+            # mkstemp makes the file 0600: give it the mode a plain open()
+            # would (or keep the mode of the file it replaces)
+            if osp.exists(path):
+                mode_bits = stat.S_IMODE(os.stat(path).st_mode)
+            else:
+                umask = os.umask(0)
+                os.umask(umask)
+                mode_bits = 0o666 & ~umask
+            os.chmod(tmp, mode_bits)
+            with os.fdopen(fd, mode, **kwargs) as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if osp.exists(tmp):
+                os.remove(tmp)
+            raise
 
 
 def check_readable_file(path: PathLike,

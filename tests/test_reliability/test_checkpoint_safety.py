@@ -145,7 +145,9 @@ def test_a_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch,
 def test_outdated_checkpoints_go_after_the_new_one_is_saved(tmp_path):
     runner = toy_runner(tmp_path, 'order', 'AtomicCheckpointHook')
     # a leftover of a run killed while writing a checkpoint
-    (tmp_path / '.iter_9.pth.abc123.tmp').write_bytes(b'half')
+    (tmp_path / 'iter_9.pth.incomplete-abc123.tmp').write_bytes(b'half')
+    # (named so before)
+    (tmp_path / '.iter_8.pth.abc123.tmp').write_bytes(b'half')
     (tmp_path / 'notes.tmp').write_text('not ours')
     runner.train()
     files = sorted(f.name for f in tmp_path.iterdir()

@@ -158,3 +158,23 @@ def test_label_files_that_are_not_regular_files(tmp_path, monkeypatch):
     monkeypatch.undo()
     with pytest.raises(ValueError, match=f'label file {bad} is not UTF-8'):
         yolo_to_coco(str(tmp_path), sizes, cats)
+
+
+@pytest.mark.parametrize('line, message', [
+    ('0 nan 0.5 0.2 0.2', "cx is 'nan', not a finite number"),
+    ('0 0.5 NaN 0.2 0.2', "cy is 'NaN', not a finite number"),
+    ('0 0.5 0.5 inf 0.2', "w is 'inf', not a finite number"),
+    ('0 0.5 0.5 0.2 -Infinity', "h is '-Infinity', not a finite number"),
+    ('0 0.5 0.5 0.2 1e400', "h is '1e400', not a finite number"),
+    ('0 0.5 0.5 -0.2 0.2', 'negative box size (w -0.2, h 0.2)'),
+    ('0 0.5 0.5 0.2 -1e-3', 'negative box size (w 0.2, h -1e-3)'),
+])
+def test_non_finite_and_negative_boxes_are_refused(tmp_path, line, message):
+    from mmcalidet.datasets.yolo_to_coco import parse_yolo_boxes
+    path = tmp_path / '1.txt'
+    path.write_text(f'0 0.5 0.5 0.2 0.2\n{line}\n')
+    with pytest.raises(ValueError) as info:
+        parse_yolo_boxes(str(path), 1)
+    assert str(info.value) == f'{path}, line 2: {message}'
+    path.write_text('0 0.5 0.5 0 0.2\n')  # an empty box is not an error
+    assert parse_yolo_boxes(str(path), 1) == [[0, 0.5, 0.5, 0.0, 0.2]]
