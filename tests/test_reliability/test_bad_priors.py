@@ -109,8 +109,8 @@ MATRICES = [
     (with_value(0.9, at=(7, 7)),
      'prior: prior diagonal must be 1 (P(i | i) = 1), got 0.9 at [7, 7] '
      '(pass reset_diagonal=True to set it)'),
-    ([['a'] * K] * K, 'prior: prior must be a numeric K x K matrix: could '
-     "not convert string to float: 'a'"),
+    ([['a'] * K] * K, 'prior: prior must be a numeric K x K matrix: got '
+     "the string 'a' at [0, 0] (values must be numbers)"),
     (np.zeros((0, 0)), 'prior: prior is empty (K = 0)'),
 ]
 
@@ -206,7 +206,7 @@ def test_bad_files(model, tmp_path):
         f'prior file {path} is not valid JSON: \'utf-8\' codec can\'t '
         'decode byte 0xff',
         exact=False)
-    np.save(tmp_path / 'object.npy', np.array([[1, None], [0, 1]], object))
+    np.save(tmp_path / 'object.npy', np.full((K, K), None, dtype=object))
     assert_refused(
         model, str(tmp_path / 'object.npy'),
         f'cannot read prior file {tmp_path / "object.npy"}: Object arrays '
