@@ -18,8 +18,10 @@ from .version import __version__, version_info
 if os.environ.get('MMCALIDET_LIGHT', '0') != '1':
     from .utils.version_check import check_dependency_versions
     check_dependency_versions()
-    from .utils.checkpoint import register_checkpoint_safe_globals
+    from .utils.checkpoint import (register_checkpoint_loader,
+                                   register_checkpoint_safe_globals)
     register_checkpoint_safe_globals()
+    register_checkpoint_loader()
     from . import datasets, engine, models  # noqa: F401  (registration)
 
 from . import priors  # noqa: E402,F401

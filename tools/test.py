@@ -20,10 +20,13 @@ from mmengine.runner import Runner
 
 import mmcalidet  # noqa: F401  (registers the modules and checkpoint types)
 import mmcalidet.engine.checkpoint_hooks  # noqa: F401  (registers hooks)
+from mmcalidet.utils.checkpoint import name_checkpoint
+from mmcalidet.utils.checkpoint_compat import CheckpointError
+from mmcalidet.utils.cli import run_tool
 from mmcalidet.utils.cpu_dist import init_cpu_distributed
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Test a detector')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
@@ -44,15 +47,15 @@ def parse_args() -> argparse.Namespace:
         default='none',
         help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     if args.out is not None and not args.out.endswith(('.pkl', '.pickle')):
         parser.error('--out must be a .pkl file')
     return args
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv=None) -> None:
+    args = parse_args(argv)
     cfg = Config.fromfile(args.config)
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
@@ -104,10 +107,13 @@ def main() -> None:
         runner.test()
         if tmp_out is not None and is_main_process():
             os.replace(tmp_out, args.out)
+    except CheckpointError as exc:
+        raise name_checkpoint(exc, args.checkpoint) from exc
     finally:
         if tmp_out is not None and osp.exists(tmp_out):
             os.remove(tmp_out)
 
 
 if __name__ == '__main__':
-    main()
+    # a bad checkpoint (unreadable, not fitting, invalid prior): one line
+    run_tool(main, errors=(CheckpointError, ))

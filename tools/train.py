@@ -22,10 +22,13 @@ from mmengine.runner import Runner
 
 import mmcalidet  # noqa: F401  (registers the modules and checkpoint types)
 import mmcalidet.engine.checkpoint_hooks  # noqa: F401  (registers hooks)
+from mmcalidet.utils.checkpoint import name_checkpoint
+from mmcalidet.utils.checkpoint_compat import CheckpointError
+from mmcalidet.utils.cli import run_tool
 from mmcalidet.utils.cpu_dist import init_cpu_distributed
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Train a detector')
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--work-dir', help='where to save logs and models')
@@ -53,7 +56,7 @@ def parse_args() -> argparse.Namespace:
         default='none',
         help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args
 
@@ -72,8 +75,8 @@ def add_checkpoint_compat_hook(cfg: Config, **kwargs) -> None:
     cfg.custom_hooks = hooks
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv=None) -> None:
+    args = parse_args(argv)
     cfg = Config.fromfile(args.config)
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
@@ -102,8 +105,12 @@ def main() -> None:
 
     runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg \
         else RUNNERS.build(cfg)
-    runner.train()
+    try:
+        runner.train()
+    except CheckpointError as exc:  # of load_from / --resume
+        raise name_checkpoint(exc, cfg.get('load_from')) from exc
 
 
 if __name__ == '__main__':
-    main()
+    # a bad checkpoint (unreadable, not fitting, invalid prior): one line
+    run_tool(main, errors=(CheckpointError, ))

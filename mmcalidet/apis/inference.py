@@ -21,6 +21,9 @@ from mmdet.structures import DetDataSample, SampleList
 from mmdet.utils import get_test_pipeline_cfg
 from mmengine.config import Config
 
+from ..utils.checkpoint import check_checkpoint_file, name_checkpoint
+from ..utils.checkpoint_compat import CheckpointError
+
 ImagesType = Union[str, np.ndarray, Sequence[str], Sequence[np.ndarray]]
 #: one prior: a prior file, a shipped name, a dict or a K x K matrix
 PriorType = Union[str, os.PathLike, dict, np.ndarray, torch.Tensor,
@@ -131,6 +134,11 @@ def init_detector(config: Union[str, Path, Config],
     checkpoint's classes. Importing this module registers mmcalidet, so
     CaliDet configs and checkpoints load.
 
+    Unlike mmdet's, a checkpoint that does not fit the model is an error
+    (as in ``tools/test.py``): tensors of other shapes (another class
+    count), a plain detector's checkpoint in a CaliDet model, missing
+    tensors; so is an invalid stored prior or an unreadable file.
+
     Args:
         config (str | Path | Config): config file or object.
         checkpoint (str, optional): checkpoint file.
@@ -143,15 +151,24 @@ def init_detector(config: Union[str, Path, Config],
 
     Returns:
         nn.Module: the detector in eval mode.
+
+    Raises:
+        CheckpointError: (a ``ValueError``) naming the checkpoint file and
+            what is wrong with it.
     """
     if isinstance(config, Config):  # mmdet's builder edits model configs
         config = copy.deepcopy(config)
-    model = mmdet_init_detector(
-        config,
-        checkpoint,
-        palette=palette,
-        device=device,
-        cfg_options=cfg_options)
+    try:
+        model = mmdet_init_detector(
+            config,
+            checkpoint,
+            palette=palette,
+            device=device,
+            cfg_options=cfg_options)
+    except CheckpointError as exc:
+        raise name_checkpoint(exc, checkpoint) from exc
+    if checkpoint is not None:
+        check_checkpoint_file(model, checkpoint)
     if prior is not None:
         if not is_calibratable(model):
             raise ValueError('prior needs a calibratable detector (CaliDet), '

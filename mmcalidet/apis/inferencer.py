@@ -9,6 +9,8 @@ from mmdet.apis import DetInferencer
 from mmdet.apis.det_inferencer import InputsType
 from mmdet.structures import DetDataSample
 
+from ..utils.checkpoint import check_checkpoint_file, name_checkpoint
+from ..utils.checkpoint_compat import CheckpointError
 from .inference import is_calibratable, per_image_priors, resolve_call_priors
 
 
@@ -130,6 +132,20 @@ class CaliDetInferencer(DetInferencer):
         if prior is not None:
             self._check_calibratable()
             self.model.set_prior(prior)
+
+    def _init_model(self, cfg, weights: Optional[str], device: str = 'cpu'):
+        """mmdet's model loading, then the checks of ``tools/test.py``: a
+        checkpoint that does not fit (another class count, a plain
+        detector's in a CaliDet model, missing tensors), has an invalid
+        prior or cannot be read is a :class:`CheckpointError` naming the
+        file (mmdet only logs the tensors that do not fit)."""
+        try:
+            model = super()._init_model(cfg, weights, device)
+        except CheckpointError as exc:
+            raise name_checkpoint(exc, weights) from exc
+        if weights is not None:
+            check_checkpoint_file(model, weights)
+        return model
 
     def _check_calibratable(self) -> None:
         if not is_calibratable(self.model):

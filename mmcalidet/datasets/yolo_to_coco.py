@@ -1,10 +1,12 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Convert YOLO-format labels to a COCO-format annotation dict."""
+import io
+import math
 import os
 import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
-from ..utils.file_io import load_json
+from ..utils.file_io import MAX_LABEL_FILE_BYTES, load_json, read_small_file
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp')
 
@@ -98,30 +100,50 @@ def parse_yolo_boxes(path: str, num_classes: int) -> List[List[float]]:
 
     Returns:
         list: ``[class, cx, cy, w, h]`` rows.
+
+    Raises:
+        ValueError: naming the file (and line): not a regular file, too
+            large (``MAX_LABEL_FILE_BYTES``), not UTF-8, a bad line.
     """
+    data = read_small_file(
+        path, MAX_LABEL_FILE_BYTES, 'label file', allow_empty=True)
+    try:
+        text = data.decode('utf-8')
+    except UnicodeDecodeError as exc:
+        raise ValueError(f'label file {path} is not UTF-8 text: {exc}') \
+            from exc
     rows = []
-    with open(path, encoding='utf-8') as f:
-        for line_no, line in enumerate(f, 1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != 5:
-                raise ValueError(f'{path}, line {line_no}: {len(fields)} '
-                                 'fields (expected 5: class cx cy w h)')
-            if not fields[0].isdigit():
-                raise ValueError(f'{path}, line {line_no}: class index '
-                                 f'{fields[0]!r} is not a non-negative '
-                                 'integer')
-            cls = int(fields[0])
-            if cls >= num_classes:
-                raise ValueError(f'{path}, line {line_no}: class index '
-                                 f'{cls} is out of range for {num_classes} '
-                                 'classes')
-            try:
-                box = [float(v) for v in fields[1:]]
-            except ValueError as exc:
-                raise ValueError(f'{path}, line {line_no}: {exc}') from exc
-            rows.append([cls] + box)
+    # universal newlines, as a text-mode open() reads them
+    for line_no, line in enumerate(io.StringIO(text, newline=None), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 5:
+            raise ValueError(f'{path}, line {line_no}: {len(fields)} '
+                             'fields (expected 5: class cx cy w h)')
+        if not fields[0].isdigit():
+            raise ValueError(f'{path}, line {line_no}: class index '
+                             f'{fields[0]!r} is not a non-negative '
+                             'integer')
+        cls = int(fields[0])
+        if cls >= num_classes:
+            raise ValueError(f'{path}, line {line_no}: class index '
+                             f'{cls} is out of range for {num_classes} '
+                             'classes')
+        try:
+            box = [float(v) for v in fields[1:]]
+        except ValueError as exc:
+            raise ValueError(f'{path}, line {line_no}: {exc}') from exc
+        for name, text, value in zip(('cx', 'cy', 'w', 'h'), fields[1:],
+                                     box):
+            # NaN / Infinity would be written as invalid JSON
+            if not math.isfinite(value):
+                raise ValueError(f'{path}, line {line_no}: {name} is '
+                                 f'{text!r}, not a finite number')
+        if box[2] < 0 or box[3] < 0:
+            raise ValueError(f'{path}, line {line_no}: negative box size '
+                             f'(w {fields[3]}, h {fields[4]})')
+        rows.append([cls] + box)
     return rows
 
 

@@ -45,7 +45,7 @@ from mmengine.hooks import CheckpointHook, Hook
 from mmengine.model import is_model_wrapper
 
 from ..utils.checkpoint_compat import check_checkpoint
-from ..utils.file_io import atomic_write
+from ..utils.file_io import INCOMPLETE_SUFFIX, atomic_write, incomplete_prefix
 
 #: the name to use in ``backend_args=dict(backend=...)``
 ATOMIC_BACKEND = 'local_atomic'
@@ -134,10 +134,14 @@ class AtomicCheckpointHook(CheckpointHook):
         if not is_main_process() or \
                 not isinstance(self.file_backend, AtomicLocalBackend):
             return
-        # atomic_write names its temporary files .<name>.<random>.tmp
+        # atomic_write names its temporary files
+        # <name>.incomplete-<random>.tmp (before: .<name>.<random>.tmp)
         name = glob.escape(self.filename_tmpl).replace('{}', '*')
-        for path in glob.glob(
-                osp.join(glob.escape(self.out_dir), f'.{name}.*.tmp')):
+        out_dir = glob.escape(self.out_dir)
+        for path in sorted(
+                glob.glob(osp.join(out_dir, f'{incomplete_prefix(name)}*'
+                                   f'{INCOMPLETE_SUFFIX}')) +
+                glob.glob(osp.join(out_dir, f'.{name}.*.tmp'))):
             runner.logger.warning(
                 f'removing {path}, an incomplete checkpoint of an '
                 'interrupted run')

@@ -9,11 +9,12 @@ import os
 import os.path as osp
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..utils.file_io import check_readable_file, load_json
+from ..utils.file_io import (MAX_LABEL_FILE_BYTES, check_readable_file,
+                             load_json, read_small_file)
 from ._cooccurrence import parse_yolo, tar_members
 from .prior_io import check_class_names
 
@@ -85,11 +86,51 @@ def read_class_names(path: str) -> List[str]:
     return check_class_names(names, f'classes file {path}')
 
 
-def _coco_category_order(categories: list, classes: Optional[Sequence[str]],
-                         path: str) -> dict:
+def _coco_entries(data: dict, key: str, path: str,
+                  required: bool = True) -> list:
+    """``data[key]``: a list of JSON objects."""
+    entries = data.get(key)
+    if entries is None and not required:
+        return []
+    if not isinstance(entries, list):
+        what = 'missing' if key not in data else \
+            f'a {type(entries).__name__}, not a list'
+        raise ValueError(f'{path}: "{key}" is {what}')
+    for k, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(f'{path}: {key}[{k}] is a '
+                             f'{type(entry).__name__}, not an object')
+    return entries
+
+
+def _coco_int(entry: dict, field_name: str, path: str, where: str) -> int:
+    """An integer field of a COCO entry (``true``/``1.0``/``"3"`` refused,
+    as they would silently be other ids)."""
+    if field_name not in entry:
+        raise ValueError(f'{path}: {where} has no "{field_name}"')
+    value = entry[field_name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f'{path}: {where} "{field_name}" must be an '
+                         f'integer, got {value!r}')
+    return value
+
+
+def _coco_category_order(data: dict, classes: Optional[Sequence[str]],
+                         path: str) -> tuple:
     """Map COCO category id -> contiguous class index."""
-    if not isinstance(categories, list) or not categories:
+    if 'categories' not in data or not data['categories']:
         raise ValueError(f'{path}: no "categories" in the annotation file')
+    categories = _coco_entries(data, 'categories', path)
+    first = {}
+    for k, cat in enumerate(categories):
+        cat_id = _coco_int(cat, 'id', path, f'categories[{k}]')
+        if cat_id in first:
+            raise ValueError(f'{path}: duplicated category id {cat_id} '
+                             f'(categories[{first[cat_id]}] and '
+                             f'categories[{k}])')
+        first[cat_id] = k
+        if 'name' not in cat:
+            raise ValueError(f'{path}: categories[{k}] has no "name"')
     cats = sorted(categories, key=lambda c: c['id'])
     names = [c['name'] for c in cats]
     check_class_names(names, f'{path}: category names')
@@ -117,37 +158,54 @@ def read_coco_labels(path: str,
 
     Returns:
         LabelSets: one entry per image of ``images``.
+
+    Raises:
+        ValueError: naming the file and the entry: not a COCO file,
+            missing keys or values of the wrong type (ids must be integers,
+            ``iscrowd`` 0 or 1), duplicated image or category ids, unknown
+            ids in annotations.
     """
     data = load_json(path, 'annotation file', MAX_ANNOTATION_BYTES)
     if not isinstance(data, dict) or 'images' not in data:
         raise ValueError(f'{path}: not a COCO annotation file (no "images")')
-    cat_to_index, names = _coco_category_order(
-        data.get('categories'), classes, path)
-    image_ids = [img['id'] for img in data['images']]
-    row = {img_id: k for k, img_id in enumerate(image_ids)}
-    anns = data.get('annotations') or []
+    cat_to_index, names = _coco_category_order(data, classes, path)
+    images = _coco_entries(data, 'images', path)
+    row = {}
+    for k, img in enumerate(images):
+        img_id = _coco_int(img, 'id', path, f'images[{k}]')
+        if img_id in row:
+            raise ValueError(f'{path}: duplicated image id {img_id} '
+                             f'(images[{row[img_id]}] and images[{k}])')
+        row[img_id] = k
+    anns = _coco_entries(data, 'annotations', path, required=False)
     img_col = np.empty(len(anns), dtype=np.int64)
     cls_col = np.empty(len(anns), dtype=np.int64)
     n = 0
-    for ann in anns:
-        if ann.get('iscrowd', 0):
+    for k, ann in enumerate(anns):
+        where = f'annotations[{k}] (id {ann.get("id")})'
+        crowd = ann.get('iscrowd', 0)
+        if crowd not in (0, 1):  # "no" would count as a crowd
+            raise ValueError(f'{path}: {where} "iscrowd" must be 0 or 1, '
+                             f'got {crowd!r}')
+        if crowd:
             continue
-        if ann['image_id'] not in row:
+        image_id = _coco_int(ann, 'image_id', path, where)
+        cat = _coco_int(ann, 'category_id', path, where)
+        if image_id not in row:
             raise ValueError(f'{path}: annotation {ann.get("id")} refers to '
-                             f'unknown image id {ann["image_id"]}')
-        cat = ann['category_id']
+                             f'unknown image id {image_id}')
         if cat not in cat_to_index:
             if classes is not None:
                 continue  # a category outside the requested classes
             raise ValueError(f'{path}: annotation {ann.get("id")} has '
                              f'unknown category id {cat}')
-        img_col[n] = row[ann['image_id']]
+        img_col[n] = row[image_id]
         cls_col[n] = cat_to_index[cat]
         n += 1
     order = np.argsort(img_col[:n], kind='stable')
     labels = cls_col[:n][order]
-    counts = np.bincount(img_col[:n], minlength=len(image_ids))
-    offsets = np.zeros(len(image_ids) + 1, dtype=np.int64)
+    counts = np.bincount(img_col[:n], minlength=len(images))
+    offsets = np.zeros(len(images) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     return LabelSets(labels, offsets, list(names), source=path)
 
@@ -185,6 +243,11 @@ def read_yolo_dir(path: str,
 
     Returns:
         LabelSets: one entry per label file, sorted by path.
+
+    Raises:
+        ValueError: naming the file: not a regular file (a FIFO, a device
+            such as ``/dev/zero``), larger than ``MAX_LABEL_FILE_BYTES``, or
+            a bad line.
     """
     files = []
     for root, _, names in os.walk(path):
@@ -196,8 +259,9 @@ def read_yolo_dir(path: str,
     files.sort()
     chunks, starts, sizes, pos = [], [], [], 0
     for k, fname in enumerate(files):
-        with open(fname, 'rb') as f:
-            data = f.read()
+        # a FIFO or a link to /dev/zero would block or fill the memory
+        data = read_small_file(
+            fname, MAX_LABEL_FILE_BYTES, 'label file', allow_empty=True)
         chunks.append(data)
         starts.append(pos)
         sizes.append(len(data))
@@ -221,12 +285,118 @@ def _member_name(buf: np.ndarray, pos: int, length: int) -> str:
     return raw.decode('utf-8', 'replace')
 
 
+#: longest GNU long-name / pax record kept in memory (real ones: < 4 kB)
+MAX_TAR_NAME_RECORD_BYTES = 1 << 20
+
+
+def _tar_number(field: bytes) -> int:
+    """A tar header's octal number (-1 if it is not one)."""
+    text = field.split(b'\0', 1)[0].strip()
+    if not text:
+        return 0
+    try:
+        return int(text, 8)
+    except ValueError:
+        return -1
+
+
+def _pax_path(data: bytes) -> Optional[str]:
+    """The ``path`` record of pax extended-header data."""
+    for record in data.split(b'\n'):
+        _, _, field = record.partition(b' ')
+        if field.startswith(b'path='):
+            return field[5:].decode('utf-8', 'replace')
+    return None
+
+
+def _pending_member(pending: bytearray, path: str) -> Tuple[int, int]:
+    """Look at the member the tar stream ``pending`` starts with (the one
+    :func:`tar_members` could not finish), before its data is buffered.
+
+    Returns:
+        tuple: ``(need, drop)``: keep buffering until ``pending`` holds
+        ``need`` bytes (0: parse at the next piece), or drop the member (a
+        large member that is not a label file): its headers and data, the
+        first ``drop`` bytes of the stream from here (``drop`` > 0).
+
+    Raises:
+        ValueError: for a ``*.txt`` member larger than
+            ``MAX_LABEL_FILE_BYTES`` or a huge name record.
+    """
+    pos, name = 0, None
+    while len(pending) >= pos + 512:
+        header = bytes(pending[pos:pos + 512])
+        if not any(header):
+            return 0, 0  # the end-of-archive marker
+        size = _tar_number(header[124:136])
+        if size < 0:
+            return 0, 0  # tar_members reports the corrupt header
+        total = 512 + (size + 511) // 512 * 512
+        flag = header[156:157]
+        if flag in (b'L', b'x', b'g'):  # long name, pax headers
+            if size > MAX_TAR_NAME_RECORD_BYTES:
+                raise ValueError(f'{path}: corrupt tar archive (a name '
+                                 f'record of {size} bytes)')
+            if len(pending) < pos + total:
+                return pos + total, 0
+            data = bytes(pending[pos + 512:pos + 512 + size])
+            if flag == b'L':
+                name = data.split(b'\0', 1)[0].decode('utf-8', 'replace')
+            elif flag == b'x':
+                name = _pax_path(data) or name
+            pos += total
+            continue
+        if name is None:
+            name = header[:100].split(b'\0', 1)[0].decode('utf-8', 'replace')
+        label_file = flag in (b'0', b'\0', b'7') and name.endswith('.txt')
+        if label_file and size > MAX_LABEL_FILE_BYTES:
+            raise ValueError(f'{path}:{name}: label file is too large '
+                             f'({size} bytes > limit {MAX_LABEL_FILE_BYTES})')
+        if not label_file and size > TAR_CHUNK_BYTES:
+            return 0, pos + total  # not a label file: never buffered
+        return pos + total, 0
+    return 0, 0
+
+
+def _tar_pieces(f, gz: bool, path: str,
+                progress: ProgressFn) -> Iterator[bytes]:
+    """The uncompressed bytes of a tarball, in pieces of at most
+    ``TAR_CHUNK_BYTES`` (a highly compressed chunk is inflated in bounded
+    steps, never whole)."""
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
+    while True:
+        raw = f.read(TAR_CHUNK_BYTES)
+        if progress is not None and raw:
+            progress(len(raw))
+        if not gz:
+            if not raw:
+                return
+            yield raw
+            continue
+        data = raw
+        while data and not inflate.eof:
+            piece = inflate.decompress(data, TAR_CHUNK_BYTES)
+            if piece:
+                yield piece
+            data = inflate.unconsumed_tail
+        if not raw:
+            if not inflate.eof:
+                raise ValueError(f'{path}: truncated gzip stream')
+            return
+
+
 def read_yolo_tarball(path: str,
                       classes: Optional[Sequence[str]] = None,
                       progress: ProgressFn = None,
                       keep_names: bool = False) -> LabelSets:
     """Image-level labels from a ``.tar.gz`` (or ``.tar``) of YOLO label
     files, streamed: decompressed in chunks, never extracted to disk.
+
+    Memory stays bounded: the stream is inflated in pieces of at most
+    ``TAR_CHUNK_BYTES``; a large member that is not a ``*.txt`` file is
+    skipped without being buffered; a ``*.txt`` member larger than
+    ``MAX_LABEL_FILE_BYTES`` is refused from its header, before its data
+    is read.
 
     Args:
         path (str): the tarball.
@@ -237,25 +407,35 @@ def read_yolo_tarball(path: str,
 
     Returns:
         LabelSets: one entry per ``*.txt`` member, in archive order.
+
+    Raises:
+        ValueError: naming the tarball (and member, line): corrupt or
+            truncated stream, a bad line, a label file over the limit.
     """
     check_readable_file(path, what='tarball', max_bytes=1 << 40)
     gz = path.endswith('.gz') or path.endswith('.tgz')
-    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
     pending = bytearray()
     all_labels, all_counts, names = [], [], []
     finished = False
+    need = drop = 0  # see _pending_member
     bytes_read = 0
+
+    def counted(num_bytes: int) -> None:
+        nonlocal bytes_read
+        bytes_read += num_bytes
+        if progress is not None:
+            progress(num_bytes)
+
     try:
         with open(path, 'rb') as f:
-            while not finished:
-                raw = f.read(TAR_CHUNK_BYTES)
-                if raw:
-                    bytes_read += len(raw)
-                    pending += inflate.decompress(raw) if gz else raw
-                    if progress is not None:
-                        progress(len(raw))
-                elif gz and not inflate.eof:
-                    raise ValueError(f'{path}: truncated gzip stream')
+            for piece in _tar_pieces(f, gz, path, counted):
+                if drop:
+                    skipped = min(drop, len(piece))
+                    drop -= skipped
+                    piece = piece[skipped:]
+                pending += piece
+                if drop or len(pending) < need:
+                    continue
                 buf = np.frombuffer(bytes(pending), dtype=np.uint8)
                 (starts, sizes, npos, nlen, consumed,
                  finished) = tar_members(buf)
@@ -268,11 +448,18 @@ def read_yolo_tarball(path: str,
                 if keep_names:
                     names.extend(
                         _member_name(buf, p, n) for p, n in zip(npos, nlen))
+                del buf
                 del pending[:consumed]
-                if not raw:
-                    if not finished and len(pending):
-                        raise ValueError(f'{path}: truncated tar archive')
+                if finished:
                     break
+                need, drop = _pending_member(pending, path)
+                if drop:
+                    skipped = min(drop, len(pending))
+                    del pending[:skipped]
+                    drop -= skipped
+                    need = 0
+            if not finished and (len(pending) or drop):
+                raise ValueError(f'{path}: truncated tar archive')
     except zlib.error as exc:
         raise ValueError(f'{path}: corrupt gzip stream: {exc}') from exc
     if progress is not None:  # the padding after the end-of-archive marker

@@ -23,11 +23,58 @@ PriorSource = Union[str, os.PathLike, np.ndarray, Sequence, Dict[str, Any]]
 
 #: prior files are small (K=80: ~100 kB); refuse anything huge
 MAX_PRIOR_FILE_BYTES = 64 * 1024 * 1024
+#: the most classes a class list or prior may have (LVIS: 1203, O365: 365)
+MAX_CLASSES = 10000
+#: where the expected K is known, a JSON prior file may hold at most this
+#: many bytes per matrix value (save_prior writes ~20) ...
+PRIOR_BYTES_PER_VALUE = 64
+#: ... plus this much for the class names and metadata
+PRIOR_FILE_SLACK_BYTES = 1024 * 1024
 
 
 def _close_matches(name: str, choices: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.5)
     return f' (did you mean {", ".join(map(repr, close))}?)' if close else ''
+
+
+def _tensor_to_numpy(tensor) -> np.ndarray:
+    """A torch tensor as a numpy array; sparse and meta tensors (no values)
+    are refused, half-precision floats (which numpy lacks) widened."""
+    if tensor.is_meta:
+        raise ValueError('prior is a meta tensor (it holds no values)')
+    if str(tensor.layout) != 'torch.strided':
+        raise ValueError(f'prior must be a dense tensor, got layout '
+                         f'{tensor.layout} (call .to_dense() first)')
+    tensor = tensor.detach().cpu()
+    if tensor.is_floating_point() and tensor.element_size() < 4:
+        tensor = tensor.float()  # bfloat16 has no numpy type
+    return tensor.numpy()
+
+
+def _check_value_types(matrix: Any, raw: np.ndarray) -> None:
+    """Refuse what numpy would silently turn into numbers: strings
+    (``"0.5"``), booleans and dates.
+
+    Raises:
+        ValueError: naming the first such value.
+    """
+    if isinstance(matrix, (list, tuple)):
+        # nested lists (JSON): ``"0.5"`` or ``true`` among numbers
+        for i, row in enumerate(matrix):
+            for j, value in enumerate(
+                    row if isinstance(row, (list, tuple)) else ()):
+                if isinstance(value, (str, bytes)):
+                    raise ValueError(f'got the string {value!r} at [{i}, '
+                                     f'{j}] (values must be numbers)')
+                if isinstance(value, (bool, np.bool_)):
+                    raise ValueError(f'got the boolean {value} at [{i}, '
+                                     f'{j}] (values must be numbers)')
+    kind = raw.dtype.kind
+    if kind in 'US':
+        raise ValueError('got strings (values must be numbers)')
+    if kind in 'bMm':
+        what = {'b': 'booleans', 'M': 'dates', 'm': 'time spans'}[kind]
+        raise ValueError(f'got {what} ({raw.dtype}); values must be numbers')
 
 
 def validate_prior(matrix: Any,
@@ -56,14 +103,21 @@ def validate_prior(matrix: Any,
     if isinstance(matrix, (str, bytes)):
         raise ValueError('prior must be a numeric K x K matrix, got a '
                          'string (pass a path to load_prior instead)')
+    if isinstance(matrix, (list, tuple)) and len(matrix) > MAX_CLASSES:
+        raise ValueError(f'prior has {len(matrix)} rows, more than the '
+                         f'limit of {MAX_CLASSES} classes')
     if hasattr(matrix, 'detach'):  # torch.Tensor
-        matrix = matrix.detach().cpu().numpy()
+        matrix = _tensor_to_numpy(matrix)
+    if np.ma.isMaskedArray(matrix):
+        raise ValueError('prior must be a numeric K x K matrix, got a masked '
+                         'array (fill its masked values first)')
     try:
         raw = np.asarray(matrix)
         if np.iscomplexobj(raw):
             raise ValueError('got complex values (a real matrix is needed)')
+        _check_value_types(matrix, raw)
         # from the original object: numpy names bad strings plainly then
-        arr = np.array(matrix if raw.dtype.kind in 'OUS' else raw,
+        arr = np.array(matrix if raw.dtype.kind == 'O' else raw,
                        dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ValueError(
@@ -170,6 +224,9 @@ def check_class_names(classes: Any, what: str = 'classes') -> List[str]:
                          f'{type(classes).__name__}')
     if not classes:
         raise ValueError(f'{what} is empty')
+    if len(classes) > MAX_CLASSES:
+        raise ValueError(f'{what}: {len(classes)} class names, more than the '
+                         f'limit of {MAX_CLASSES}')
     seen = set()
     for name in classes:
         if not isinstance(name, str) or not name:
@@ -181,9 +238,46 @@ def check_class_names(classes: Any, what: str = 'classes') -> List[str]:
     return list(classes)
 
 
-def _read_prior_file(path: str) -> Tuple[Any, Optional[List[str]], dict]:
+def _max_prior_file_bytes(num_classes: Optional[int]) -> int:
+    """The size limit of a prior file of ``num_classes`` classes."""
+    if num_classes is None:
+        return MAX_PRIOR_FILE_BYTES
+    return min(MAX_PRIOR_FILE_BYTES, PRIOR_BYTES_PER_VALUE * num_classes**2 +
+               PRIOR_FILE_SLACK_BYTES)
+
+
+def _npy_shape(path: str) -> tuple:
+    """The array shape in a ``.npy`` header (the data is not read)."""
+    with open(path, 'rb') as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, _ = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, _, _ = np.lib.format.read_array_header_2_0(f)
+    return tuple(shape)
+
+
+def _read_prior_file(
+        path: str,
+        num_classes: Optional[int] = None
+) -> Tuple[Any, Optional[List[str]], dict]:
     check_readable_file(path, MAX_PRIOR_FILE_BYTES, what='prior file')
+    max_bytes = _max_prior_file_bytes(num_classes)
+    size = os.path.getsize(path)
+    if size > max_bytes:  # e.g. a K = 5700 prior for an 80-class model
+        raise ValueError(f'prior file is too large for K={num_classes} '
+                         f'classes ({size} bytes > limit {max_bytes}): '
+                         f'{path}')
     if path.endswith('.npy'):
+        try:
+            shape = _npy_shape(path)
+        except Exception as exc:  # numpy raises several types
+            raise ValueError(f'cannot read prior file {path}: {exc}') from exc
+        if num_classes is not None and len(shape) == 2 and \
+                shape[0] == shape[1] != num_classes:
+            # from the header: the data is not read
+            raise ValueError(f'{path}: prior has K={shape[0]} classes, '
+                             f'expected {num_classes}')
         try:
             matrix = np.load(path, allow_pickle=False)
         except Exception as exc:  # numpy raises several types
@@ -243,7 +337,10 @@ def load_prior(src: PriorSource,
     where = 'prior'
     if isinstance(src, (str, os.PathLike)):
         where = os.fspath(src)
-        matrix, file_classes, meta = _read_prior_file(where)
+        # the expected K bounds what is read (a huge file is not parsed)
+        expected = num_classes if num_classes is not None else \
+            len(classes) if classes is not None else None
+        matrix, file_classes, meta = _read_prior_file(where, expected)
     elif isinstance(src, dict):
         matrix, file_classes, meta = _split_prior_dict(src, 'prior')
     else:

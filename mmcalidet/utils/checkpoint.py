@@ -15,12 +15,23 @@ of ``HistoryBuffer`` and refuses any other attribute lookup. Importing
 ``mmcalidet`` registers them.
 """
 import inspect
+import os
+import os.path as osp
 import pickle
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer
+from mmengine.runner import CheckpointLoader
+
+from .checkpoint_compat import CheckpointError, check_checkpoint
+from .file_io import check_readable_file
+
+
+class CheckpointReadError(CheckpointError):
+    """A checkpoint file cannot be read: missing, empty, truncated or not a
+    checkpoint."""
 
 
 def history_buffer_getattr(obj: Any, name: str) -> Any:
@@ -73,3 +84,126 @@ def register_checkpoint_safe_globals() -> None:
         (history_buffer_getattr, 'builtins.getattr'),
         *_numpy_globals(),
     ])
+
+
+def _one_line(exc: BaseException) -> str:
+    """The gist of a ``torch.load`` error, on one line."""
+    text = str(exc)
+    if 'WeightsUnpickler error:' in text:  # torch's text around the reason
+        text = text.split('WeightsUnpickler error:', 1)[1]
+        text = text.split('Check the documentation', 1)[0]
+    elif 'PytorchStreamReader' in text:
+        text = text.split('. This is an internal', 1)[0]
+    text = ' '.join(text.split())
+    if len(text) > 200:
+        text = text[:197] + '...'
+    return f'{type(exc).__name__}: {text}' if text else type(exc).__name__
+
+
+def load_checkpoint_file(filename: str,
+                         map_location: Optional[Any] = None) -> Any:
+    """``torch.load`` a local checkpoint, with errors that name the file.
+
+    mmengine's local loader lets a missing, empty, truncated or foreign
+    file through to ``torch.load``, whose errors (an ``EOFError`` without a
+    message, a ``RuntimeError`` of the zip reader, a weights-only
+    unpickling error of many lines) do not say which file or what is
+    wrong, and a FIFO or device file blocks it or fills the memory. Here a
+    non-regular or empty file is refused before reading and a failing load
+    becomes one line.
+
+    Args:
+        filename (str): the checkpoint file (``~`` is expanded).
+        map_location: passed to ``torch.load``.
+
+    Returns:
+        The loaded checkpoint.
+
+    Raises:
+        CheckpointReadError: naming the file and the problem.
+    """
+    filename = osp.expanduser(os.fspath(filename))
+    try:
+        check_readable_file(filename, max_bytes=1 << 62, what='checkpoint')
+    except ValueError as exc:
+        raise CheckpointReadError(str(exc)) from exc
+    try:
+        return torch.load(filename, map_location=map_location)
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        raise CheckpointReadError(
+            f'checkpoint {filename} is truncated, corrupt or not a '
+            f'checkpoint ({_one_line(exc)})') from exc
+
+
+def load_from_local_checked(filename: str, map_location: Any = None) -> Any:
+    """mmengine's loader of local files, with :func:`load_checkpoint_file`'s
+    checks (registered by :func:`register_checkpoint_loader`)."""
+    return load_checkpoint_file(filename, map_location)
+
+
+def register_checkpoint_loader() -> None:
+    """Make mmengine load local checkpoints with
+    :func:`load_checkpoint_file` (``load_from``, ``resume``,
+    ``load_checkpoint``, ``init_detector``, the inferencers); idempotent."""
+    CheckpointLoader.register_scheme(
+        prefixes='', loader=load_from_local_checked, force=True)
+
+
+def name_checkpoint(exc: CheckpointError,
+                    filename: Optional[str]) -> CheckpointError:
+    """``exc`` with the checkpoint file named in its message (``checkpoint
+    has ...`` becomes ``checkpoint <file> has ...``), of the same type, to
+    raise ``from exc``; ``exc`` itself if it names the file already."""
+    if filename is None or os.fspath(filename) in str(exc):
+        return exc
+    filename = os.fspath(filename)
+    text = str(exc)
+    if text.startswith('checkpoint '):
+        return type(exc)(f'checkpoint {filename} {text[11:]}')
+    return type(exc)(f'checkpoint {filename}: {text}')
+
+
+def check_checkpoint_file(model: torch.nn.Module, filename: str) -> None:
+    """Check that a checkpoint fits ``model`` as ``tools/test.py`` does:
+    no tensor of another shape (e.g. another class count), no plain
+    detector's checkpoint in a CaliDet model, no missing tensor.
+
+    For the entry points that load a checkpoint through mmdet (which only
+    logs what does not fit): ``init_detector`` and ``CaliDetInferencer``
+    call it after loading. A local checkpoint is memory-mapped, so reading
+    it again costs little.
+
+    Args:
+        model (nn.Module): the model the checkpoint was loaded into.
+        filename (str): the checkpoint (a local file or a URL).
+
+    Raises:
+        CheckpointError: naming the file and what does not fit.
+    """
+    filename = os.fspath(filename)
+    try:
+        checkpoint = None
+        if osp.isfile(filename):
+            try:
+                checkpoint = torch.load(
+                    filename, map_location='cpu', mmap=True)
+            except Exception:  # not a zip checkpoint: no mmap
+                checkpoint = None
+        if checkpoint is None:
+            checkpoint = CheckpointLoader.load_checkpoint(
+                filename, map_location='cpu', logger='silent')
+        if not isinstance(checkpoint, dict):
+            raise CheckpointReadError(
+                f'checkpoint {filename} holds a {type(checkpoint).__name__}'
+                ', not a dict of tensors')
+        state_dict = checkpoint.get('state_dict', checkpoint)
+        check_checkpoint(
+            model,
+            state_dict,
+            allow_shape_mismatch=False,
+            allow_uncalibrated=False,
+            allow_missing=False)
+    except CheckpointError as exc:
+        raise name_checkpoint(exc, filename) from exc

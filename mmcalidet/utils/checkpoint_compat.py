@@ -16,8 +16,18 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 _REVISE_KEYS = ((r'^module\.', ''), )
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointError(ValueError):
+    """A checkpoint cannot be used: the base of the errors below, which the
+    tools report in one line."""
+
+
+class CheckpointMismatchError(CheckpointError):
     """A checkpoint does not fit the model it is loaded into."""
+
+
+class InvalidCheckpointPriorError(CheckpointError):
+    """A checkpoint's stored ``prior`` is not a valid prior (NaN, values
+    outside [0, 1], a diagonal that is not 1)."""
 
 
 def is_calibration_key(key: str) -> bool:

@@ -2,11 +2,14 @@
 """Shared entry-point wrapper for the command-line tools."""
 import os.path as osp
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Tuple, Type
+
+ErrorTypes = Tuple[Type[BaseException], ...]
 
 
 def run_tool(main: Callable[[Optional[Sequence[str]]], Optional[int]],
-             argv: Optional[Sequence[str]] = None) -> None:
+             argv: Optional[Sequence[str]] = None,
+             errors: ErrorTypes = (ValueError, OSError)) -> None:
     """Run a tool's ``main`` and turn bad-input errors into one line.
 
     A ``ValueError``/``OSError`` raised by ``main`` is printed as
@@ -18,11 +21,15 @@ def run_tool(main: Callable[[Optional[Sequence[str]]], Optional[int]],
     Args:
         main (callable): the tool's main function taking ``argv``.
         argv (Sequence[str], optional): arguments (default ``sys.argv``).
+        errors (tuple[type]): the exceptions reported in one line. Tools
+            that run long jobs (``tools/train.py``) narrow them to bad
+            input (e.g. ``CheckpointError``) so that other errors keep
+            their traceback.
     """
     tool = osp.splitext(osp.basename(sys.argv[0]))[0] or 'mmcalidet'
     try:
         code = main(argv)
-    except (ValueError, OSError) as exc:
+    except errors as exc:
         print(f'{tool}: error: {exc}', file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:

@@ -3,8 +3,10 @@
 import json
 import os
 import os.path as osp
+import signal
 import stat
 import tempfile
+import threading
 from contextlib import contextmanager
 from typing import Iterator, Union
 
@@ -12,6 +14,47 @@ PathLike = Union[str, os.PathLike]
 
 #: default size limit for small structured files (priors, class lists)
 MAX_SMALL_FILE_BYTES = 256 * 1024 * 1024
+#: a YOLO label file of 100k objects is ~4 MB; refuse anything huge
+MAX_LABEL_FILE_BYTES = 64 * 1024 * 1024
+
+
+#: the temporary file of :func:`atomic_write`: ``<name>.incomplete-<random>``
+#: plus this suffix, beside the destination
+INCOMPLETE_SUFFIX = '.tmp'
+
+
+def incomplete_prefix(name: str) -> str:
+    """The start of the name of :func:`atomic_write`'s temporary files for
+    a destination called ``name`` (e.g. ``ann.json.incomplete-``)."""
+    return f'{name}.incomplete-'
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived inside :func:`atomic_write`."""
+
+
+@contextmanager
+def _cleanup_on_sigterm() -> Iterator[None]:
+    """Turn SIGTERM into an exception inside the block (where it still has
+    the default handler, in the main thread), so that the block's clean-up
+    runs; the process then still dies of SIGTERM."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise _Terminated()
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # die of it, as without us
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextmanager
@@ -20,7 +63,11 @@ def atomic_write(path: PathLike, mode: str = 'w', **kwargs) -> Iterator:
     when the block finishes without an exception.
 
     A crash or an error inside the block leaves ``path`` as it was (an
-    existing file is never truncated or half-written).
+    existing file is never truncated or half-written). The temporary file,
+    ``<name>.incomplete-<random>.tmp``, is removed on any exception,
+    including ``KeyboardInterrupt`` (Ctrl-C) and SIGTERM (``kill``); only a
+    process killed with SIGKILL (``kill -9``) or a power loss can leave it
+    behind, and it is then safe to delete.
 
     Args:
         path (str | PathLike): the destination file.
@@ -33,32 +80,36 @@ def atomic_write(path: PathLike, mode: str = 'w', **kwargs) -> Iterator:
     path = os.fspath(path)
     directory = osp.dirname(osp.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f'.{osp.basename(path)}.', suffix='.tmp', dir=directory)
-    # mkstemp makes the file 0600: give it the mode a plain open() would
-    # (or keep the mode of the file it replaces)
-    if osp.exists(path):
-        mode_bits = stat.S_IMODE(os.stat(path).st_mode)
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode_bits = 0o666 & ~umask
-    os.chmod(tmp, mode_bits)
-    try:
-        with os.fdopen(fd, mode, **kwargs) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if osp.exists(tmp):
-            os.remove(tmp)
-        raise
+    with _cleanup_on_sigterm():
+        fd, tmp = tempfile.mkstemp(
+            prefix=incomplete_prefix(osp.basename(path)),
+            suffix=INCOMPLETE_SUFFIX,
+            dir=directory)
+        try:
+            # mkstemp makes the file 0600: give it the mode a plain open()
+            # would (or keep the mode of the file it replaces)
+            if osp.exists(path):
+                mode_bits = stat.S_IMODE(os.stat(path).st_mode)
+            else:
+                umask = os.umask(0)
+                os.umask(umask)
+                mode_bits = 0o666 & ~umask
+            os.chmod(tmp, mode_bits)
+            with os.fdopen(fd, mode, **kwargs) as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if osp.exists(tmp):
+                os.remove(tmp)
+            raise
 
 
 def check_readable_file(path: PathLike,
                         max_bytes: int = MAX_SMALL_FILE_BYTES,
-                        what: str = 'file') -> str:
+                        what: str = 'file',
+                        allow_empty: bool = False) -> str:
     """Check that ``path`` is an existing, regular, non-empty file no larger
     than ``max_bytes`` (device files such as ``/dev/zero`` and huge files are
     refused before anything is read).
@@ -67,6 +118,8 @@ def check_readable_file(path: PathLike,
         path (str | PathLike): the file.
         max_bytes (int): size limit in bytes.
         what (str): what the file holds, for error messages.
+        allow_empty (bool): accept an empty file (e.g. a YOLO label file of
+            an image without objects). Defaults to False.
 
     Returns:
         str: the path as a string.
@@ -80,12 +133,50 @@ def check_readable_file(path: PathLike,
     info = os.stat(path)
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(f'{what} is not a regular file: {path}')
-    if info.st_size == 0:
+    if info.st_size == 0 and not allow_empty:
         raise ValueError(f'{what} is empty: {path}')
     if info.st_size > max_bytes:
         raise ValueError(f'{what} is too large ({info.st_size} bytes > '
                          f'limit {max_bytes}): {path}')
     return path
+
+
+def read_small_file(path: PathLike,
+                    max_bytes: int = MAX_SMALL_FILE_BYTES,
+                    what: str = 'file',
+                    allow_empty: bool = False) -> bytes:
+    """Read a whole file after :func:`check_readable_file`, reading at most
+    ``max_bytes``.
+
+    The file is opened without blocking and checked again on the open
+    descriptor, so a file swapped for a FIFO or a device after the check
+    cannot block the read or fill the memory; a file that grew past the
+    limit since is refused too.
+
+    Args:
+        path (str | PathLike): the file.
+        max_bytes (int): size limit in bytes.
+        what (str): what the file holds, for error messages.
+        allow_empty (bool): accept an empty file.
+
+    Returns:
+        bytes: the content.
+
+    Raises:
+        ValueError: naming the file and the problem.
+    """
+    path = check_readable_file(path, max_bytes, what, allow_empty)
+    fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))
+    with os.fdopen(fd, 'rb') as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f'{what} is not a regular file: {path}')
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f'{what} is too large (more than {max_bytes} '
+                         f'bytes): {path}')
+    if not data and not allow_empty:
+        raise ValueError(f'{what} is empty: {path}')
+    return data
 
 
 def load_json(path: PathLike,

@@ -63,3 +63,55 @@ def checkpoint(config, tmp_path_factory):
                 dataset_meta=dict(classes=CocoDataset.METAINFO['classes']))),
         path)
     return path, prior
+
+
+@pytest.fixture(scope='session')
+def bad_checkpoints(checkpoint, tmp_path_factory):
+    """Checkpoints that must not load: ``{name: (path, error type, the
+    message after the path)}``, made from ``checkpoint`` by editing tensors
+    (no other model is built)."""
+    from mmcalidet.utils.checkpoint import CheckpointReadError
+    from mmcalidet.utils.checkpoint_compat import (
+        CheckpointMismatchError, InvalidCheckpointPriorError)
+    folder = tmp_path_factory.mktemp('bad_ckpt')
+    full = torch.load(checkpoint[0], map_location='cpu')
+    state = full['state_dict']
+    made = {}
+
+    def save(name, state_dict, error, message):
+        path = str(folder / f'{name}.pth')
+        save_checkpoint(dict(full, state_dict=state_dict), path)
+        made[name] = (path, error, message)
+
+    # another class count: the classification layers and the prior
+    small = {
+        k: v[:20] if ('cls_branches' in k or 'califormer.nodes' in k)
+        and v.shape[0] == K else v
+        for k, v in state.items()
+    }
+    small['prior'] = torch.eye(20)
+    save('classes20', small, CheckpointMismatchError,
+         'does not fit CaliDINO: the checkpoint was trained for 20 classes, '
+         'the model has 80.')
+    plain = {
+        k: v
+        for k, v in state.items()
+        if k != 'prior' and '.califormer.' not in k
+    }
+    save('plain_dino', plain, CheckpointMismatchError,
+         "has no CaliDet calibration (a plain detector's)")
+    nan = dict(state, prior=state['prior'].clone())
+    nan['prior'][3, 4] = float('nan')
+    save('nan_prior', nan, InvalidCheckpointPriorError,
+         "has an invalid prior ('prior' of CaliDINO): prior has a "
+         'non-finite value nan at [3, 4]')
+    raw = open(checkpoint[0], 'rb').read()
+    for name, data in (('empty', b''), ('truncated', raw[:len(raw) // 2]),
+                       ('text', b'not a checkpoint\n')):
+        path = str(folder / f'{name}.pth')
+        with open(path, 'wb') as f:
+            f.write(data)
+        made[name] = (path, CheckpointReadError,
+                      'is empty' if name == 'empty' else
+                      'is truncated, corrupt or not a checkpoint')
+    return made

@@ -233,3 +233,20 @@ def test_a_plain_detector_takes_no_prior(images):
     dino = MODELS.build(cfg.model)
     with pytest.raises(ValueError, match='calibratable detector'):
         inference_detector(dino, images[0], prior=random_prior(7))
+
+
+@pytest.mark.parametrize('name', [
+    'classes20', 'plain_dino', 'nan_prior', 'empty', 'truncated', 'text'
+])
+def test_init_detector_refuses_a_checkpoint_that_does_not_fit(
+        config, bad_checkpoints, name):
+    path, error, message = bad_checkpoints[name]
+    with pytest.raises(error) as info:
+        init_detector(config, path, device='cpu')
+    text = str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert '\n' not in text
+    if name == 'empty':
+        assert text == f'checkpoint is empty: {path}'
+    else:
+        assert text.startswith(f'checkpoint {path} {message}'), text

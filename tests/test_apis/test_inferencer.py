@@ -181,3 +181,12 @@ def test_fit_text_shrinks_then_shortens():
     assert 8 <= size < 12 and text == 'x' * 60
     size, text = fit_text('x' * 200, 500, 12)
     assert size == 8 and text.endswith('...') and len(text) < 200
+
+
+@pytest.mark.parametrize('name', ['classes20', 'plain_dino', 'nan_prior'])
+def test_inferencer_refuses_a_checkpoint_that_does_not_fit(
+        config, bad_checkpoints, name):
+    path, error, message = bad_checkpoints[name]
+    with pytest.raises(error) as info:
+        CaliDetInferencer(config, path, device='cpu', show_progress=False)
+    assert str(info.value).startswith(f'checkpoint {path} {message}')

@@ -2,8 +2,12 @@
 """Label readers: COCO JSON, YOLO folders and streamed tarballs."""
 import io
 import json
+import os
 import os.path as osp
+import signal
 import tarfile
+import tracemalloc
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -13,6 +17,7 @@ from mmcalidet.priors.dataset_prior import prior_from_source
 from mmcalidet.priors.label_io import (read_class_names, read_coco_labels,
                                        read_label_sets, read_yolo_dir,
                                        read_yolo_tarball)
+from mmcalidet.utils import file_io
 
 NAMES = ['a', 'b', 'c', 'd']
 FILES = {
@@ -111,6 +116,114 @@ def test_bad_yolo_lines(tmp_path, text, message):
         read_yolo_tarball(str(tmp_path / 't.tar.gz'), NAMES)
 
 
+@contextmanager
+def deadline(seconds):
+    """Fail instead of hanging (a FIFO read blocks until a writer comes)."""
+
+    def fail(*args):
+        raise TimeoutError(f'still running after {seconds} s')
+
+    previous = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_yolo_dir_refuses_devices_fifos_and_huge_files(tmp_path,
+                                                      monkeypatch):
+    _write_dir(tmp_path, FILES)
+    zero = tmp_path / 'x' / '005.txt'
+    os.symlink('/dev/zero', zero)
+    with deadline(10), pytest.raises(ValueError) as info:
+        read_yolo_dir(str(tmp_path), NAMES)
+    assert str(info.value) == f'label file is not a regular file: {zero}'
+    zero.unlink()
+    os.mkfifo(zero)
+    with deadline(10), pytest.raises(ValueError) as info:
+        read_yolo_dir(str(tmp_path), NAMES)
+    assert str(info.value) == f'label file is not a regular file: {zero}'
+    zero.unlink()
+    # the size is bounded (a small limit stands in for a huge file)
+    limit = 'mmcalidet.priors.label_io.MAX_LABEL_FILE_BYTES'
+    monkeypatch.setattr(limit, 40)
+    with pytest.raises(ValueError) as info:
+        read_yolo_dir(str(tmp_path), NAMES)
+    path = tmp_path / 'x' / '001.txt'
+    assert str(info.value) == (f'label file is too large (52 bytes > limit '
+                               f'40): {path}')
+    monkeypatch.setattr(limit, 60)
+    assert read_yolo_dir(str(tmp_path), NAMES).num_images == 4
+
+
+def test_read_small_file_checks_the_open_file(tmp_path, monkeypatch):
+    """A file swapped for a FIFO after the check is refused, not read."""
+    fifo = tmp_path / 'swapped.txt'
+    os.mkfifo(fifo)
+    monkeypatch.setattr(file_io, 'check_readable_file',
+                        lambda path, *args: str(path))
+    with deadline(10), pytest.raises(ValueError) as info:
+        file_io.read_small_file(fifo, 100, 'label file', allow_empty=True)
+    assert str(info.value) == f'label file is not a regular file: {fifo}'
+    grown = tmp_path / 'grown.txt'
+    grown.write_bytes(b'0 0.5 0.5 0.1 0.1\n' * 10)
+    with pytest.raises(ValueError) as info:
+        file_io.read_small_file(grown, 100, 'label file')
+    assert str(info.value) == \
+        f'label file is too large (more than 100 bytes): {grown}'
+
+
+def _write_tar_with(path, files, extra, fmt=tarfile.GNU_FORMAT):
+    """``files`` (name -> text), then ``extra`` (name -> bytes), then one
+    more label file."""
+    with tarfile.open(path, 'w:gz', format=fmt) as tar:
+        for name, data in [*((n, t.encode()) for n, t in files.items()),
+                           *extra.items(), ('x/last.txt', b'1 .5 .5 .1 .1\n')]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.parametrize('fmt', [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_yolo_tarball_memory_stays_bounded(tmp_path, fmt):
+    """A large member that is not a label file (16 MiB of zeros, a 16 kB
+    archive) is skipped without being buffered or inflated whole."""
+    path = str(tmp_path / 'big.tar.gz')
+    _write_tar_with(path, FILES, {'d' * 120 + '/big.bin': bytes(16 << 20)},
+                    fmt)
+    assert osp.getsize(path) < 100_000
+    tracemalloc.start()
+    try:
+        sets = read_yolo_tarball(path, NAMES)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [list(x) for x in sets.label_lists()] == EXPECTED + [[1]]
+    assert peak < 6 << 20, peak
+
+
+@pytest.mark.parametrize('fmt', [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_yolo_tarball_refuses_a_huge_label_file_from_its_header(
+        tmp_path, monkeypatch, fmt):
+    path = str(tmp_path / 'huge.tar.gz')
+    name = 'd' * 120 + '/huge.txt'
+    _write_tar_with(path, FILES, {name: b'0 .5 .5 .1 .1\n' * 400}, fmt)
+    # a small limit stands in for a member of gigabytes
+    monkeypatch.setattr('mmcalidet.priors.label_io.MAX_LABEL_FILE_BYTES',
+                        1000)
+    monkeypatch.setattr('mmcalidet.priors.label_io.TAR_CHUNK_BYTES', 512)
+    with pytest.raises(ValueError) as info:
+        read_yolo_tarball(path, NAMES)
+    assert str(info.value) == (f'{path}:{name}: label file is too large '
+                               '(5600 bytes > limit 1000)')
+    monkeypatch.setattr('mmcalidet.priors.label_io.MAX_LABEL_FILE_BYTES',
+                        6000)
+    sets = read_yolo_tarball(path, NAMES)
+    assert sets.num_images == 6 and sets.label_lists()[4].size == 400
+
+
 def test_corrupt_and_truncated_tarballs(tmp_path):
     path = tmp_path / 'l.tar.gz'
     _write_tar(str(path), FILES)
@@ -157,6 +270,55 @@ def test_coco_labels_crowd_ignored_and_id_order(tmp_path):
 def test_coco_bad_annotations(tmp_path, anns, message):
     with pytest.raises(ValueError, match=message):
         read_coco_labels(_coco(tmp_path, anns))
+
+
+def _coco_data(**changes):
+    data = dict(
+        images=[dict(id=i, file_name=f'{i}.jpg') for i in (10, 20, 30)],
+        annotations=[dict(id=1, image_id=10, category_id=1, iscrowd=0)],
+        categories=[dict(id=5, name='b'), dict(id=1, name='a')])
+    data.update(changes)
+    return data
+
+
+BAD_COCO = [
+    (dict(images={'10': {}}), '"images" is a dict, not a list'),
+    (dict(images=[10, 20]), 'images[0] is a int, not an object'),
+    (dict(images=[dict(file_name='a.jpg')]), 'images[0] has no "id"'),
+    (dict(images=[dict(id='10')]),
+     'images[0] "id" must be an integer, got \'10\''),
+    (dict(images=[dict(id=10), dict(id=20), dict(id=10)]),
+     'duplicated image id 10 (images[0] and images[2])'),
+    (dict(categories=[dict(id=1, name='a'), dict(id=1, name='b')]),
+     'duplicated category id 1 (categories[0] and categories[1])'),
+    (dict(categories=[dict(name='a')]), 'categories[0] has no "id"'),
+    (dict(categories=[dict(id=1)]), 'categories[0] has no "name"'),
+    (dict(categories=[dict(id=True, name='a')]),
+     'categories[0] "id" must be an integer, got True'),
+    (dict(categories={'1': 'a'}), '"categories" is a dict, not a list'),
+    (dict(annotations=[dict(id=7, category_id=1)]),
+     'annotations[0] (id 7) has no "image_id"'),
+    (dict(annotations=[dict(id=7, image_id=10)]),
+     'annotations[0] (id 7) has no "category_id"'),
+    (dict(annotations=[dict(id=7, image_id=10, category_id=1.5)]),
+     'annotations[0] (id 7) "category_id" must be an integer, got 1.5'),
+    (dict(annotations=[dict(id=7, image_id=[10], category_id=1)]),
+     'annotations[0] (id 7) "image_id" must be an integer, got [10]'),
+    (dict(annotations=[dict(id=7, image_id=10, category_id=1,
+                            iscrowd='no')]),
+     'annotations[0] (id 7) "iscrowd" must be 0 or 1, got \'no\''),
+    (dict(annotations=[None]), 'annotations[0] is a NoneType, not an object'),
+    (dict(annotations='none'), '"annotations" is a str, not a list'),
+]
+
+
+@pytest.mark.parametrize('changes, message', BAD_COCO)
+def test_coco_wrong_keys_types_and_duplicates(tmp_path, changes, message):
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(_coco_data(**changes)))
+    with pytest.raises(ValueError) as info:
+        read_coco_labels(str(path))
+    assert str(info.value) == f'{path}: {message}'
 
 
 def test_coco_bad_files(tmp_path):

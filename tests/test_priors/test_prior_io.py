@@ -168,3 +168,107 @@ def test_reorder_tolerates_underscores_and_case(tmp_path, prior):
     np.testing.assert_array_equal(loaded, prior[np.ix_(order, order)])
     with pytest.raises(ValueError, match="'traffic_lite' is not in"):
         load_prior(path, classes=['stop_sign', 'person', 'traffic_lite'])
+
+
+NOT_NUMBERS = [
+    ('{"matrix": [["1", "0.5"], ["0.5", "1"]]}',
+     "got the string '1' at [0, 0] (values must be numbers)"),
+    ('{"matrix": [[1, "0.5"], [0.5, 1]]}',
+     "got the string '0.5' at [0, 1] (values must be numbers)"),
+    ('{"matrix": [[true, false], [false, true]]}',
+     'got the boolean True at [0, 0] (values must be numbers)'),
+    ('{"matrix": [[1, 0], [true, 1]]}',
+     'got the boolean True at [1, 0] (values must be numbers)'),
+]
+
+
+@pytest.mark.parametrize('content, message', NOT_NUMBERS)
+def test_strings_and_booleans_are_not_numbers(tmp_path, content, message):
+    path = tmp_path / 'p.json'
+    path.write_text(content)
+    with pytest.raises(ValueError) as info:
+        load_prior(str(path))
+    assert str(info.value) == \
+        f'{path}: prior must be a numeric K x K matrix: {message}'
+
+
+@pytest.mark.parametrize('array, message', [
+    (np.array([['1', '0'], ['0', '1']]), 'got strings'),
+    (np.eye(2, dtype=bool), 'got booleans (bool)'),
+    (np.eye(2).astype('datetime64[s]'), 'got dates (datetime64[s])'),
+    (np.eye(2).astype('timedelta64[s]'), 'got time spans (timedelta64[s])'),
+])
+def test_npy_of_strings_booleans_and_dates(tmp_path, array, message):
+    path = tmp_path / 'p.npy'
+    np.save(path, array)
+    with pytest.raises(ValueError) as info:
+        load_prior(str(path))
+    assert str(info.value).startswith(
+        f'{path}: prior must be a numeric K x K matrix: {message}')
+
+
+def test_masked_sparse_meta_and_half_precision_tensors():
+    torch = pytest.importorskip('torch')
+    masked = np.ma.masked_array(np.eye(2), mask=[[0, 1], [0, 0]])
+    for matrix, message in [
+        (masked, 'prior must be a numeric K x K matrix, got a masked array '
+         '(fill its masked values first)'),
+        (torch.eye(2).to_sparse(), 'prior must be a dense tensor, got layout '
+         'torch.sparse_coo (call .to_dense() first)'),
+        (torch.empty(2, 2, device='meta'),
+         'prior is a meta tensor (it holds no values)'),
+        (torch.eye(2, dtype=torch.bool), 'prior must be a numeric K x K '
+         'matrix: got booleans (bool); values must be numbers'),
+    ]:
+        with pytest.raises(ValueError) as info:
+            validate_prior(matrix)
+        assert str(info.value) == message
+    # bfloat16 / float16 are numbers numpy cannot hold: widened
+    half = torch.tensor([[1.0, 0.25], [0.5, 1.0]], dtype=torch.bfloat16)
+    np.testing.assert_array_equal(
+        validate_prior(half), [[1.0, 0.25], [0.5, 1.0]])
+    np.testing.assert_array_equal(
+        validate_prior(half.half()), [[1.0, 0.25], [0.5, 1.0]])
+
+
+def test_a_huge_prior_is_refused_before_it_is_parsed(tmp_path, monkeypatch,
+                                                     prior):
+    big = batch_prior(12, [[0, 1], [2, 3, 11]])
+    path = save_prior(tmp_path / 'big.json', big,
+                      [f'c{k}' for k in range(12)])
+    npy = save_prior(tmp_path / 'big.npy', big)
+    # small limits stand in for a K = 5700 file read for a K = 80 model
+    monkeypatch.setattr('mmcalidet.priors.prior_io.PRIOR_FILE_SLACK_BYTES',
+                        100)
+    parsed = []
+    monkeypatch.setattr('mmcalidet.priors.prior_io.load_json',
+                        lambda *args: parsed.append(args))
+    size = os.path.getsize(path)
+    with pytest.raises(ValueError) as info:
+        load_prior(path, num_classes=3)
+    assert str(info.value) == (f'prior file is too large for K=3 classes '
+                               f'({size} bytes > limit 676): {path}')
+    with pytest.raises(ValueError, match='too large for K=3 classes'):
+        load_prior(path, classes=CLASSES)
+    assert not parsed
+    # .npy: the shape in its header is checked before the data is read
+    monkeypatch.setattr(np, 'load', lambda *args, **kwargs: parsed.append(1))
+    with pytest.raises(ValueError) as info:
+        load_prior(npy, num_classes=11)
+    assert str(info.value) == f'{npy}: prior has K=12 classes, expected 11'
+    assert not parsed
+    monkeypatch.undo()
+    assert load_prior(npy, num_classes=12).shape == (12, 12)
+
+
+def test_class_lists_are_capped(monkeypatch):
+    from mmcalidet.priors import prior_io
+    monkeypatch.setattr(prior_io, 'MAX_CLASSES', 5)
+    with pytest.raises(ValueError) as info:
+        prior_io.check_class_names([f'c{k}' for k in range(6)],
+                                   'classes file x.txt')
+    assert str(info.value) == ('classes file x.txt: 6 class names, more '
+                               'than the limit of 5')
+    with pytest.raises(ValueError, match='6 rows, more than the limit of 5'):
+        validate_prior(np.eye(6).tolist())
+    assert len(prior_io.check_class_names(list('abcde'))) == 5

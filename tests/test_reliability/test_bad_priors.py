@@ -20,11 +20,12 @@ import pytest
 import torch
 from mmdet.registry import MODELS
 from mmdet.utils import register_all_modules
-from mmengine.runner import save_checkpoint
+from mmengine.runner import load_checkpoint, save_checkpoint
 
 from mmcalidet.datasets import EdgeSampler
 from mmcalidet.priors import default_prior_path, load_prior, save_prior
 from mmcalidet.testing import PROJECT_ROOT, data_root, get_config
+from mmcalidet.utils.checkpoint_compat import InvalidCheckpointPriorError
 
 K = 80
 register_all_modules()
@@ -108,8 +109,8 @@ MATRICES = [
     (with_value(0.9, at=(7, 7)),
      'prior: prior diagonal must be 1 (P(i | i) = 1), got 0.9 at [7, 7] '
      '(pass reset_diagonal=True to set it)'),
-    ([['a'] * K] * K, 'prior: prior must be a numeric K x K matrix: could '
-     "not convert string to float: 'a'"),
+    ([['a'] * K] * K, 'prior: prior must be a numeric K x K matrix: got '
+     "the string 'a' at [0, 0] (values must be numbers)"),
     (np.zeros((0, 0)), 'prior: prior is empty (K = 0)'),
 ]
 
@@ -205,7 +206,7 @@ def test_bad_files(model, tmp_path):
         f'prior file {path} is not valid JSON: \'utf-8\' codec can\'t '
         'decode byte 0xff',
         exact=False)
-    np.save(tmp_path / 'object.npy', np.array([[1, None], [0, 1]], object))
+    np.save(tmp_path / 'object.npy', np.full((K, K), None, dtype=object))
     assert_refused(
         model, str(tmp_path / 'object.npy'),
         f'cannot read prior file {tmp_path / "object.npy"}: Object arrays '
@@ -259,6 +260,54 @@ def test_config_priors_fail_at_build_with_the_same_error(tmp_path):
             ValueError,
             match=r'prior diagonal must be 1 \(P\(i \| i\) = 1\), got 0.9'):
         EdgeSampler(num_classes=K, prior=with_value(0.9, at=(7, 7)))
+
+
+CHECKPOINT_PRIORS = [
+    (with_value(np.nan), 'prior has a non-finite value nan at [2, 5]'),
+    (with_value(-np.inf), 'prior has a non-finite value -inf at [2, 5]'),
+    (with_value(1.5), 'prior values must lie in [0, 1], got 1.5 at [2, 5]'),
+    (with_value(-0.25),
+     'prior values must lie in [0, 1], got -0.25 at [2, 5]'),
+    (with_value(0.5, at=(7, 7)),
+     'prior diagonal must be 1 (P(i | i) = 1), got 0.5 at [7, 7] (pass '
+     'reset_diagonal=True to set it)'),
+]
+
+
+@pytest.mark.parametrize('matrix, message', CHECKPOINT_PRIORS)
+def test_a_checkpoint_with_a_bad_prior_is_refused(model, tmp_path, matrix,
+                                                  message):
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state['prior'] = torch.from_numpy(matrix).float()
+    weight = next(k for k in state if k.endswith('cls_branches.0.weight'))
+    state[weight] += 1  # refused before any tensor is loaded
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    full = ("checkpoint has an invalid prior ('prior' of "
+            f'CaliDeformableDETR): {message}')
+    with pytest.raises(InvalidCheckpointPriorError) as info:
+        model.load_state_dict(state)
+    assert str(info.value) == full
+    # mmengine's non-strict loader (the runner's, init_detector's) too,
+    # where a bad tensor would otherwise only be logged
+    path = str(tmp_path / 'bad_prior.pth')
+    save_checkpoint(dict(state_dict=state), path)
+    with pytest.raises(InvalidCheckpointPriorError) as info:
+        load_checkpoint(model, path, map_location='cpu')
+    assert str(info.value) == full
+    after = model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in before.items())
+
+
+def test_a_checkpoint_prior_in_float32_loads(model):
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state['prior'] = torch.from_numpy(good_prior(3)).float()
+    before = model.get_prior()
+    model.load_state_dict(state)
+    try:
+        np.testing.assert_array_equal(model.get_prior(),
+                                      state['prior'].double().numpy())
+    finally:
+        model.set_prior(before)
 
 
 def test_test_tool_stops_with_the_error(model, tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ import glob
 import importlib.util
 import os
 import os.path as osp
+import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -144,7 +145,9 @@ def test_a_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch,
 def test_outdated_checkpoints_go_after_the_new_one_is_saved(tmp_path):
     runner = toy_runner(tmp_path, 'order', 'AtomicCheckpointHook')
     # a leftover of a run killed while writing a checkpoint
-    (tmp_path / '.iter_9.pth.abc123.tmp').write_bytes(b'half')
+    (tmp_path / 'iter_9.pth.incomplete-abc123.tmp').write_bytes(b'half')
+    # (named so before)
+    (tmp_path / '.iter_8.pth.abc123.tmp').write_bytes(b'half')
     (tmp_path / 'notes.tmp').write_text('not ours')
     runner.train()
     files = sorted(f.name for f in tmp_path.iterdir()
@@ -288,7 +291,38 @@ def test_test_tool_refuses_a_checkpoint_that_does_not_fit(
     with pytest.raises(CheckpointMismatchError) as info:
         load_tool('test').main()
     assert str(info.value).startswith(
-        "checkpoint has no CaliDet calibration (a plain detector's): "
+        f"checkpoint {path} has no CaliDet calibration (a plain detector's): "
         "CaliDINO's CaliFormer and prior")
     assert out.read_bytes() == b'earlier results'
     assert sorted(os.listdir(tmp_path)) == ['dino.pth', 'results.pkl', 'work']
+
+
+@pytest.mark.parametrize('content', [b'', b'PK\x03\x04 half a zip', None])
+def test_test_tool_says_in_one_line_that_a_checkpoint_is_unreadable(
+        tmp_path, content):
+    path = str(tmp_path / 'bad.pth')
+    if content is None:
+        os.mkfifo(path)  # would block torch.load
+    else:
+        with open(path, 'wb') as f:
+            f.write(content)
+    res = subprocess.run([
+        sys.executable, 'tools/test.py',
+        'configs/calidet/calidet_dino_tiny_coco-mini.py', path,
+        '--work-dir',
+        str(tmp_path / 'work')
+    ],
+                         cwd=PROJECT_ROOT,
+                         capture_output=True,
+                         text=True,
+                         timeout=300,
+                         env=dict(os.environ, MMCALIDET_DATA=data_root()))
+    assert res.returncode == 1
+    assert 'Traceback' not in res.stderr
+    expected = {
+        b'': f'checkpoint is empty: {path}',
+        None: f'checkpoint is not a regular file: {path}',
+    }.get(content, f'checkpoint {path} is truncated, corrupt or not a '
+          'checkpoint (RuntimeError: PytorchStreamReader failed reading zip '
+          'archive: not a ZIP archive)')
+    assert res.stderr.strip().splitlines()[-1] == f'test: error: {expected}'

@@ -100,3 +100,26 @@ def test_demo_rejects_an_unknown_class_before_running(checkpoint, tmp_path):
     assert not out.exists()
     with pytest.raises(ValueError, match='--score-thr must lie in'):
         tool.main(demo_args(checkpoint, '--score-thr', '30'))
+
+
+def test_demo_refuses_a_checkpoint_of_other_classes(checkpoint, tmp_path,
+                                                     run_tool):
+    """mmdet would load it with random classification layers (only logging
+    the size mismatches), and the demo would then fail on a class index."""
+    state = torch.load(checkpoint)['state_dict']
+    state = {
+        k: v[:20] if 'cls_branches' in k else v
+        for k, v in state.items()
+    }
+    state['prior'] = torch.eye(20)
+    path = str(tmp_path / 'classes20.pth')
+    save_checkpoint(
+        dict(state_dict=state, meta=dict(dataset_meta=dict(
+            classes=CLASSES[:20]))), path)
+    res = run_tool(TOOL, *demo_args(path, '--out-dir', str(tmp_path / 'o')))
+    assert res.returncode == 1
+    assert 'Traceback' not in res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith(
+        f'image_demo: error: checkpoint {path} does not fit CaliDINO: the '
+        'checkpoint was trained for 20 classes, the model has 80.')
+    assert not (tmp_path / 'o').exists()

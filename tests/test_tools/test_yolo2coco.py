@@ -4,6 +4,7 @@ import json
 import os
 import os.path as osp
 import shutil
+import signal
 from collections import defaultdict
 
 import numpy as np
@@ -118,3 +119,62 @@ def test_corrupt_image_and_bad_lines(tmp_path, datasets_dir, run_tool):
     assert res.returncode == 1 and '3 fields' in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert out.read_text() == 'keep me'
+
+
+def test_label_files_that_are_not_regular_files(tmp_path, monkeypatch):
+    """A label "file" that is a FIFO or a link to /dev/zero is refused at
+    once (it would block, or fill the memory); the size is bounded."""
+    from mmcalidet.datasets.yolo_to_coco import yolo_to_coco
+    cats = [dict(id=1, name='a', supercategory='a')]
+    sizes = {'1.jpg': [100, 50], '2.jpg': [100, 50]}
+    (tmp_path / '1.txt').write_text('0 0.5 0.5 0.2 0.2\n')
+    bad = tmp_path / '2.txt'
+
+    def timeout(*args):
+        raise TimeoutError('blocked on the FIFO')
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(10)  # fail instead of hanging on the FIFO
+    try:
+        for make in (lambda: os.symlink('/dev/zero', bad),
+                     lambda: os.mkfifo(bad)):
+            make()
+            with pytest.raises(ValueError) as info:
+                yolo_to_coco(str(tmp_path), sizes, cats)
+            assert str(info.value) == \
+                f'label file is not a regular file: {bad}'
+            bad.unlink()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    bad.write_text('0 0.5 0.5 0.2 0.2\n' * 3)
+    monkeypatch.setattr('mmcalidet.datasets.yolo_to_coco.'
+                        'MAX_LABEL_FILE_BYTES', 40)
+    with pytest.raises(ValueError) as info:
+        yolo_to_coco(str(tmp_path), sizes, cats)
+    assert str(info.value) == \
+        f'label file is too large (54 bytes > limit 40): {bad}'
+    (tmp_path / '2.txt').write_bytes(b'0 0.5 0.5 0.2 0.2 \xff\n')
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=f'label file {bad} is not UTF-8'):
+        yolo_to_coco(str(tmp_path), sizes, cats)
+
+
+@pytest.mark.parametrize('line, message', [
+    ('0 nan 0.5 0.2 0.2', "cx is 'nan', not a finite number"),
+    ('0 0.5 NaN 0.2 0.2', "cy is 'NaN', not a finite number"),
+    ('0 0.5 0.5 inf 0.2', "w is 'inf', not a finite number"),
+    ('0 0.5 0.5 0.2 -Infinity', "h is '-Infinity', not a finite number"),
+    ('0 0.5 0.5 0.2 1e400', "h is '1e400', not a finite number"),
+    ('0 0.5 0.5 -0.2 0.2', 'negative box size (w -0.2, h 0.2)'),
+    ('0 0.5 0.5 0.2 -1e-3', 'negative box size (w 0.2, h -1e-3)'),
+])
+def test_non_finite_and_negative_boxes_are_refused(tmp_path, line, message):
+    from mmcalidet.datasets.yolo_to_coco import parse_yolo_boxes
+    path = tmp_path / '1.txt'
+    path.write_text(f'0 0.5 0.5 0.2 0.2\n{line}\n')
+    with pytest.raises(ValueError) as info:
+        parse_yolo_boxes(str(path), 1)
+    assert str(info.value) == f'{path}, line 2: {message}'
+    path.write_text('0 0.5 0.5 0 0.2\n')  # an empty box is not an error
+    assert parse_yolo_boxes(str(path), 1) == [[0, 0.5, 0.5, 0.0, 0.2]]

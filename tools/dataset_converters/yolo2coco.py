@@ -47,7 +47,7 @@ def main(argv=None):
     coco = yolo_to_coco(args.labels, sizes, categories,
                         strict=not args.allow_orphans)
     with atomic_write(args.out, 'w', encoding='utf-8') as f:
-        json.dump(coco, f)
+        json.dump(coco, f, allow_nan=False)
     print(f'wrote {args.out}: {len(coco["images"])} images, '
           f'{len(coco["annotations"])} annotations, '
           f'{len(coco["categories"])} categories')

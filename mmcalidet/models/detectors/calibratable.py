@@ -7,7 +7,8 @@ import torch
 from mmdet.structures import OptSampleList, SampleList
 from torch import Tensor
 
-from ...priors import flat_prior
+from ...priors import flat_prior, validate_prior
+from ...utils.checkpoint_compat import InvalidCheckpointPriorError
 from ...utils.prior_source import load_prior_source
 from ..data_preprocessors import is_cached_batch
 
@@ -58,6 +59,35 @@ class CalibratableDetectorMixin:
         self.register_buffer('prior',
                              torch.from_numpy(self._load_prior(prior)).float())
         self._cali_cache: Optional[Tuple[tuple, Tensor]] = None
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata,
+                              strict, missing_keys, unexpected_keys,
+                              error_msgs) -> None:
+        """Validate a loaded ``prior`` buffer like a prior file, then load.
+
+        A checkpoint's prior that is not finite, outside [0, 1] or without
+        a unit diagonal would give NaN or meaningless scores without any
+        error; it is refused here, for every way of loading (mmengine's
+        ``load_checkpoint``, the runner, ``load_state_dict``). A prior of
+        another shape is left to the usual size-mismatch handling (see
+        :func:`~mmcalidet.utils.checkpoint_compat.check_checkpoint`).
+
+        Raises:
+            InvalidCheckpointPriorError: naming the problem.
+        """
+        key = prefix + 'prior'
+        value = state_dict.get(key)
+        if value is not None and \
+                tuple(getattr(value, 'shape', ())) == tuple(self.prior.shape):
+            try:
+                validate_prior(value, num_classes=self.num_classes)
+            except ValueError as exc:
+                raise InvalidCheckpointPriorError(
+                    f'checkpoint has an invalid prior ({key!r} of '
+                    f'{type(self).__name__}): {exc}') from exc
+        super()._load_from_state_dict(state_dict, prefix, local_metadata,
+                                      strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     @property
     def num_classes(self) -> int:
