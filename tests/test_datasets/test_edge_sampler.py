@@ -11,7 +11,7 @@ from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmengine.structures import InstanceData
 
 from mmcalidet.datasets import EdgeSampler
-from mmcalidet.priors import batch_prior, flat_prior, sample_prior
+from mmcalidet.priors import batch_prior, flat_prior, flip_prior, sample_prior
 from mmcalidet.testing import demo_batch
 
 K = 8
@@ -54,6 +54,17 @@ def test_sample_mode_gives_each_sample_its_statistics():
         np.testing.assert_allclose(s.sample_prior.numpy(), expected)
         assert s.prior.dtype == torch.float32
         assert s.metainfo['prior_mode'] == 'sample'
+
+
+def test_flip_mode_gives_each_sample_its_flipped_statistics():
+    samples = run(only('flip'))
+    for s, labels in zip(samples, LABELS):
+        expected = flip_prior(sample_prior(K, labels))
+        np.testing.assert_allclose(s.prior.numpy(), expected)
+        # LoMa still compares with the true statistics
+        np.testing.assert_allclose(s.sample_prior.numpy(),
+                                   sample_prior(K, labels))
+        assert s.metainfo['prior_mode'] == 'flip'
 
 
 def test_batch_mode_gives_the_batch_statistics():

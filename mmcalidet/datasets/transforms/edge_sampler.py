@@ -17,7 +17,8 @@ from mmdet.structures import SampleList
 from mmengine.dist import all_gather_object, get_rank, get_world_size
 from torch import Tensor, nn
 
-from ...priors import batch_prior, flat_prior, label_lists_prior
+from ...priors import (batch_prior, flat_prior, flip_prior,
+                       label_lists_prior)
 from ...utils.prior_source import load_prior_source
 
 #: mode name -> the statistics it gives every sample of the mini-batch
@@ -27,6 +28,8 @@ MODES = {
     'dataset': 'E_t, the prior file',
     'group': 'E_b over consecutive groups of `group_size` samples',
     'flat': 'E_0, the flat prior',
+    'flip': 'flip(E_x), each sample its own E_x with 0 and 1 swapped '
+    '(a misleading prior, so the sign of E gets a training signal)',
 }
 
 
@@ -55,7 +58,8 @@ class EdgeSampler(nn.Module):
             reorder a named prior file.
         mode_probs (dict, optional): probability (any non-negative weights,
             normalised) of each mode among ``'sample'``, ``'batch'``,
-            ``'dataset'``, ``'group'`` and ``'flat'``. Defaults to
+            ``'dataset'``, ``'group'``, ``'flat'`` and ``'flip'`` (not the
+            paper's: flip(E_x), a misleading prior). Defaults to
             ``dict(sample=1, batch=1, dataset=1)``.
         noise_std (float): sigma of the Gaussian noise. Defaults to 0.16.
         group_size (int): group size of the ``'group'`` mode (the paper's
@@ -134,6 +138,10 @@ class EdgeSampler(nn.Module):
         if mode == 'sample':
             return label_lists_prior(label_lists, self.num_classes), \
                 np.arange(num)
+        if mode == 'flip':
+            stats = label_lists_prior(label_lists, self.num_classes)
+            flipped = [flip_prior(p) for p in stats]
+            return (np.stack(flipped) if flipped else stats), np.arange(num)
         if mode == 'group':
             index = np.arange(num) // self.group_size
             priors = np.stack([
