@@ -128,12 +128,16 @@ def init_detector(config: Union[str, Path, Config],
 
     The checkpoint restores the prior it was saved with (its ``prior``
     buffer); ``prior`` replaces it, reordered by class name to the
-    checkpoint's classes. Importing this module registers mmcalidet, so
+    checkpoint's classes. Without a checkpoint the model is initialised
+    with ``init_weights()`` (mmdet's ``init_detector`` leaves it as built,
+    and the DETR family creates ``level_embed`` uninitialised: it can hold
+    NaN). Importing this module registers mmcalidet, so
     CaliDet configs and checkpoints load.
 
     Args:
         config (str | Path | Config): config file or object.
-        checkpoint (str, optional): checkpoint file.
+        checkpoint (str, optional): checkpoint file; ``None`` keeps the
+            config's initial weights (``init_weights``).
         palette (str): see mmdet's ``init_detector``.
         device (str): the device. Defaults to ``'cuda:0'`` as mmdet's.
         cfg_options (dict, optional): config overrides.
@@ -152,6 +156,8 @@ def init_detector(config: Union[str, Path, Config],
         palette=palette,
         device=device,
         cfg_options=cfg_options)
+    if checkpoint is None:
+        model.init_weights()
     if prior is not None:
         if not is_calibratable(model):
             raise ValueError('prior needs a calibratable detector (CaliDet), '

@@ -56,20 +56,20 @@ def trained(tmp_path_factory):
     """Fine-tune from a plain DINO checkpoint, as the paper's recipe."""
     work_dir = str(tmp_path_factory.mktemp('train'))
     register_all_modules()
-    # a fixed init: the run is then the same on every machine (random
-    # DINO weights + the paper's plain CaliFormer init start with a loss of
-    # thousands; see docs/user_guides/model.md)
+    # a fixed init: the run is then the same on every machine. init_weights
+    # matters: mmdet creates DINO's level_embed uninitialised
+    # (torch.Tensor(...)), so a model saved straight from MODELS.build can
+    # hold NaN or 1e35 there, and the fine-tune then meets NaN logits
     torch.manual_seed(0)
     dino = MODELS.build(get_config('calidet/dino_tiny_coco-mini.py').model)
+    dino.init_weights()
     dino_file = osp.join(work_dir, 'dino.pth')
     save_checkpoint(dict(state_dict=dino.state_dict()), dino_file)
     output = run([
         sys.executable, 'tools/train.py', CONFIG, '--work-dir', work_dir,
         '--cfg-options', f'load_from={dino_file}', *FEW_ITERS
     ],
-                 # one thread: the same arithmetic on every run (with the
-                 # paper's plain init the loss starts in the thousands; a
-                 # multi-threaded run once hit NaN in the matcher)
+                 # one thread: the same arithmetic on every run
                  threads=1)
     return work_dir, output
 
@@ -98,6 +98,7 @@ def test_checkpoint_loads_in_a_fresh_model_with_weights_only(trained):
     register_all_modules()
     model = MODELS.build(
         get_config('calidet/calidet_dino_tiny_coco-mini.py').model)
+    model.init_weights()
     load_checkpoint(model, osp.join(work_dir, 'iter_3.pth'), strict=True)
     torch.testing.assert_close(model.prior, checkpoint['state_dict']['prior'])
     model.eval()
