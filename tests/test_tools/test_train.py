@@ -157,3 +157,37 @@ def test_mim_train(tmp_path):
     ])
     assert len(losses_logged(output)) == 2
     assert glob.glob(str(tmp_path / '*' / 'vis_data'))
+
+
+def test_nan_weights_stop_training_with_one_line(tmp_path):
+    # a DINO checkpoint whose level_embed holds NaN (what an uninitialised
+    # one can hold): the fine-tune used to die in scipy's matcher
+    register_all_modules()
+    torch.manual_seed(0)
+    dino = MODELS.build(get_config('calidet/dino_tiny_coco-mini.py').model)
+    dino.init_weights()
+    with torch.no_grad():
+        dino.level_embed[0, :8] = float('nan')
+    dino_file = str(tmp_path / 'dino.pth')
+    save_checkpoint(dict(state_dict=dino.state_dict()), dino_file)
+    proc = subprocess.run([
+        sys.executable, 'tools/train.py', CONFIG, '--work-dir',
+        str(tmp_path / 'work'), '--cfg-options', f'load_from={dino_file}',
+        *FEW_ITERS
+    ],
+                          cwd=PROJECT_ROOT,
+                          env=dict(os.environ, MMCALIDET_DATA=data_root()),
+                          capture_output=True,
+                          text=True,
+                          timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert 'Traceback' not in proc.stderr
+    assert 'invalid numeric entries' not in proc.stdout + proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        'tools/train.py: error: non-finite head outputs at iteration 1 '
+        '(before the Hungarian matching): decoder layer 0 logits ('), last
+    # everything downstream of the encoder is NaN, the CaliFormer is not
+    assert last.endswith('; inputs: decoder hidden states not finite, '
+                         "V' (CaliFormer output) finite"), last
+    assert not glob.glob(str(tmp_path / 'work' / '*.pth'))

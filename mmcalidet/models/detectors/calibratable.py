@@ -8,6 +8,7 @@ from mmdet.structures import OptSampleList
 from torch import Tensor
 
 from ...priors import flat_prior
+from ..non_finite import check_finite_losses
 from ...utils.prior_source import load_prior_source
 
 
@@ -166,6 +167,26 @@ class CalibratableDetectorMixin:
                                  f'got {tuple(p.shape)}')
             priors.append(p)
         return torch.stack(priors)
+
+    def parse_losses(
+            self, losses: Dict[str, Tensor]) -> Tuple[Tensor, Dict[str, Tensor]]:
+        """mmengine's ``parse_losses``, then stop if the total loss is not
+        finite.
+
+        Args:
+            losses (dict[str, Tensor]): the loss terms.
+
+        Returns:
+            tuple[Tensor, dict]: the total loss and the terms to log.
+
+        Raises:
+            NonFiniteError: naming the iteration and the non-finite terms,
+                e.g. ``non-finite loss at iteration 12: loss_cls=nan,
+                d0.loss_cls=nan (the others are finite)``.
+        """
+        loss, log_vars = super().parse_losses(losses)
+        check_finite_losses(loss, log_vars)
+        return loss, log_vars
 
     def forward_transformer(self,
                             img_feats: Tuple[Tensor],
