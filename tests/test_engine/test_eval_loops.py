@@ -109,8 +109,8 @@ def expected_online_priors(prior, momentum, eta, score_thr=0.3):
         stats = np.full((k, k), 0.5)
         stats[:, counts > 0] = pairs[:, counts > 0] / counts[counts > 0]
         np.fill_diagonal(stats, 1)
-        prior = np.clip(prior + eta * (score_sum / weight)[None] *
-                        (stats - prior), 0, 1)
+        prior = np.clip(
+            prior + eta * (score_sum / weight)[None] * (stats - prior), 0, 1)
         np.fill_diagonal(prior, 1)
         out.append(prior)
     return out

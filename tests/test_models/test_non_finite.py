@@ -76,8 +76,8 @@ def test_a_nan_classification_weight_stops_before_matching(
     counts = layer_counts(match.group(1))
     # Deformable DETR without box refinement shares one branch
     assert list(counts) == [
-        f'decoder layer {i} logits'
-        for i in range(model.decoder.num_layers) if branches[i] is branches[0]
+        f'decoder layer {i} logits' for i in range(model.decoder.num_layers)
+        if branches[i] is branches[0]
     ]
     for bad, total in counts.values():
         assert bad * 80 == total  # the logit of class 0 of every query
@@ -127,7 +127,9 @@ def test_check_finite_losses(monkeypatch):
     assert str(info.value) == ('non-finite loss: loss_cls=inf, '
                                'loss_bbox=nan (the others are finite)')
     big = torch.tensor(3e38)
-    with pytest.raises(NonFiniteError, match=r'^non-finite loss: loss=inf, '
-                       r'every term is finite \(their sum overflows\)$'):
+    with pytest.raises(
+            NonFiniteError,
+            match=r'^non-finite loss: loss=inf, '
+            r'every term is finite \(their sum overflows\)$'):
         check_finite_losses(big + big, dict(loss_a=big, loss_b=big))
     assert issubclass(NonFiniteError, FloatingPointError)

@@ -168,8 +168,7 @@ class CalibratableDetectorMixin:
             priors.append(p)
         return torch.stack(priors)
 
-    def parse_losses(
-            self, losses: Dict[str, Tensor]) -> Tuple[Tensor, Dict[str, Tensor]]:
+    def parse_losses(self, losses: Dict[str, Tensor]) -> tuple:
         """mmengine's ``parse_losses``, then stop if the total loss is not
         finite.
 
