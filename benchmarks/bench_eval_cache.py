@@ -89,10 +89,11 @@ def main() -> None:
     classes = loader.dataset.metainfo['classes']
     torch.manual_seed(0)
     model = MODELS.build(cfg.model)
+    # first: a non-strict load keeps the init of what the checkpoint lacks
+    # (mmdet's level_embed starts uninitialised)
+    model.init_weights()
     if args.checkpoint:
         load_checkpoint(model, args.checkpoint, map_location='cpu')
-    else:
-        model.init_weights()
     model.dataset_meta = dict(loader.dataset.metainfo)
     model = model.to(args.device).eval()
     evaluator = CocoEvaluator(cfg.test_evaluator.ann_file, classes)

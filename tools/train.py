@@ -10,7 +10,10 @@ Beside mmengine's Runner, the tool
   a machine without GPUs (mmengine's ``init_dist`` selects a CUDA device)
   and wraps the model in DDP without device ids;
 - adds a :class:`CheckpointCompatHook` (what of a checkpoint does not fit
-  the model, in CaliDet's terms) unless the config has one.
+  the model, in CaliDet's terms) unless the config has one;
+- stops with one line (exit status 1) when a CaliDet model meets NaN or
+  inf (:class:`~mmcalidet.models.NonFiniteError`: the iteration and the
+  loss terms or head outputs that are not finite).
 """
 import argparse
 import os
@@ -22,6 +25,7 @@ from mmengine.runner import Runner
 
 import mmcalidet  # noqa: F401  (registers the modules and checkpoint types)
 import mmcalidet.engine.checkpoint_hooks  # noqa: F401  (registers hooks)
+from mmcalidet.models import NonFiniteError
 from mmcalidet.utils.checkpoint import name_checkpoint
 from mmcalidet.utils.checkpoint_compat import CheckpointError
 from mmcalidet.utils.cli import run_tool
@@ -109,6 +113,9 @@ def main(argv=None) -> None:
         runner.train()
     except CheckpointError as exc:  # of load_from / --resume
         raise name_checkpoint(exc, cfg.get('load_from')) from exc
+    except NonFiniteError as exc:
+        runner.logger.error(str(exc))  # in the log file too
+        raise SystemExit(f'tools/train.py: error: {exc}') from None
 
 
 if __name__ == '__main__':

@@ -131,7 +131,10 @@ def init_detector(config: Union[str, Path, Config],
 
     The checkpoint restores the prior it was saved with (its ``prior``
     buffer); ``prior`` replaces it, reordered by class name to the
-    checkpoint's classes. Importing this module registers mmcalidet, so
+    checkpoint's classes. Without a checkpoint the model is initialised
+    with ``init_weights()`` (mmdet's ``init_detector`` leaves it as built,
+    and the DETR family creates ``level_embed`` uninitialised: it can hold
+    NaN). Importing this module registers mmcalidet, so
     CaliDet configs and checkpoints load.
 
     Unlike mmdet's, a checkpoint that does not fit the model is an error
@@ -141,7 +144,8 @@ def init_detector(config: Union[str, Path, Config],
 
     Args:
         config (str | Path | Config): config file or object.
-        checkpoint (str, optional): checkpoint file.
+        checkpoint (str, optional): checkpoint file; ``None`` keeps the
+            config's initial weights (``init_weights``).
         palette (str): see mmdet's ``init_detector``.
         device (str): the device. Defaults to ``'cuda:0'`` as mmdet's.
         cfg_options (dict, optional): config overrides.
@@ -167,7 +171,9 @@ def init_detector(config: Union[str, Path, Config],
             cfg_options=cfg_options)
     except CheckpointError as exc:
         raise name_checkpoint(exc, checkpoint) from exc
-    if checkpoint is not None:
+    if checkpoint is None:
+        model.init_weights()
+    else:
         check_checkpoint_file(model, checkpoint)
     if prior is not None:
         if not is_calibratable(model):

@@ -1,7 +1,12 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The protocol on a cached tiny CaliDINO (random weights: contracts only,
 not accuracy): prior table, subsets, sites, self-calibration, online
-calibration with model.test_step."""
+calibration with model.test_step.
+
+The head's scores are set to known values (``set_known_scores``): classes
+1 and 2 score 0.9-0.98 on every query, the others below 0.01, so every
+image predicts exactly {1, 2} and self-calibration moves E_c by amounts
+the tests compute by hand."""
 import json
 import os.path as osp
 
@@ -21,9 +26,11 @@ from mmcalidet.evaluation import (METRICS, CocoEvaluator, OnlineSelfCalibrator,
 from mmcalidet.evaluation.sites import evaluate_groups, read_image_groups
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import batch_prior, prior_mae
-from mmcalidet.testing import get_config
+from mmcalidet.testing import get_config, set_known_scores
 
 K = 80
+#: the classes every image predicts (see set_known_scores)
+PREDICTED = (1, 2)
 
 
 @pytest.fixture(scope='module')
@@ -32,9 +39,12 @@ def setup():
     cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
     cfg.test_dataloader.dataset.indices = 4
     cfg.test_dataloader.dataset.pipeline[1].scale = (96, 96)
+    # 30 queries x 2 classes: every high-scoring candidate is kept
+    cfg.model.test_cfg.max_per_img = 60
     torch.manual_seed(0)
     model = MODELS.build(cfg.model)
     model.init_weights()
+    set_known_scores(model, PREDICTED)
     loader = Runner.build_dataloader(cfg.test_dataloader)
     model.dataset_meta = dict(loader.dataset.metainfo)
     model.eval()
@@ -81,7 +91,24 @@ def test_self_calibration_follows_algorithm_1(setup):
             assert h['step_mae'] == pytest.approx(step.mean())
             assert h['step_max'] == pytest.approx(step.max())
     assert result.history[0]['step_max'] == 0.0
-    assert result.history[1]['step_max'] > 0  # the prior moved
+    # every image predicts exactly classes 1 and 2 (scores >= 0.9): E_i's
+    # columns 1 and 2 are the indicator of {1, 2}, Z is 0 in every other
+    # column, so only columns 1 and 2 move; eta * Z >= 4 * 0.9 > 1 takes
+    # them past E_i, and the clip lands them on it
+    for preds in seen:
+        for pred in preds:
+            present = set(pred.labels[pred.scores >= 0.5].tolist())
+            assert present == set(PREDICTED)
+    indicator = np.isin(np.arange(K), PREDICTED).astype(float)
+    for it in (1, 2, 3):
+        moved = priors[it]
+        others = np.setdiff1d(np.arange(K), PREDICTED)
+        np.testing.assert_array_equal(moved[:, others], e_t[:, others])
+        for j in PREDICTED:
+            np.testing.assert_array_equal(moved[:, j], indicator)
+    assert result.history[1]['step_max'] == pytest.approx(
+        np.abs(priors[1] - e_t).max())
+    assert result.history[1]['step_max'] > 0.5  # the prior moved
     assert np.all(np.diagonal(result.prior) == 1)
     assert result.prior.min() >= 0 and result.prior.max() <= 1
     np.testing.assert_array_equal(model.get_prior(), e_t)  # untouched
@@ -155,23 +182,80 @@ def test_self_calibrate_subsets(setup):
         self_calibrate_subsets(model, cache, 8, progress=False)
 
 
+def online_reference(prior, image_scores, momentum, eta, interval,
+                     score_thr):
+    """E_c after each update of the online calibrator, written out from
+    its definition (mmcalidet/evaluation/online.py): per image ``p`` (the
+    predicted classes) and ``z`` (their max scores), ``C <- m C + p p^T``,
+    ``n <- m n + p``, ``s <- m s + z``, ``w <- m w + 1``; every
+    ``interval`` images ``E_i = C / n`` (0.5 where ``n`` = 0, diagonal 1)
+    and ``E_c <- clip(E_c + eta * Z * (E_i - E_c), 0, 1)`` with ``Z[:, j]
+    = s_j / w``, diagonal 1."""
+    pairs, counts, score_sum, weight = np.zeros((K, K)), np.zeros(K), \
+        np.zeros(K), 0.0
+    out = []
+    for n, (labels, scores) in enumerate(image_scores, 1):
+        z = np.zeros(K)
+        for label, score in zip(labels, scores):
+            if score >= score_thr:
+                z[label] = max(z[label], score)
+        p = (z > 0).astype(float)
+        pairs = momentum * pairs + np.outer(p, p)
+        counts = momentum * counts + p
+        score_sum = momentum * score_sum + z
+        weight = momentum * weight + 1
+        if n % interval:
+            continue
+        stats = np.full((K, K), 0.5)
+        seen = counts > 0
+        stats[:, seen] = pairs[:, seen] / counts[seen]
+        np.fill_diagonal(stats, 1)
+        big_z = np.tile(score_sum / weight, (K, 1))
+        prior = np.clip(prior + eta * big_z * (stats - prior), 0, 1)
+        np.fill_diagonal(prior, 1)
+        out.append(prior)
+    return out
+
+
 def test_online_calibrator_composes_with_test_step(setup):
     model, loader, _, _ = setup
     saved = model.get_prior()
     cal = OnlineSelfCalibrator(
-        model=model, warmup=2, update_interval=2, eta=1.0,
-        score_thr=0.0)  # the random model's scores are low: count all
+        model=model, warmup=2, update_interval=2, eta=0.5, momentum=0.9)
+    used = []  # the priors the CaliFormer computes V' of
+    hook = model.bbox_head.califormer.register_forward_pre_hook(
+        lambda module, args: used.append(args[0].detach().clone()))
     try:
-        priors = []
+        priors, images = [], []
         with torch.no_grad():
-            for batch in loader:
+            for batch in loader:  # 2 batches of 2 images
                 outputs = model.test_step(batch)
+                images += [(o.pred_instances.labels.numpy(),
+                            o.pred_instances.scores.numpy()) for o in outputs]
                 assert cal.update(outputs)
                 priors.append(model.get_prior())
         assert cal.num_updates == 2 and cal.num_images == 4
+        expected = online_reference(saved, images, 0.9, 0.5, 2, 0.3)
+        for got, want in zip(priors, expected):
+            np.testing.assert_allclose(got, want, atol=1e-6)
+        # only the predicted classes' columns move, towards E_i = 1 on rows
+        # 1 and 2 and 0 elsewhere
+        others = np.setdiff1d(np.arange(K), PREDICTED)
+        np.testing.assert_allclose(priors[0][:, others], saved[:, others],
+                                   atol=1e-6)
+        for j in PREDICTED:
+            step = priors[0][:, j] - saved[:, j]
+            target = np.isin(np.arange(K), PREDICTED) - saved[:, j]
+            moves = np.abs(target) > 1e-3
+            assert moves.sum() > 40
+            assert np.all(step[moves] * target[moves] > 0)
+            assert np.all(np.abs(step) <= np.abs(target) + 1e-6)
+        # E_c after the first batch was injected and used for the second
+        np.testing.assert_allclose(
+            used[-1].double().numpy(), priors[0], atol=1e-6)
         np.testing.assert_allclose(model.get_prior(), cal.prior, atol=1e-6)
-        assert not np.allclose(priors[0], saved)  # injected and used
     finally:
+        hook.remove()
         model.set_prior(saved)
 
 

@@ -257,6 +257,7 @@ def test_coco_configs(name, levels):
     cfg.model.num_queries = 10
     torch.manual_seed(0)
     model = MODELS.build(cfg.model)
+    model.init_weights()  # mmdet's level_embed starts uninitialised
     np.testing.assert_allclose(model.get_prior()[0, 0], 1.0)
     assert model.encoder.layers[0].self_attn.num_levels == levels
     model.eval()

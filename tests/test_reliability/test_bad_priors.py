@@ -38,6 +38,7 @@ def model():
     cfg = get_config('calidet/calidet_deformable-detr_tiny_coco-mini.py')
     torch.manual_seed(0)
     detector = MODELS.build(cfg.model)
+    detector.init_weights()  # mmdet's level_embed starts uninitialised
     detector.dataset_meta = dict(classes=CLASSES)
     return detector
 

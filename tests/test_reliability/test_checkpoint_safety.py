@@ -172,7 +172,9 @@ def build(name, seed=0, **model):
     cfg = get_config(name)
     cfg.model.update(model)
     torch.manual_seed(seed)
-    return MODELS.build(cfg.model)
+    model = MODELS.build(cfg.model)
+    model.init_weights()  # mmdet's level_embed starts uninitialised
+    return model
 
 
 @pytest.fixture(scope='module')

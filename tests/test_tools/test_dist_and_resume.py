@@ -140,11 +140,11 @@ def test_two_processes_agree_and_edges_are_global(tmp_path):
 def test_kill_while_saving_then_resume_equals_uninterrupted(tmp_path):
     # DINO draws random denoising queries every iteration
     base = 'calidet/calidet_dino_tiny_coco-mini.py'
-    # data loader workers are seeded from the run seed, so the augmented
-    # batches repeat after a resume (see IterationSeedHook)
+    # the config's num_workers=0: the pipeline's augmentation runs in the
+    # main process, seeded by IterationSeedHook before each batch is
+    # fetched (with workers: tests/test_engine/test_iteration_seed.py)
     options = [
-        *FAST, 'train_cfg.max_iters=4', 'default_hooks.checkpoint.interval=2',
-        'train_dataloader.num_workers=1'
+        *FAST, 'train_cfg.max_iters=4', 'default_hooks.checkpoint.interval=2'
     ]
     whole, killed = tmp_path / 'whole', tmp_path / 'killed'
     killer = probe_config(tmp_path / 'kill.py', base, [

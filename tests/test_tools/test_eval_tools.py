@@ -2,7 +2,9 @@
 """tools/analysis_tools/{eval_priors,eval_subsets,self_calibrate}.py on
 the tiny configs (random weights: contracts, not accuracy). The heavy
 runs call the tools' ``main`` in-process; exit codes are checked in a
-subprocess."""
+subprocess. The CaliDINO checkpoint's scores are known
+(``set_known_scores``: every image predicts classes 1 and 2 with scores
+>= 0.9, nothing else scores over 0.01)."""
 import json
 import os.path as osp
 import runpy
@@ -15,7 +17,7 @@ from mmengine.registry import init_default_scope
 from mmengine.runner import save_checkpoint
 
 from mmcalidet.priors import load_prior
-from mmcalidet.testing import PROJECT_ROOT, get_config
+from mmcalidet.testing import PROJECT_ROOT, get_config, set_known_scores
 
 CALI = 'configs/calidet/calidet_dino_tiny_coco-mini.py'
 DINO = 'configs/calidet/dino_tiny_coco-mini.py'
@@ -41,6 +43,8 @@ def checkpoints(tmp_path_factory):
         torch.manual_seed(0)
         model = MODELS.build(get_config(config.split('configs/')[1]).model)
         model.init_weights()
+        if config == CALI:
+            set_known_scores(model, (1, 2))
         path = str(out / name)
         save_checkpoint(dict(state_dict=model.state_dict()), path)
         paths.append(path)
@@ -137,10 +141,12 @@ def test_eval_subsets_and_self_calibrate(checkpoints, tmp_path, monkeypatch):
 
     out = str(tmp_path / 'selfcal')
     prior_file = str(tmp_path / 'e_c.json')
+    # max_per_img: 30 queries x 2 classes, every high score is kept
     assert tool('self_calibrate')([
         CALI, cali, '--sizes', '0', '--iters', '2', '--tol', '0', '--out-dir',
-        out, '--save-prior', prior_file, '--score-thrs', '0.0', *SMALL
-    ]) == 0  # threshold 0: the random model's low scores still count
+        out, '--save-prior', prior_file, *SMALL,
+        'model.test_cfg.max_per_img=60'
+    ]) == 0
     with open(osp.join(out, 'self_calibration.json')) as f:
         report = json.load(f)
     assert [r['iter'] for r in report['curves']] == [0, 1, 2]
@@ -148,11 +154,19 @@ def test_eval_subsets_and_self_calibrate(checkpoints, tmp_path, monkeypatch):
     assert report['summary'][0]['subsets'] == 1
     prior, meta = load_prior(prior_file, return_meta=True)
     assert prior.shape == (80, 80) and len(meta['classes']) == 80
-    assert not np.allclose(
-        prior,
-        load_prior(
-            osp.join(PROJECT_ROOT, 'mmcalidet', 'data', 'priors',
-                     'coco2017_train.json')))
+    e_t = load_prior(
+        osp.join(PROJECT_ROOT, 'mmcalidet', 'data', 'priors',
+                 'coco2017_train.json'))
+    # every image predicts classes 1 and 2 (scores >= 0.9): E_i's columns
+    # 1 and 2 are the indicator of {1, 2} and Z is 0 in the other columns;
+    # eta * Z >= 4 * 0.9 > 1 takes columns 1 and 2 past E_i and the clip
+    # lands them on it, the other columns keep E_t
+    indicator = np.isin(np.arange(80), (1, 2)).astype(float)
+    others = np.setdiff1d(np.arange(80), (1, 2))
+    np.testing.assert_allclose(prior[:, others], e_t[:, others], atol=1e-6)
+    for j in (1, 2):
+        np.testing.assert_allclose(prior[:, j], indicator, atol=1e-6)
+    assert np.abs(prior - e_t).max() > 0.5
     check_png(osp.join(out, 'self_calibration.png'))
 
 

@@ -56,20 +56,20 @@ def trained(tmp_path_factory):
     """Fine-tune from a plain DINO checkpoint, as the paper's recipe."""
     work_dir = str(tmp_path_factory.mktemp('train'))
     register_all_modules()
-    # a fixed init: the run is then the same on every machine (random
-    # DINO weights + the paper's plain CaliFormer init start with a loss of
-    # thousands; see docs/user_guides/model.md)
+    # a fixed init: the run is then the same on every machine. init_weights
+    # matters: mmdet creates DINO's level_embed uninitialised
+    # (torch.Tensor(...)), so a model saved straight from MODELS.build can
+    # hold NaN or 1e35 there, and the fine-tune then meets NaN logits
     torch.manual_seed(0)
     dino = MODELS.build(get_config('calidet/dino_tiny_coco-mini.py').model)
+    dino.init_weights()
     dino_file = osp.join(work_dir, 'dino.pth')
     save_checkpoint(dict(state_dict=dino.state_dict()), dino_file)
     output = run([
         sys.executable, 'tools/train.py', CONFIG, '--work-dir', work_dir,
         '--cfg-options', f'load_from={dino_file}', *FEW_ITERS
     ],
-                 # one thread: the same arithmetic on every run (with the
-                 # paper's plain init the loss starts in the thousands; a
-                 # multi-threaded run once hit NaN in the matcher)
+                 # one thread: the same arithmetic on every run
                  threads=1)
     return work_dir, output
 
@@ -98,6 +98,7 @@ def test_checkpoint_loads_in_a_fresh_model_with_weights_only(trained):
     register_all_modules()
     model = MODELS.build(
         get_config('calidet/calidet_dino_tiny_coco-mini.py').model)
+    model.init_weights()
     load_checkpoint(model, osp.join(work_dir, 'iter_3.pth'), strict=True)
     torch.testing.assert_close(model.prior, checkpoint['state_dict']['prior'])
     model.eval()
@@ -156,3 +157,37 @@ def test_mim_train(tmp_path):
     ])
     assert len(losses_logged(output)) == 2
     assert glob.glob(str(tmp_path / '*' / 'vis_data'))
+
+
+def test_nan_weights_stop_training_with_one_line(tmp_path):
+    # a DINO checkpoint whose level_embed holds NaN (what an uninitialised
+    # one can hold): the fine-tune used to die in scipy's matcher
+    register_all_modules()
+    torch.manual_seed(0)
+    dino = MODELS.build(get_config('calidet/dino_tiny_coco-mini.py').model)
+    dino.init_weights()
+    with torch.no_grad():
+        dino.level_embed[0, :8] = float('nan')
+    dino_file = str(tmp_path / 'dino.pth')
+    save_checkpoint(dict(state_dict=dino.state_dict()), dino_file)
+    proc = subprocess.run([
+        sys.executable, 'tools/train.py', CONFIG, '--work-dir',
+        str(tmp_path / 'work'), '--cfg-options', f'load_from={dino_file}',
+        *FEW_ITERS
+    ],
+                          cwd=PROJECT_ROOT,
+                          env=dict(os.environ, MMCALIDET_DATA=data_root()),
+                          capture_output=True,
+                          text=True,
+                          timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert 'Traceback' not in proc.stderr
+    assert 'invalid numeric entries' not in proc.stdout + proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        'tools/train.py: error: non-finite head outputs at iteration 1 '
+        '(before the Hungarian matching): decoder layer 0 logits ('), last
+    # everything downstream of the encoder is NaN, the CaliFormer is not
+    assert last.endswith('; inputs: decoder hidden states not finite, '
+                         "V' (CaliFormer output) finite"), last
+    assert not glob.glob(str(tmp_path / 'work' / '*.pth'))

@@ -66,6 +66,8 @@ class CaliDeformableDETRHead(CalibratedClsMixin, DeformableDETRHead):
         batch_img_metas = [ds.metainfo for ds in batch_data_samples]
 
         outs = self(hidden_states, references, cali_vectors)
+        self.check_finite_outputs(*outs, hidden_states, cali_vectors,
+                                  enc_outputs_class, enc_outputs_coord)
         losses = self.loss_by_feat(*outs, enc_outputs_class, enc_outputs_coord,
                                    batch_gt_instances, batch_img_metas)
         if self.loss_loma is not None:

@@ -62,6 +62,8 @@ class CaliDINOHead(CalibratedClsMixin, DINOHead):
         batch_img_metas = [ds.metainfo for ds in batch_data_samples]
 
         outs = self(hidden_states, references, cali_vectors)
+        self.check_finite_outputs(*outs, hidden_states, cali_vectors,
+                                  enc_outputs_class, enc_outputs_coord)
         # the decoder layers' targets come first (the encoder's follow)
         self._target_labels = [] if self.loma_queries != 'all' else None
         try:

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ...priors import label_lists_prior
 from ..layers import flat_prior_like
+from ..non_finite import check_finite_tensors
 
 
 class CalibratedClsMixin:
@@ -191,6 +192,43 @@ class CalibratedClsMixin:
         all_layers_cls_scores = self.calibrate_cls_scores(
             all_layers_cls_scores, hidden_states, cali_vectors)
         return all_layers_cls_scores, all_layers_bbox_preds
+
+    def check_finite_outputs(self,
+                             all_layers_cls_scores: Tensor,
+                             all_layers_bbox_preds: Tensor,
+                             hidden_states: Tensor,
+                             cali_vectors: Tensor,
+                             enc_outputs_class: Optional[Tensor] = None,
+                             enc_outputs_coord: Optional[Tensor] = None
+                             ) -> None:
+        """Raise :class:`~mmcalidet.models.non_finite.NonFiniteError`
+        if what the Hungarian matcher is given holds NaN or inf (scipy would
+        fail with ``matrix contains invalid numeric entries``).
+
+        The error names the iteration, the decoder layers (and encoder
+        proposals) whose logits or boxes are not finite, and whether the
+        decoder hidden states and V' are.
+
+        Args:
+            all_layers_cls_scores (Tensor): calibrated logits (L, B, Q, C).
+            all_layers_bbox_preds (Tensor): boxes (L, B, Q, 4).
+            hidden_states (Tensor): h, (L, B, Q, d).
+            cali_vectors (Tensor): V'.
+            enc_outputs_class (Tensor, optional): encoder proposal logits.
+            enc_outputs_coord (Tensor, optional): encoder proposal boxes.
+        """
+        named = []
+        for layer_id, (scores, boxes) in enumerate(
+                zip(all_layers_cls_scores, all_layers_bbox_preds)):
+            named += [(f'decoder layer {layer_id} logits', scores),
+                      (f'decoder layer {layer_id} boxes', boxes)]
+        named += [('encoder proposal logits', enc_outputs_class),
+                  ('encoder proposal boxes', enc_outputs_coord)]
+        check_finite_tensors(
+            'head outputs',
+            named, [('decoder hidden states', hidden_states),
+                    ("V' (CaliFormer output)", cali_vectors)],
+            when='before the Hungarian matching')
 
     def predict(self,
                 hidden_states: Tensor,
@@ -366,6 +404,8 @@ class CalibratedClsMixin:
             ])
         cls_scores = self.calibrate_cls_scores(cls_scores, hidden_states,
                                                cali_vectors)
+        self.check_finite_outputs(cls_scores, bbox_preds, hidden_states,
+                                  cali_vectors)
         batch_gt_instances = [ds.gt_instances for ds in batch_data_samples]
         batch_img_metas = [ds.metainfo for ds in batch_data_samples]
         self._target_labels = [] if self.loma_queries != 'all' else None

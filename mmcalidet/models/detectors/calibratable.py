@@ -11,6 +11,7 @@ from ...priors import flat_prior, validate_prior
 from ...utils.checkpoint_compat import InvalidCheckpointPriorError
 from ...utils.prior_source import load_prior_source
 from ..data_preprocessors import is_cached_batch
+from ..non_finite import check_finite_losses
 
 
 class CalibratableDetectorMixin:
@@ -203,6 +204,25 @@ class CalibratableDetectorMixin:
                                  f'got {tuple(p.shape)}')
             priors.append(p)
         return torch.stack(priors)
+
+    def parse_losses(self, losses: Dict[str, Tensor]) -> tuple:
+        """mmengine's ``parse_losses``, then stop if the total loss is not
+        finite.
+
+        Args:
+            losses (dict[str, Tensor]): the loss terms.
+
+        Returns:
+            tuple[Tensor, dict]: the total loss and the terms to log.
+
+        Raises:
+            NonFiniteError: naming the iteration and the non-finite terms,
+                e.g. ``non-finite loss at iteration 12: loss_cls=nan,
+                d0.loss_cls=nan (the others are finite)``.
+        """
+        loss, log_vars = super().parse_losses(losses)
+        check_finite_losses(loss, log_vars)
+        return loss, log_vars
 
     def forward_transformer(self,
                             img_feats: Tuple[Tensor],
