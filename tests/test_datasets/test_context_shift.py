@@ -1,6 +1,8 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The context-shift benchmark generator."""
+import hashlib
 import json
+import os
 import os.path as osp
 
 import numpy as np
@@ -14,6 +16,12 @@ from mmcalidet.priors.label_io import read_coco_labels
 
 SMALL = dict(num_train=24, num_val_per_site=12, img_size=64,
              digit_size=(8, 14), progress=False)
+
+#: digest of the default benchmark made with ``seed=3`` and :data:`SMALL`
+#: (annotation files, prior matrices, decoded pixels), computed before the
+#: many-class variant was added: the default data must not change
+DEFAULT_DIGEST = \
+    'ab0ef32e9f1cc8e472b1604209c54512e392c965202182ee59fc5de9689c5bbb'
 
 
 def _read(path):
@@ -34,6 +42,33 @@ def test_deterministic_by_seed(tmp_path):
         (tmp_path / 'b' / img).read_bytes()
     assert (tmp_path / 'a' / img).read_bytes() != \
         (tmp_path / 'c' / img).read_bytes()
+
+
+def _digest(root) -> str:
+    """SHA-256 over a generated folder's annotation files (bytes), prior
+    matrices (float64) and images (decoded pixels, so PNG encoder settings
+    do not matter)."""
+    from PIL import Image
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(osp.join(root, 'annotations'))):
+        h.update(name.encode())
+        with open(osp.join(root, 'annotations', name), 'rb') as f:
+            h.update(f.read())
+    for name in sorted(os.listdir(osp.join(root, 'priors'))):
+        h.update(name.encode())
+        prior = load_prior(osp.join(root, 'priors', name))
+        h.update(np.ascontiguousarray(prior, np.float64).tobytes())
+    for folder in ('train', 'val'):
+        for name in sorted(os.listdir(osp.join(root, 'images', folder))):
+            h.update(name.encode())
+            with Image.open(osp.join(root, 'images', folder, name)) as img:
+                h.update(np.asarray(img).tobytes())
+    return h.hexdigest()
+
+
+def test_default_output_unchanged(tmp_path):
+    make_context_shift(str(tmp_path / 'cs'), seed=3, **SMALL)
+    assert _digest(str(tmp_path / 'cs')) == DEFAULT_DIGEST
 
 
 def test_held_out_appearances():
