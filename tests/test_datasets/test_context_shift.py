@@ -268,6 +268,19 @@ def test_many_class_variant(tmp_path):
     assert again == meta
     assert _read(root / 'annotations' / 'instances_val.json') == _read(
         tmp_path / 'again' / 'annotations' / 'instances_val.json')
+    # the hue jitter changes the colours only: same scenes, same priors
+    other = make_context_shift(
+        str(tmp_path / 'jitter'), seed=0, hue_jitter=16.0, **MANY)
+    assert other['hue_jitter'] == 16.0 and meta['hue_jitter'] == 8.0
+    assert other['epsilon'] == meta['epsilon']
+    for name in ('instances_train.json', 'instances_val.json'):
+        assert _read(root / 'annotations' / name) == _read(
+            tmp_path / 'jitter' / 'annotations' / name)
+    img = 'images/train/train_000003.png'
+    assert (root / img).read_bytes() == (tmp_path / 'again' /
+                                         img).read_bytes()
+    assert (root / img).read_bytes() != (tmp_path / 'jitter' /
+                                         img).read_bytes()
 
 
 def test_many_class_look_alike_colours(tmp_path):
