@@ -24,10 +24,10 @@ class (many classes under 10) to hold out appearances.
 Two variants (``variant=``):
 
 * ``digits`` (the default): 10 digit classes, 2-6 objects per image
-  (about 3.5 of 10 classes per image: 35 % of the columns of an image's
+  (about 2.9 of 10 classes per image: 29 % of the columns of an image's
   E_x differ from E0).
-* ``many-class``: class statistics like COCO's (about 2.9 of 80 classes
-  per image, 3.6 % of E_x's columns off E0). Classes are digit x colour
+* ``many-class``: class statistics like COCO's (2.9 of 80 classes per
+  image, 3.7 % of E_x's columns off E0). Classes are digit x colour
   *style* (default 10 x 4 = 40: ``zero_red`` ... ``nine_blue``), 2-4
   objects of distinct classes per image (3 of 40: 7.5 %). Two styles are
   look-alikes (``red`` / ``orange``: close hues, each object's hue
@@ -424,8 +424,7 @@ def label_statistics(label_lists: Sequence[Sequence[int]],
 
     The column j of an image's E_x differs from the flat E0 exactly when
     class j is in the image, so the share of E_x's columns off E0 is the
-    image's number of classes over K (COCO train2017: about 2.9 / 80, 3.6
-    %).
+    image's number of classes over K (COCO train2017: 2.9 / 80, 3.7 %).
 
     Args:
         label_lists (Sequence[Sequence[int]]): class indices per image.
