@@ -20,13 +20,31 @@ Why digits rather than crops of coco-mini: 1,797 scans give ~180
 appearances per class with a clean train/val split, and the look-alike
 pairs are real (no synthetic ambiguity); coco-mini has too few boxes per
 class (many classes under 10) to hold out appearances.
+
+Two variants (``variant=``):
+
+* ``digits`` (the default): 10 digit classes, 2-6 objects per image
+  (about 2.9 of 10 classes per image: 29 % of the columns of an image's
+  E_x differ from E0).
+* ``many-class``: class statistics like COCO's (2.9 of 80 classes per
+  image, 3.7 % of E_x's columns off E0). Classes are digit x colour
+  *style* (default 10 x 4 = 40: ``zero_red`` ... ``nine_blue``), 2-4
+  objects of distinct classes per image (3 of 40: 7.5 %). Two styles are
+  look-alikes (``red`` / ``orange``: close hues, each object's hue
+  jittered, so that the two overlap) and sit in different scene types;
+  the other two (``green``, ``blue``) are plainly distinct and tell the
+  scene type, hence which of a look-alike pair an object is. The scene
+  model (:data:`MANY_CLASS_SCENES`) holds the styles' hues and its tables
+  name classes by pattern (``'*_red'``).
 """
+import colorsys
 import copy
+import fnmatch
 import json
 import os
 import os.path as osp
 import shutil
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -59,6 +77,111 @@ DEFAULT_SCENES: Dict = {
         },
     },
 }
+
+
+#: the generator's variants (see the module docstring)
+VARIANTS = ('digits', 'many-class')
+
+#: the many-class variant's scene model: classes are ``<digit>_<style>``
+#: (style-major: all ``*_red`` first), tables are dicts of class name or
+#: fnmatch pattern -> weight (later keys override earlier ones; unnamed
+#: classes weigh 0)
+MANY_CLASS_SCENES: Dict = {
+    # the styles and their hues in degrees (HSV); each object's hue is
+    # drawn around its style's (``hue_jitter``)
+    'styles': {'red': 8.0, 'orange': 20.0, 'green': 120.0, 'blue': 225.0},
+    # styles that look alike (documentation; they are placed in different
+    # scene types)
+    'lookalikes': [['red', 'orange']],
+    'scene_types': {
+        'left': {'*_red': 1, '*_green': 1},
+        'right': {'*_orange': 1, '*_blue': 1},
+        'mixed': {'*': 1},
+    },
+    'train_mixture': {'left': 0.45, 'right': 0.45, 'mixed': 0.10},
+    'sites': {
+        'like_train': {'mixture': {'left': 0.45, 'right': 0.45,
+                                   'mixed': 0.10}},
+        'left_only': {'mixture': {'left': 1.0}},
+        # the look-alikes with the other group's distinct style
+        'crossed': {
+            'mixture': {'crossed_red': 0.5, 'crossed_orange': 0.5},
+            'scene_types': {
+                'crossed_red': {'*_red': 1, '*_blue': 1},
+                'crossed_orange': {'*_orange': 1, '*_green': 1},
+            },
+        },
+    },
+}
+
+#: per-variant defaults of the knobs that differ
+VARIANT_DEFAULTS: Dict[str, Dict] = {
+    'digits': dict(objects=(2, 6), scenes=DEFAULT_SCENES),
+    'many-class': dict(objects=(2, 4), scenes=MANY_CLASS_SCENES,
+                       hue_jitter=8.0),
+}
+
+
+def _check_variant(variant: str) -> str:
+    if variant not in VARIANTS:
+        raise ValueError(f'unknown variant {variant!r}; choose from '
+                         f'{", ".join(VARIANTS)}')
+    return variant
+
+
+def variant_classes(variant: str = 'digits',
+                    scenes: Optional[Dict] = None) -> Tuple[str, ...]:
+    """The class names of a variant.
+
+    Args:
+        variant (str): one of :data:`VARIANTS`.
+        scenes (dict, optional): the scene model (its ``styles`` make the
+            many-class variant's classes); default the variant's.
+
+    Returns:
+        tuple[str]: ``CLASSES`` for ``digits``; ``<digit>_<style>`` for
+        every style (in the model's order), then every digit, for
+        ``many-class``.
+    """
+    if _check_variant(variant) == 'digits':
+        return CLASSES
+    styles = (scenes or MANY_CLASS_SCENES).get('styles')
+    if not isinstance(styles, dict) or not styles:
+        raise ValueError('the many-class scene model needs "styles" (a '
+                         'dict of style name -> hue in degrees)')
+    return tuple(f'{digit}_{style}' for style in styles for digit in CLASSES)
+
+
+def _table_weights(table: Union[Sequence[float], Dict[str, float]],
+                   classes: Sequence[str], what: str) -> np.ndarray:
+    """A scene table as normalised class weights.
+
+    Args:
+        table (list | dict): one weight per class, or class name / fnmatch
+            pattern -> weight (later keys override earlier ones).
+        classes (Sequence[str]): the class names.
+        what (str): name used in error messages.
+
+    Returns:
+        np.ndarray: (K,) weights summing to 1.
+    """
+    if isinstance(table, dict):
+        weights = np.zeros(len(classes))
+        for key, value in table.items():
+            hit = [k for k, name in enumerate(classes)
+                   if fnmatch.fnmatchcase(name, key)]
+            if not hit:
+                raise ValueError(f'{what}: {key!r} names no class')
+            if not isinstance(value, (int, float)) or isinstance(
+                    value, bool):
+                raise ValueError(f'{what}: the weight of {key!r} must be a '
+                                 f'number, got {value!r}')
+            weights[hit] = value
+        return _normalise(weights, what)
+    if len(table) != len(classes):
+        raise ValueError(f'{what}: {len(table)} weights, expected '
+                         f'{len(classes)}')
+    return _normalise(table, what)
 
 
 def load_digits_split(val_fraction: float = 0.4,
@@ -95,20 +218,39 @@ def _normalise(weights: Sequence[float], what: str) -> np.ndarray:
     return w / w.sum()
 
 
-def check_scene_model(scenes: Dict) -> Dict:
-    """Validate a scene model (the structure of :data:`DEFAULT_SCENES`).
+def check_scene_model(scenes: Dict, variant: str = 'digits') -> Dict:
+    """Validate a scene model (the structure of :data:`DEFAULT_SCENES`, or
+    of :data:`MANY_CLASS_SCENES` for the many-class variant).
+
+    Args:
+        scenes (dict): the model.
+        variant (str): one of :data:`VARIANTS`.
 
     Returns:
         dict: the model, unchanged.
     """
+    if not isinstance(scenes, dict):
+        raise ValueError('a scene model must be a dict')
+    if _check_variant(variant) == 'many-class':
+        styles = scenes.get('styles')
+        if not isinstance(styles, dict) or not styles or not all(
+                isinstance(h, (int, float)) and not isinstance(h, bool)
+                for h in styles.values()):
+            raise ValueError('the many-class scene model needs "styles": a '
+                             'dict of style name -> hue in degrees')
+        for pair in scenes.get('lookalikes', []):
+            for style in pair:
+                if style not in styles:
+                    raise ValueError(f'lookalikes: unknown style {style!r}')
+    elif 'styles' in scenes:
+        raise ValueError('"styles" belongs to the many-class variant '
+                         '(--variant many-class)')
+    classes = variant_classes(variant, scenes)
     types = scenes.get('scene_types')
     if not isinstance(types, dict) or not types:
         raise ValueError('scene model needs "scene_types"')
     for name, table in types.items():
-        if len(table) != len(CLASSES):
-            raise ValueError(f'scene type {name!r}: {len(table)} weights, '
-                             f'expected {len(CLASSES)}')
-        _normalise(table, f'scene type {name!r}')
+        _table_weights(table, classes, f'scene type {name!r}')
 
     def check_mixture(mixture, known, what):
         if not isinstance(mixture, dict) or not mixture:
@@ -125,10 +267,8 @@ def check_scene_model(scenes: Dict) -> Dict:
     for site, spec in sites.items():
         known = dict(types, **spec.get('scene_types', {}))
         for name, table in spec.get('scene_types', {}).items():
-            if len(table) != len(CLASSES):
-                raise ValueError(f'site {site!r}, scene type {name!r}: '
-                                 f'{len(table)} weights')
-            _normalise(table, f'site {site!r}, scene type {name!r}')
+            _table_weights(table, classes,
+                           f'site {site!r}, scene type {name!r}')
         check_mixture(spec.get('mixture'), known, f'site {site!r}')
     return scenes
 
@@ -202,13 +342,125 @@ class SceneRenderer:
         return (rgb * 255).round().astype(np.uint8), boxes
 
 
-def _coco_dict(images: List[Dict], anns: List[Dict]) -> Dict:
+class StyledSceneRenderer(SceneRenderer):
+    """Draw and render scenes of the many-class variant: the objects of an
+    image have distinct classes, and each is drawn in its class's colour
+    style (a hue, jittered per object).
+
+    Args:
+        img_size (int): square image size in pixels.
+        digit_size (tuple[int, int]): min / max digit box side.
+        objects (tuple[int, int]): min / max objects per image.
+        noise_std (float): std of the grey Gaussian pixel noise (0-1
+            scale).
+        rng (np.random.Generator): the random source.
+        class_digits (Sequence[int]): the digit (scan pool) of each class.
+        class_hues (Sequence[float]): the hue of each class in degrees.
+        hue_jitter (float): std of each object's hue around its class's,
+            in degrees.
+    """
+
+    def __init__(self, img_size: int, digit_size: Tuple[int, int],
+                 objects: Tuple[int, int], noise_std: float,
+                 rng: np.random.Generator, class_digits: Sequence[int],
+                 class_hues: Sequence[float], hue_jitter: float) -> None:
+        super().__init__(img_size, digit_size, objects, noise_std, rng)
+        if len(class_digits) != len(class_hues):
+            raise ValueError('one digit and one hue per class are needed')
+        if not hue_jitter >= 0:
+            raise ValueError(f'hue_jitter must be >= 0, got {hue_jitter}')
+        self.class_digits = [int(d) for d in class_digits]
+        self.class_hues = [float(h) for h in class_hues]
+        self.hue_jitter = float(hue_jitter)
+
+    def draw_labels(self, table: np.ndarray) -> List[int]:
+        """Distinct classes, as many as objects."""
+        n = int(self.rng.integers(self.objects[0], self.objects[1] + 1))
+        return [
+            int(c)
+            for c in self.rng.choice(len(table), n, replace=False, p=table)
+        ]
+
+    def render(self, labels: Sequence[int],
+               scans: Sequence[np.ndarray]) -> Tuple[np.ndarray, List]:
+        """Render one scene; ``scans`` are indexed by digit.
+
+        Returns:
+            tuple: (H x W x 3 uint8 image, [x, y, w, h] boxes).
+        """
+        from PIL import Image
+        canvas = np.zeros((self.img_size, self.img_size, 3), np.float32)
+        boxes: List[List[int]] = []
+        for c in labels:
+            pool = scans[self.class_digits[c]]
+            scan = pool[int(self.rng.integers(len(pool)))]
+            size = int(self.rng.integers(self.digit_size[0],
+                                         self.digit_size[1] + 1))
+            patch = np.asarray(
+                Image.fromarray((scan * 255).astype(np.uint8)).resize(
+                    (size, size), Image.BILINEAR), np.float32) / 255.0
+            patch *= float(self.rng.uniform(0.55, 1.0))
+            hue = self.class_hues[c] + float(
+                self.rng.normal(0.0, self.hue_jitter))
+            colour = np.asarray(
+                colorsys.hsv_to_rgb((hue / 360.0) % 1.0,
+                                    float(self.rng.uniform(0.75, 1.0)),
+                                    1.0), np.float32)
+            box = self._place(size, boxes)
+            x, y = box[0], box[1]
+            region = canvas[y:y + size, x:x + size]
+            np.maximum(region, patch[..., None] * colour, out=region)
+            boxes.append(box)
+        # grey noise: it dims and brightens, it does not shift hues
+        canvas += self.rng.normal(0.0, self.noise_std,
+                                  canvas.shape[:2])[..., None]
+        rgb = np.clip(canvas, 0, 1)
+        return (rgb * 255).round().astype(np.uint8), boxes
+
+
+def label_statistics(label_lists: Sequence[Sequence[int]],
+                     num_classes: int) -> Dict:
+    """Per-image class statistics of a split (how COCO-like it is).
+
+    The column j of an image's E_x differs from the flat E0 exactly when
+    class j is in the image, so the share of E_x's columns off E0 is the
+    image's number of classes over K (COCO train2017: 2.9 / 80, 3.7 %).
+
+    Args:
+        label_lists (Sequence[Sequence[int]]): class indices per image.
+        num_classes (int): K.
+
+    Returns:
+        dict: ``images``, ``objects_per_image`` (mean),
+        ``classes_per_image`` (mean number of distinct classes),
+        ``classes_per_image_range`` ([min, max]) and
+        ``ex_columns_off_e0`` (mean share of E_x's columns that differ
+        from E0).
+    """
+    objects = np.array([len(labels) for labels in label_lists], np.float64)
+    distinct = np.array([len(set(labels)) for labels in label_lists],
+                        np.float64)
+    if not len(objects):
+        raise ValueError('label_statistics needs at least one image')
+    return dict(
+        images=len(objects),
+        objects_per_image=round(float(objects.mean()), 4),
+        classes_per_image=round(float(distinct.mean()), 4),
+        classes_per_image_range=[int(distinct.min()), int(distinct.max())],
+        ex_columns_off_e0=round(float(distinct.mean()) / num_classes, 4))
+
+
+def _coco_dict(images: List[Dict], anns: List[Dict],
+               classes: Sequence[str] = CLASSES,
+               supercategories: Optional[Sequence[str]] = None) -> Dict:
+    if supercategories is None:
+        supercategories = ['digit'] * len(classes)
     return dict(
         images=images,
         annotations=anns,
         categories=[
-            dict(id=k + 1, name=name, supercategory='digit')
-            for k, name in enumerate(CLASSES)
+            dict(id=k + 1, name=name, supercategory=sup)
+            for k, (name, sup) in enumerate(zip(classes, supercategories))
         ])
 
 
@@ -218,11 +470,13 @@ def make_context_shift(out_dir: str,
                        num_val_per_site: int = 300,
                        img_size: int = 128,
                        digit_size: Tuple[int, int] = (14, 22),
-                       objects: Tuple[int, int] = (2, 6),
+                       objects: Optional[Tuple[int, int]] = None,
                        noise_std: float = 0.12,
                        scenes: Optional[Dict] = None,
                        overwrite: bool = False,
-                       progress: bool = True) -> Dict:
+                       progress: bool = True,
+                       variant: str = 'digits',
+                       hue_jitter: Optional[float] = None) -> Dict:
     """Write the benchmark (images, COCO annotations, priors) to a folder.
 
     The folder is written under a temporary name and renamed at the end:
@@ -235,21 +489,56 @@ def make_context_shift(out_dir: str,
         num_val_per_site (int): val images per deployment site.
         img_size (int): image side.
         digit_size (tuple[int, int]): min / max digit side.
-        objects (tuple[int, int]): min / max objects per image.
+        objects (tuple[int, int], optional): min / max objects per image;
+            default (2, 6) for ``digits``, (2, 4) for ``many-class``.
         noise_std (float): pixel noise std (0-1 scale).
-        scenes (dict, optional): the scene model; default
-            :data:`DEFAULT_SCENES`.
+        scenes (dict, optional): the scene model; default the variant's
+            (:data:`DEFAULT_SCENES`, :data:`MANY_CLASS_SCENES`).
         overwrite (bool): replace an existing folder.
         progress (bool): show a progress bar.
+        variant (str): ``digits`` (default) or ``many-class``.
+        hue_jitter (float, optional): many-class only: std of each
+            object's hue around its style's, in degrees (default 8; the
+            look-alike styles are 12 degrees apart).
 
     Returns:
-        dict: the metadata written to ``meta.json`` (knobs, counts and the
-        epsilon of every site's prior against E_t).
+        dict: the metadata written to ``meta.json`` (knobs, counts, the
+        per-image class statistics of every split and the epsilon of
+        every site's prior against E_t).
     """
     from PIL import Image
 
     from ..priors import batch_prior, prior_mae, save_prior
-    scenes = check_scene_model(copy.deepcopy(scenes or DEFAULT_SCENES))
+    defaults = VARIANT_DEFAULTS[_check_variant(variant)]
+    scenes = check_scene_model(
+        copy.deepcopy(scenes or defaults['scenes']), variant)
+    objects = tuple(objects or defaults['objects'])
+    classes = variant_classes(variant, scenes)
+    num_classes = len(classes)
+    if variant == 'digits' and hue_jitter is not None:
+        raise ValueError('hue_jitter (--hue-jitter) belongs to the many-class '
+                         'variant (--variant many-class)')
+    tables = {
+        name: _table_weights(table, classes, f'scene type {name!r}')
+        for name, table in scenes['scene_types'].items()
+    }
+    site_tables = {
+        site: dict(tables, **{
+            name: _table_weights(table, classes, f'scene type {name!r}')
+            for name, table in spec.get('scene_types', {}).items()
+        })
+        for site, spec in scenes['sites'].items()
+    }
+    if variant == 'many-class':
+        # distinct classes per image: every table needs enough of them
+        for where, known in [('train', tables)] + list(site_tables.items()):
+            for name, table in known.items():
+                if np.count_nonzero(table) < objects[1]:
+                    raise ValueError(
+                        f'scene type {name!r} ({where}) has '
+                        f'{np.count_nonzero(table)} classes, fewer than '
+                        f'the {objects[1]} distinct objects an image may '
+                        'hold')
     out_dir = osp.abspath(out_dir)
     if osp.exists(out_dir) and not overwrite:
         raise ValueError(f'{out_dir} exists (pass overwrite=True / '
@@ -259,8 +548,30 @@ def make_context_shift(out_dir: str,
         shutil.rmtree(tmp)
     rng = np.random.default_rng(seed)
     train_scans, val_scans = load_digits_split(seed=seed)
-    renderer = SceneRenderer(img_size, tuple(digit_size), tuple(objects),
-                             noise_std, rng)
+    if variant == 'digits':
+        renderer = SceneRenderer(img_size, tuple(digit_size), objects,
+                                 noise_std, rng)
+        lookalikes = [list(p) for p in LOOKALIKES]
+        supercategories = None
+    else:
+        hue_jitter = defaults['hue_jitter'] if hue_jitter is None \
+            else float(hue_jitter)
+        styles = list(scenes['styles'])
+        renderer = StyledSceneRenderer(
+            img_size, tuple(digit_size), objects, noise_std, rng,
+            class_digits=[k % len(CLASSES) for k in range(num_classes)],
+            class_hues=[
+                float(scenes['styles'][styles[k // len(CLASSES)]])
+                for k in range(num_classes)
+            ],
+            hue_jitter=hue_jitter)
+        # the same digit in two look-alike styles
+        lookalikes = [[
+            classes.index(f'{digit}_{a}'),
+            classes.index(f'{digit}_{b}')
+        ] for a, b in scenes.get('lookalikes', []) for digit in CLASSES]
+        supercategories = [CLASSES[k % len(CLASSES)]
+                           for k in range(num_classes)]
     jobs = [('train', None, num_train)] + [
         ('val', site, num_val_per_site) for site in scenes['sites']
     ]
@@ -273,13 +584,12 @@ def make_context_shift(out_dir: str,
     try:
         for split, site, count in jobs:
             if split == 'train':
-                types = scenes['scene_types']
+                types = tables
                 mixture = scenes['train_mixture']
                 scans, key, folder = train_scans, 'train', 'train'
             else:
                 spec = scenes['sites'][site]
-                types = dict(scenes['scene_types'],
-                             **spec.get('scene_types', {}))
+                types = site_tables[site]
                 mixture = spec['mixture']
                 scans, key, folder = val_scans, f'val_{site}', 'val'
             names = list(mixture)
@@ -288,8 +598,7 @@ def make_context_shift(out_dir: str,
             images, anns, label_lists = [], [], []
             for k in range(count):
                 scene = names[int(rng.choice(len(names), p=weights))]
-                table = _normalise(types[scene], scene)
-                labels = renderer.draw_labels(table)
+                labels = renderer.draw_labels(types[scene])
                 pixels, boxes = renderer.render(labels, scans)
                 stem = f'{key}_{k:06d}'
                 file_name = f'{folder}/{stem}.png'
@@ -313,33 +622,41 @@ def make_context_shift(out_dir: str,
             bar.close()
     os.makedirs(osp.join(tmp, 'annotations'))
     os.makedirs(osp.join(tmp, 'priors'))
-    e_t = batch_prior(len(CLASSES), splits['train']['labels'])
+    e_t = batch_prior(num_classes, splits['train']['labels'])
     # images per class: the post-hoc marginal re-weighting baseline needs
     # the training class frequencies beside E_t
-    present = np.zeros(len(CLASSES), np.int64)
+    present = np.zeros(num_classes, np.int64)
     for labels in splits['train']['labels']:
         present[np.unique(np.asarray(labels, np.int64))] += 1
     save_prior(
-        osp.join(tmp, 'priors', 'E_t.json'), e_t, CLASSES,
+        osp.join(tmp, 'priors', 'E_t.json'), e_t, classes,
         source='context-shift train', num_images=num_train,
-        images_per_class={c: int(n) for c, n in zip(CLASSES, present)})
+        images_per_class={c: int(n) for c, n in zip(classes, present)})
     meta = dict(
         seed=seed, num_train=num_train, num_val_per_site=num_val_per_site,
         img_size=img_size, digit_size=list(digit_size),
         objects=list(objects), noise_std=noise_std, scenes=scenes,
-        classes=list(CLASSES), lookalikes=[list(p) for p in LOOKALIKES],
-        epsilon={})
+        classes=list(classes), lookalikes=lookalikes, epsilon={},
+        variant=variant, num_classes=num_classes,
+        statistics=dict(train=label_statistics(splits['train']['labels'],
+                                               num_classes)))
+    if variant == 'many-class':
+        meta['hue_jitter'] = hue_jitter
     all_val_images, all_val_anns = [], []
     for key, data in splits.items():
         with open(osp.join(tmp, 'annotations', f'instances_{key}.json'),
                   'w') as f:
-            json.dump(_coco_dict(data['images'], data['anns']), f)
+            json.dump(
+                _coco_dict(data['images'], data['anns'], classes,
+                           supercategories), f)
         if key == 'train':
             continue
         site = key[len('val_'):]
-        e_site = batch_prior(len(CLASSES), data['labels'])
+        meta['statistics'][key] = label_statistics(data['labels'],
+                                                   num_classes)
+        e_site = batch_prior(num_classes, data['labels'])
         save_prior(
-            osp.join(tmp, 'priors', f'E_{site}.json'), e_site, CLASSES,
+            osp.join(tmp, 'priors', f'E_{site}.json'), e_site, classes,
             source=f'context-shift val site {site}',
             num_images=len(data['labels']))
         meta['epsilon'][site] = prior_mae(e_site, e_t)
@@ -352,16 +669,20 @@ def make_context_shift(out_dir: str,
                 dict(ann, id=ann['id'] + offset_ann,
                      image_id=ann['image_id'] + offset_img))
     with open(osp.join(tmp, 'annotations', 'instances_val.json'), 'w') as f:
-        json.dump(_coco_dict(all_val_images, all_val_anns), f)
-    e_v = batch_prior(
-        len(CLASSES),
-        [lab for key, d in splits.items() if key != 'train'
-         for lab in d['labels']])
-    save_prior(osp.join(tmp, 'priors', 'E_v.json'), e_v, CLASSES,
+        json.dump(
+            _coco_dict(all_val_images, all_val_anns, classes,
+                       supercategories), f)
+    val_labels = [
+        lab for key, d in splits.items() if key != 'train'
+        for lab in d['labels']
+    ]
+    e_v = batch_prior(num_classes, val_labels)
+    save_prior(osp.join(tmp, 'priors', 'E_v.json'), e_v, classes,
                source='context-shift val (all sites)')
     meta['epsilon']['all_sites'] = prior_mae(e_v, e_t)
+    meta['statistics']['val'] = label_statistics(val_labels, num_classes)
     with open(osp.join(tmp, 'classes.txt'), 'w') as f:
-        f.write('\n'.join(CLASSES) + '\n')
+        f.write('\n'.join(classes) + '\n')
     with open(osp.join(tmp, 'meta.json'), 'w') as f:
         json.dump(meta, f, indent=1)
     if osp.exists(out_dir):

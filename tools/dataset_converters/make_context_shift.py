@@ -8,13 +8,20 @@ seed. Example::
 Writes ``images/{train,val}/``, ``annotations/instances_train.json``,
 ``instances_val_<site>.json`` and ``instances_val.json`` (all sites),
 ``priors/E_t.json`` and ``E_<site>.json``, ``classes.txt`` and
-``meta.json`` (knobs, and epsilon = mean |E_site - E_t| per site). The scene
-model (scene types, mixtures, sites) can be replaced with ``--scenes
-FILE.json``; see docs/user_guides/context_shift.md.
+``meta.json`` (knobs, per-image class statistics of every split, and
+epsilon = mean |E_site - E_t| per site). The scene model (scene types,
+mixtures, sites) can be replaced with ``--scenes FILE.json``; see
+docs/user_guides/context_shift.md.
+
+``--variant many-class`` makes the variant whose class statistics look like
+COCO's (40 digit x colour style classes, 2-4 distinct per image)::
+
+    python tools/dataset_converters/make_context_shift.py \
+        --out data/context_shift_many-class --variant many-class --seed 0
 """
 import argparse
 
-from mmcalidet.datasets.context_shift import make_context_shift
+from mmcalidet.datasets.context_shift import VARIANTS, make_context_shift
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.utils.file_io import load_json
 
@@ -23,17 +30,33 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description='Generate the context-shift benchmark')
     parser.add_argument('--out', required=True, help='folder to create')
+    parser.add_argument(
+        '--variant',
+        choices=VARIANTS,
+        default='digits',
+        help='digits: 10 classes, 2-6 objects per image (the default); '
+        'many-class: 40 digit x colour style classes, 2-4 distinct per '
+        'image (class statistics like COCO\'s)')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--num-train', type=int, default=2000)
     parser.add_argument('--num-val-per-site', type=int, default=300)
     parser.add_argument('--img-size', type=int, default=128)
     parser.add_argument('--digit-size', type=int, nargs=2, default=[14, 22],
                         metavar=('MIN', 'MAX'))
-    parser.add_argument('--objects', type=int, nargs=2, default=[2, 6],
-                        metavar=('MIN', 'MAX'))
+    parser.add_argument('--objects', type=int, nargs=2,
+                        metavar=('MIN', 'MAX'),
+                        help='objects per image (default 2 6; many-class: '
+                        '2 4)')
     parser.add_argument('--noise-std', type=float, default=0.12)
+    parser.add_argument(
+        '--hue-jitter',
+        type=float,
+        help='many-class only: std of each object\'s hue around its '
+        'style\'s, in degrees (default 8; the look-alike styles are 12 '
+        'apart)')
     parser.add_argument('--scenes', help='JSON scene model (see '
-                        'mmcalidet.datasets.context_shift.DEFAULT_SCENES)')
+                        'mmcalidet.datasets.context_shift.DEFAULT_SCENES '
+                        'and MANY_CLASS_SCENES)')
     parser.add_argument('--overwrite', action='store_true')
     parser.add_argument('--no-progress', action='store_true')
     return parser.parse_args(argv)
@@ -47,11 +70,19 @@ def main(argv=None):
     meta = make_context_shift(
         args.out, seed=args.seed, num_train=args.num_train,
         num_val_per_site=args.num_val_per_site, img_size=args.img_size,
-        digit_size=tuple(args.digit_size), objects=tuple(args.objects),
+        digit_size=tuple(args.digit_size),
+        objects=tuple(args.objects) if args.objects else None,
         noise_std=args.noise_std, scenes=scenes, overwrite=args.overwrite,
-        progress=not args.no_progress)
-    print(f'wrote {args.out}: {meta["num_train"]} train images, '
+        progress=not args.no_progress, variant=args.variant,
+        hue_jitter=args.hue_jitter)
+    print(f'wrote {args.out} ({meta["variant"]}, {meta["num_classes"]} '
+          f'classes): {meta["num_train"]} train images, '
           f'{meta["num_val_per_site"]} val images per site')
+    for split, stats in meta['statistics'].items():
+        print(f'  {split}: {stats["classes_per_image"]:.2f} of '
+              f'{meta["num_classes"]} classes per image '
+              f'({stats["ex_columns_off_e0"]:.1%} of E_x\'s columns off E0), '
+              f'{stats["objects_per_image"]:.2f} objects')
     for site, eps in meta['epsilon'].items():
         print(f'  epsilon(E_{site}, E_t) = {eps:.3f}')
     return 0
