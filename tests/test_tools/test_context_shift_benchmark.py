@@ -36,7 +36,7 @@ def bench(tmp_path_factory):
                        img_size=64, digit_size=(10, 16), progress=False)
     args = [
         '--data', data, '--work-dir',
-        str(root / 'work'), '--dino-iters', '4', '--finetune-iters', '2',
+        str(root / 'work'), '--dino-iters', '4', '--calibrator-updates', '3',
         '--self-cal-iters', '2', '--score-thr', '0', '--no-progress',
         # an option that changes the architecture: the evaluation must
         # build the model the training ran (the dumped config)
@@ -52,15 +52,20 @@ def test_benchmark_writes_every_table(bench):
     out = root / 'work' / 'results'
     with open(out / 'results.json') as f:
         res = json.load(f)
-    # both trainings ran: the CaliDINO fine-tunes the final DINO (the
-    # paper's recipe), with its own lr decay at 5/6
+    # both trainings ran: the CaliDINO's CaliFormer learns from the final
+    # DINO's cached decoder outputs, with its own lr decay at 5/6
     assert res['schedule'] == dict(
-        dino=4, decay=3, init='finetune', start=4, calidet=2,
+        dino=4, decay=3, init='cached', start=4, calidet=3,
         calidet_decay=2)
-    assert osp.isfile(root / 'work' / 'dino' / 'iter_4.pth')
-    assert osp.isfile(root / 'work' / 'calidet' / 'iter_2.pth')
-    assert 'load_from=' + str(root / 'work' / 'dino' / 'iter_4.pth') in log
+    dino_ckpt = root / 'work' / 'dino' / 'iter_4.pth'
+    assert osp.isfile(dino_ckpt)
+    assert osp.isfile(root / 'work' / 'calidet' / 'iter_3.pth')
+    assert 'load_from=' + str(dino_ckpt) in log
+    assert f'train_dataloader.dataset.source.checkpoint={dino_ckpt}' in log
+    assert osp.isfile(root / 'work' / 'dino' / 'decoder_cache_train' /
+                      'hidden.npy')
     assert 'does not fit the config' not in log
+    assert 'one decoder cache serves both' in log
     inj = {(r['method'], r['prior']) for r in res['injection']}
     for prior in ('flip(E_x)', 'E0', 'E_t', 'E_v', 'E_b', 'E_x'):
         assert ('CaliDINO', prior) in inj
@@ -150,7 +155,7 @@ def test_benchmark_retrains_when_the_settings_changed(bench, tmp_path):
         '--data',
         str(root / 'data'), '--work-dir',
         str(work), '--dino-iters', '2', '--finetune-iters', '1',
-        '--train-only', '--no-progress'
+        '--calidet-init', 'finetune', '--train-only', '--no-progress'
     ]
     code, log = _run(args, timeout=300)
     assert code == 0, log[-3000:]

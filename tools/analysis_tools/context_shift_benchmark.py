@@ -33,10 +33,25 @@ sys.path.insert(0, ROOT)
 
 from mmcalidet.utils.cli import run_tool  # noqa: E402
 
-DINO_CONFIG = 'configs/context_shift/dino_tiny_context-shift.py'
-CALIDET_CONFIG = 'configs/context_shift/calidet_dino_tiny_context-shift.py'
-CACHED_CONFIG = \
-    'configs/context_shift/calidet_dino_tiny_context-shift_cached.py'
+#: (plain DINO, CaliDINO fine-tune, CaliDINO calibrator) configs and the
+#: default data folder of each data variant
+VARIANTS = {
+    'digits':
+    dict(
+        dino='configs/context_shift/dino_tiny_context-shift.py',
+        calidet='configs/context_shift/calidet_dino_tiny_context-shift.py',
+        cached='configs/context_shift/'
+        'calidet_dino_tiny_context-shift_cached.py',
+        data='data/context_shift'),
+    'many-class':
+    dict(
+        dino='configs/context_shift/dino_tiny_context-shift_many-class.py',
+        calidet='configs/context_shift/'
+        'calidet_dino_tiny_context-shift_many-class.py',
+        cached='configs/context_shift/'
+        'calidet_dino_tiny_context-shift_many-class_cached.py',
+        data='data/context_shift_many-class'),
+}
 SITES = ('like_train', 'left_only', 'crossed')
 SUBSET_SIZES = (8, 16, 32, 64, 128, 256)
 #: (dino iterations, fine-tune iterations, calibrator updates) per mode
@@ -51,9 +66,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         action='store_true',
         help='the short version (900 + 300 iterations, no subset table)')
     parser.add_argument(
+        '--variant',
+        choices=tuple(VARIANTS),
+        default='digits',
+        help='the data: 10 digit classes, or 40 digit x colour classes '
+        'with COCO-like sparsity (2-4 classes per image)')
+    parser.add_argument(
         '--data',
-        default='data/context_shift',
-        help='benchmark data folder (generated when missing)')
+        help='benchmark data folder (generated when missing; default '
+        'data/context_shift or data/context_shift_many-class)')
     parser.add_argument('--seed', type=int, default=0, help='data seed')
     parser.add_argument(
         '--work-dir',
@@ -173,9 +194,13 @@ def ensure_data(args: argparse.Namespace) -> Dict:
         print(f'[data] reusing {args.data}')
         with open(meta_file) as f:
             return json.load(f)
-    print(f'[data] generating {args.data} (seed {args.seed})')
+    print(f'[data] generating {args.data} (seed {args.seed}, '
+          f'{args.variant})')
     return make_context_shift(
-        args.data, seed=args.seed, progress=not args.no_progress)
+        args.data,
+        seed=args.seed,
+        progress=not args.no_progress,
+        variant=args.variant)
 
 
 #: the config parts that decide what a training produces
@@ -287,6 +312,10 @@ class Training:
 
 def train_both(args, sched: Dict, work_dir: str) -> Dict:
     """Train the plain DINO and the CaliDINO (see :func:`schedule`)."""
+    configs = VARIANTS[args.variant]
+    dino_config, calidet_config, cached_config = (configs['dino'],
+                                                  configs['calidet'],
+                                                  configs['cached'])
     dino_dir = args.dino_work_dir or osp.join(work_dir, 'dino')
     cali_dir = osp.join(work_dir, 'calidet')
     common = ['default_hooks.logger.interval=50'] + list(args.cfg_options)
@@ -313,45 +342,46 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
             'optim_wrapper.paramwise_cfg.custom_keys.califormer.lr_mult=1.0'
         ]
         threads = max(1, (os.cpu_count() or 2) // 2)
-        dino = Training(DINO_CONFIG, dino_dir, sched['dino'], dino_opts,
+        dino = Training(dino_config, dino_dir, sched['dino'], dino_opts,
                         args.retrain, args.data, threads)
-        cali = Training(CALIDET_CONFIG, cali_dir, sched['calidet'],
+        cali = Training(calidet_config, cali_dir, sched['calidet'],
                         cali_opts + common + list(args.calidet_options),
                         args.retrain, args.data, threads)
         secs = dict(dino=dino.wait(), calidet=cali.wait())
     elif sched['init'] == 'cached':
         secs = dict(
-            dino=Training(DINO_CONFIG, dino_dir, sched['dino'], dino_opts,
+            dino=Training(dino_config, dino_dir, sched['dino'], dino_opts,
                           args.retrain, args.data).wait())
         start = osp.join(dino_dir, f'iter_{sched["dino"]}.pth')
         cali_opts += [
             f'load_from={start}',
             f'train_dataloader.dataset.source.checkpoint={start}',
-            f'train_dataloader.dataset.source.config={DINO_CONFIG}',
+            f'train_dataloader.dataset.source.config={dino_config}',
             'train_dataloader.dataset.cache_dir='
             f'{osp.join(dino_dir, "decoder_cache_train")}',
             f'default_hooks.logger.interval={max(1, sched["calidet"] // 10)}'
         ]
         secs['calidet'] = Training(
-            CACHED_CONFIG, cali_dir, sched['calidet'],
+            cached_config, cali_dir, sched['calidet'],
             cali_opts + list(args.cfg_options) + list(args.calidet_options),
             args.retrain or secs['dino'] > 0, args.data).wait()
     else:
         start = osp.join(dino_dir, f'iter_{sched["start"]}.pth')
         cali_opts.append(f'load_from={start}')
         secs = dict(
-            dino=Training(DINO_CONFIG, dino_dir, sched['dino'], dino_opts,
+            dino=Training(dino_config, dino_dir, sched['dino'], dino_opts,
                           args.retrain, args.data).wait())
         # a retrained DINO invalidates the CaliDINO fine-tuned from it
         secs['calidet'] = Training(
-            CALIDET_CONFIG, cali_dir, sched['calidet'],
+            calidet_config, cali_dir, sched['calidet'],
             cali_opts + common + list(args.calidet_options), args.retrain
             or secs['dino'] > 0, args.data).wait()
     return dict(
         dino_dir=dino_dir,
         calidet_dir=cali_dir,
-        calidet_config=CACHED_CONFIG
-        if sched['init'] == 'cached' else CALIDET_CONFIG,
+        dino_config=dino_config,
+        calidet_config=cached_config
+        if sched['init'] == 'cached' else calidet_config,
         dino_ckpt=osp.join(dino_dir, f'iter_{sched["dino"]}.pth'),
         calidet_ckpt=osp.join(cali_dir, f'iter_{sched["calidet"]}.pth'),
         seconds=secs)
@@ -374,7 +404,7 @@ def _eval_args(trained: Dict, out_dir: str, no_progress: bool):
     argv = [
         trained_config(trained['calidet_dir'], trained['calidet_config']),
         trained['calidet_ckpt'], '--baseline-config',
-        trained_config(trained['dino_dir'], DINO_CONFIG),
+        trained_config(trained['dino_dir'], trained['dino_config']),
         '--baseline-checkpoint', trained['dino_ckpt'],
         '--posthoc', 'reweight', 'cooccurrence', '--out-dir', out_dir
     ] + (['--no-progress'] if no_progress else [])
@@ -412,6 +442,9 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
     start = time.perf_counter()
     setup = EvalSetup(eargs)
     timings['cache'] = time.perf_counter() - start
+    if setup.info.get('shared_cache'):
+        print('[eval] the CaliDINO keeps the DINO\'s trunk: one decoder '
+              'cache serves both', flush=True)
     evaluate = cache_evaluator(setup.evaluator)
     e_t = setup.train_prior
     cache = setup.cache
@@ -665,8 +698,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     start = time.perf_counter()
     sched = schedule(args)
-    work_dir = args.work_dir or ('work_dirs/context_shift_quick'
-                                 if args.quick else 'work_dirs/context_shift')
+    args.data = args.data or VARIANTS[args.variant]['data']
+    work_dir = args.work_dir or osp.join(
+        'work_dirs', 'context_shift' +
+        ('' if args.variant == 'digits' else '_' + args.variant) +
+        ('_quick' if args.quick else ''))
     out_dir = args.out_dir or osp.join(work_dir, 'results')
     meta = ensure_data(args)
     trained = train_both(args, sched, work_dir)
