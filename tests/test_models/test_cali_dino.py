@@ -1,6 +1,7 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 import copy
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -285,3 +286,21 @@ def test_needs_a_calibrated_head():
     head.type = 'DINOHead'
     with pytest.raises(TypeError, match='calibrated bbox_head'):
         MODELS.build(cfg.model)
+
+
+def test_edge_sampler_classes_are_checked_at_build():
+    # a 3-class head whose EdgeSampler was left at 80 fails at build time,
+    # naming both settings (not at the first iteration with a shape error)
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
+    cfg.model.bbox_head.num_classes = 3
+    cfg.model.prior = None
+    with pytest.raises(
+            ValueError,
+            match=re.escape('model.data_preprocessor.batch_augments[0] '
+                            '(EdgeSampler) has num_classes=80 but '
+                            'model.bbox_head.num_classes=3')):
+        MODELS.build(cfg.model)
+    sampler = cfg.model.data_preprocessor.batch_augments[0]
+    sampler.update(num_classes=3, prior=None, mode_probs=dict(sample=1.0))
+    model = MODELS.build(cfg.model)
+    assert [(i, s.num_classes) for i, s in model.edge_samplers()] == [(0, 3)]

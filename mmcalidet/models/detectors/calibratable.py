@@ -1,12 +1,13 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Prior plumbing shared by the CaliDet detectors."""
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from mmdet.structures import OptSampleList
 from torch import Tensor
 
+from ...datasets.transforms.edge_sampler import EdgeSampler
 from ...priors import flat_prior
 from ...utils.prior_source import load_prior_source
 
@@ -47,10 +48,30 @@ class CalibratableDetectorMixin:
             raise TypeError(f'{type(self).__name__} needs a calibrated '
                             'bbox_head (e.g. CaliDINOHead), got '
                             f'{type(self.bbox_head).__name__}')
+        self._check_edge_samplers()
         self.classes = list(classes) if classes is not None else None
         self.register_buffer('prior',
                              torch.from_numpy(self._load_prior(prior)).float())
         self._cali_cache: Optional[Tuple[tuple, Tensor]] = None
+
+    def edge_samplers(self) -> List[Tuple[int, EdgeSampler]]:
+        """The EdgeSamplers among the data preprocessor's batch augments,
+        with their index in ``batch_augments``."""
+        augments = getattr(self.data_preprocessor, 'batch_augments', None)
+        return [(i, aug) for i, aug in enumerate(augments or [])
+                if isinstance(aug, EdgeSampler)]
+
+    def _check_edge_samplers(self) -> None:
+        """Raise at build time if an EdgeSampler draws priors of another K
+        than the head's (they would fail at the first training
+        iteration)."""
+        for i, sampler in self.edge_samplers():
+            if sampler.num_classes != self.num_classes:
+                raise ValueError(
+                    f'model.data_preprocessor.batch_augments[{i}] '
+                    f'(EdgeSampler) has num_classes={sampler.num_classes} '
+                    'but model.bbox_head.num_classes='
+                    f'{self.num_classes}')
 
     @property
     def num_classes(self) -> int:
