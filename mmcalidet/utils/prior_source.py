@@ -13,7 +13,8 @@ _SHIPPED_NAME = re.compile(r'[A-Za-z0-9_\-]+')
 
 def load_prior_source(src,
                       classes: Optional[Sequence[str]] = None,
-                      num_classes: Optional[int] = None) -> np.ndarray:
+                      num_classes: Optional[int] = None,
+                      return_meta: bool = False):
     """Load a prior given in a config or by a user.
 
     Args:
@@ -24,9 +25,14 @@ def load_prior_source(src,
         classes (Sequence[str], optional): reorder a named prior (a JSON
             file or dict with ``classes``) to this class order.
         num_classes (int, optional): the expected K.
+        return_meta (bool): also return the meta of
+            :func:`~mmcalidet.priors.load_prior` (``classes``: the class
+            names of the returned matrix's order, ``None`` for an unnamed
+            matrix).
 
     Returns:
-        np.ndarray: the validated K x K float64 matrix.
+        np.ndarray | tuple: the validated K x K float64 matrix, or
+        ``(matrix, meta)``.
 
     Raises:
         ValueError: naming the problem (unknown name, missing file, shape,
@@ -42,4 +48,16 @@ def load_prior_source(src,
                 raise ValueError(
                     'prior: got a string that looks like a matrix; pass the '
                     'matrix itself (a list or an array) or a file path')
-    return load_prior(src, classes=classes, num_classes=num_classes)
+    return load_prior(
+        src,
+        classes=classes,
+        num_classes=num_classes,
+        return_meta=return_meta)
+
+
+def describe_prior_source(src) -> str:
+    """How to name a prior source in an error message: the file or shipped
+    name, else ``'the prior'``."""
+    if isinstance(src, (str, os.PathLike)):
+        return f'prior {os.fspath(src)!r}'
+    return 'the prior'

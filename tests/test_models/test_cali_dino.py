@@ -160,7 +160,7 @@ def test_set_prior_validates_before_changing_anything(model, tmp_path):
 
 
 def test_prior_files_are_reordered_by_class_name(tmp_path):
-    model = build()
+    model = build(prior=None)
     classes = [f'class{k}' for k in range(K)]
     prior = random_prior(8)
     order = np.random.default_rng(0).permutation(K)
@@ -304,3 +304,74 @@ def test_edge_sampler_classes_are_checked_at_build():
     sampler.update(num_classes=3, prior=None, mode_probs=dict(sample=1.0))
     model = MODELS.build(cfg.model)
     assert [(i, s.num_classes) for i, s in model.edge_samplers()] == [(0, 3)]
+
+
+def three_class_config(prior):
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
+    cfg.model.bbox_head.num_classes = 3
+    cfg.model.prior = prior
+    cfg.model.data_preprocessor.batch_augments[0].update(
+        num_classes=3, prior=prior)
+    return cfg
+
+
+def test_named_priors_follow_the_dataset_class_order(tmp_path):
+    # the prior file lists the classes in another order than the dataset
+    classes = ['cat', 'dog', 'bird']
+    file_order = [2, 0, 1]  # bird, cat, dog
+    prior = np.array([[1.0, 0.2, 0.3], [0.4, 1.0, 0.5], [0.6, 0.7, 1.0]])
+    path = save_prior(
+        tmp_path / 'three.json',
+        prior[np.ix_(file_order, file_order)],
+        classes=[classes[k] for k in file_order])
+    torch.manual_seed(0)
+    model = MODELS.build(three_class_config(str(path)).model)
+    sampler = model.data_preprocessor.batch_augments[0]
+    # before the classes are known: the file's order
+    np.testing.assert_allclose(
+        model.get_prior(), prior[np.ix_(file_order, file_order)], atol=1e-7)
+    # the runner sets dataset_meta: both priors take the dataset's order
+    model.dataset_meta = dict(classes=classes)
+    np.testing.assert_allclose(model.get_prior(), prior, atol=1e-7)
+    np.testing.assert_allclose(sampler.dataset_prior, prior)
+    assert sampler.prior_classes == classes
+    # once matched, the prior is in the model's order: a later dataset_meta
+    # (e.g. an evaluation set's) does not reorder it again
+    model.dataset_meta = dict(classes=['dog', 'cat', 'bird'])
+    np.testing.assert_allclose(model.get_prior(), prior, atol=1e-7)
+
+    # a prior whose class names are not the dataset's is rejected, and
+    # nothing changes
+    model = MODELS.build(three_class_config(str(path)).model)
+    before = model.get_prior()
+    with pytest.raises(ValueError, match=r'three\.json.*model\.prior'):
+        model.dataset_meta = dict(classes=['cat', 'dog', 'fish'])
+    np.testing.assert_array_equal(model.get_prior(), before)
+    with pytest.raises(AttributeError):
+        model.dataset_meta
+    # the EdgeSampler's prior is checked too
+    cfg = three_class_config(str(path))
+    cfg.model.prior = None
+    model = MODELS.build(cfg.model)
+    with pytest.raises(
+            ValueError,
+            match=r'batch_augments\[0\]: EdgeSampler: .*three\.json'):
+        model.dataset_meta = dict(classes=['cat', 'dog', 'fish'])
+
+
+def test_checkpoint_priors_are_not_reordered(tmp_path):
+    classes = ['cat', 'dog', 'bird']
+    prior = np.array([[1.0, 0.2, 0.3], [0.4, 1.0, 0.5], [0.6, 0.7, 1.0]])
+    path = save_prior(
+        tmp_path / 'three.json', prior, classes=['bird', 'cat', 'dog'])
+    cfg = three_class_config(str(path))
+    torch.manual_seed(0)
+    trained = MODELS.build(cfg.model)
+    trained.dataset_meta = dict(classes=classes)
+    ckpt = str(tmp_path / 'model.pth')
+    save_checkpoint(dict(state_dict=trained.state_dict()), ckpt)
+    # as mmdet's init_detector: build, load, then set the dataset_meta
+    model = MODELS.build(cfg.model)
+    load_checkpoint(model, ckpt, map_location='cpu')
+    model.dataset_meta = dict(classes=classes)
+    np.testing.assert_array_equal(model.get_prior(), trained.get_prior())

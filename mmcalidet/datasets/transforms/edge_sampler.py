@@ -17,8 +17,9 @@ from mmdet.structures import SampleList
 from mmengine.dist import all_gather_object, get_rank, get_world_size
 from torch import Tensor, nn
 
-from ...priors import batch_prior, flat_prior, label_lists_prior
-from ...utils.prior_source import load_prior_source
+from ...priors import (batch_prior, flat_prior, label_lists_prior,
+                      reorder_prior)
+from ...utils.prior_source import describe_prior_source, load_prior_source
 
 #: mode name -> the statistics it gives every sample of the mini-batch
 MODES = {
@@ -52,7 +53,9 @@ class EdgeSampler(nn.Module):
             file, a shipped name (e.g. ``'coco2017_train'``) or a K x K
             matrix. Required when the ``'dataset'`` mode has a probability.
         classes (Sequence[str], optional): the dataset's class names, to
-            reorder a named prior file.
+            reorder a named prior file. When not given, a CaliDet detector
+            passes them (:meth:`set_classes`) once the runner sets its
+            ``dataset_meta``, before the first iteration.
         mode_probs (dict, optional): probability (any non-negative weights,
             normalised) of each mode among ``'sample'``, ``'batch'``,
             ``'dataset'``, ``'group'`` and ``'flat'``. Defaults to
@@ -87,11 +90,59 @@ class EdgeSampler(nn.Module):
                 raise ValueError('EdgeSampler: the "dataset" mode needs a '
                                  'prior (E_t)')
             self.dataset_prior = None
+            self.prior_classes = None
         else:
-            self.dataset_prior = load_prior_source(
-                prior, classes=classes, num_classes=num_classes)
+            self.dataset_prior, meta = load_prior_source(
+                prior,
+                classes=classes,
+                num_classes=num_classes,
+                return_meta=True)
+            #: class names of ``dataset_prior``'s order (``None``: unnamed)
+            self.prior_classes = meta['classes']
+        self._prior_name = describe_prior_source(prior)
         self._rng = np.random.default_rng(seed) if seed is not None \
             else None
+
+    def prior_in_order(self,
+                       classes: Sequence[str]) -> Optional[np.ndarray]:
+        """The dataset prior reordered by name to ``classes``.
+
+        Args:
+            classes (Sequence[str]): the dataset's class names.
+
+        Returns:
+            np.ndarray | None: the reordered K x K matrix, ``None`` when
+            there is nothing to reorder (no prior, an unnamed matrix, or
+            already in this order).
+
+        Raises:
+            ValueError: the prior's class names are not the dataset's.
+        """
+        classes = list(classes)
+        if self.prior_classes is None or self.prior_classes == classes:
+            return None
+        try:
+            return reorder_prior(self.dataset_prior, self.prior_classes,
+                                 classes)
+        except ValueError as exc:
+            raise ValueError(
+                f'EdgeSampler: the class names of {self._prior_name} do not '
+                f"match the dataset's classes: {exc}") from exc
+
+    def set_classes(self, classes: Sequence[str]) -> None:
+        """Reorder a named dataset prior to the dataset's class order.
+
+        Args:
+            classes (Sequence[str]): the dataset's class names.
+
+        Raises:
+            ValueError: the prior's class names are not the dataset's
+                (the sampler is left unchanged).
+        """
+        matrix = self.prior_in_order(classes)
+        if matrix is not None:
+            self.dataset_prior = matrix
+            self.prior_classes = list(classes)
 
     @staticmethod
     def _check_mode_probs(

@@ -8,8 +8,8 @@ from mmdet.structures import OptSampleList
 from torch import Tensor
 
 from ...datasets.transforms.edge_sampler import EdgeSampler
-from ...priors import flat_prior
-from ...utils.prior_source import load_prior_source
+from ...priors import flat_prior, reorder_prior
+from ...utils.prior_source import describe_prior_source, load_prior_source
 
 
 class CalibratableDetectorMixin:
@@ -34,6 +34,13 @@ class CalibratableDetectorMixin:
         classes (Sequence[str], optional): the model's class names, to
             reorder named prior files when the model has no
             ``dataset_meta``.
+
+    A named prior (a prior file or shipped name with class names) loaded
+    while the model's classes are unknown is matched to them by name when
+    the runner (or a tool) first sets ``dataset_meta``: reordered to the
+    dataset's class order, or rejected with a ``ValueError`` when the names
+    differ. The same holds for the prior of each EdgeSampler in the data
+    preprocessor. A checkpoint's prior is in the model's order already.
         *args, **kwargs: the arguments of the detector; ``bbox_head``
             must be a calibrated head (:class:`CalibratedClsMixin`).
     """
@@ -50,9 +57,67 @@ class CalibratableDetectorMixin:
                             f'{type(self.bbox_head).__name__}')
         self._check_edge_samplers()
         self.classes = list(classes) if classes is not None else None
-        self.register_buffer('prior',
-                             torch.from_numpy(self._load_prior(prior)).float())
+        matrix, self._pending_prior = self._load_named_prior(prior)
+        self.register_buffer('prior', torch.from_numpy(matrix).float())
         self._cali_cache: Optional[Tuple[tuple, Tensor]] = None
+
+    @property
+    def dataset_meta(self) -> dict:
+        """The dataset's meta (``classes``, ...), as mmengine's runner and
+        mmdet's ``init_detector`` set it.
+
+        Setting it with ``classes`` first matches a named prior loaded
+        before the classes were known (the model's and its EdgeSamplers')
+        to them by name; nothing changes if one does not match.
+        """
+        meta = self.__dict__.get('_dataset_meta')
+        if meta is None:
+            raise AttributeError(f'{type(self).__name__} has no dataset_meta')
+        return meta
+
+    @dataset_meta.setter
+    def dataset_meta(self, meta: dict) -> None:
+        classes = meta.get('classes') if isinstance(meta, dict) else None
+        if classes:
+            self._match_prior_classes(list(classes))
+        self.__dict__['_dataset_meta'] = meta
+
+    def _match_prior_classes(self, classes: List[str]) -> None:
+        """Reorder the pending named priors (model and EdgeSamplers) to
+        ``classes``; validate all before changing any."""
+        matrix = None
+        if self._pending_prior is not None:
+            name, names = self._pending_prior
+            if names != classes:
+                try:
+                    matrix = reorder_prior(self.get_prior(), names, classes)
+                except ValueError as exc:
+                    raise ValueError(
+                        f'the class names of {name} (model.prior) do not '
+                        f"match the dataset's classes: {exc}") from exc
+        samplers = []
+        for i, sampler in self.edge_samplers():
+            try:
+                samplers.append((sampler, sampler.prior_in_order(classes)))
+            except ValueError as exc:
+                raise ValueError(f'model.data_preprocessor.batch_augments[{i}]'
+                                 f': {exc}') from exc
+        if matrix is not None:
+            with torch.no_grad():
+                self.prior.copy_(torch.from_numpy(matrix))
+            self._cali_cache = None
+        self._pending_prior = None
+        for sampler, sampler_matrix in samplers:
+            if sampler_matrix is not None:
+                sampler.dataset_prior = sampler_matrix
+                sampler.prior_classes = list(classes)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args,
+                              **kwargs) -> None:
+        # a checkpoint's prior is in the model's class order already
+        if prefix + 'prior' in state_dict:
+            self._pending_prior = None
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def edge_samplers(self) -> List[Tuple[int, EdgeSampler]]:
         """The EdgeSamplers among the data preprocessor's batch augments,
@@ -84,13 +149,30 @@ class CalibratableDetectorMixin:
             return list(meta['classes'])
         return self.classes
 
-    def _load_prior(self, prior, classes=None) -> np.ndarray:
+    def _load_named_prior(
+        self,
+        prior,
+        classes=None
+    ) -> Tuple[np.ndarray, Optional[Tuple[str, List[str]]]]:
+        """The prior in the model's class order, and ``(name, class
+        names)`` of a named prior that could not be ordered yet because the
+        model's classes are unknown (else ``None``)."""
         if prior is None:
-            return flat_prior(self.num_classes)
-        return load_prior_source(
+            return flat_prior(self.num_classes), None
+        if classes is None:
+            classes = self._model_classes()
+        matrix, meta = load_prior_source(
             prior,
-            classes=classes if classes is not None else self._model_classes(),
-            num_classes=self.num_classes)
+            classes=classes,
+            num_classes=self.num_classes,
+            return_meta=True)
+        pending = None
+        if classes is None and meta['classes'] is not None:
+            pending = (describe_prior_source(prior), list(meta['classes']))
+        return matrix, pending
+
+    def _load_prior(self, prior, classes=None) -> np.ndarray:
+        return self._load_named_prior(prior, classes)[0]
 
     def resolve_prior(self,
                       prior,
@@ -132,10 +214,11 @@ class CalibratableDetectorMixin:
                 prior to; defaults to ``dataset_meta['classes']`` or the
                 ``classes`` given at construction.
         """
-        matrix = self._load_prior(prior, classes)
+        matrix, pending = self._load_named_prior(prior, classes)
         with torch.no_grad():
             self.prior.copy_(torch.from_numpy(matrix))
         self._cali_cache = None
+        self._pending_prior = pending
 
     def get_prior(self) -> np.ndarray:
         """The deployment prior, a K x K float64 array (a copy)."""
