@@ -161,7 +161,9 @@ def test_set_prior_validates_before_changing_anything(model, tmp_path):
 
 def test_prior_files_are_reordered_by_class_name(tmp_path):
     model = build(prior=None)
-    classes = [f'class{k}' for k in range(K)]
+    # the dataset's classes: the config's EdgeSampler prior has these names
+    classes = load_prior(
+        default_prior_path('coco2017_train'), return_meta=True)[1]['classes']
     prior = random_prior(8)
     order = np.random.default_rng(0).permutation(K)
     path = save_prior(
@@ -299,10 +301,12 @@ def test_edge_sampler_classes_are_checked_at_build():
             match=re.escape('model.data_preprocessor.batch_augments[0] '
                             '(EdgeSampler) has num_classes=80 but '
                             'model.bbox_head.num_classes=3')):
-        MODELS.build(cfg.model)
+        MODELS.build(copy.deepcopy(cfg.model))
     sampler = cfg.model.data_preprocessor.batch_augments[0]
-    sampler.update(num_classes=3, prior=None, mode_probs=dict(sample=1.0))
-    model = MODELS.build(cfg.model)
+    sampler.num_classes = 3
+    sampler.prior = None
+    sampler.mode_probs = dict(sample=1.0, batch=1.0, dataset=0.0)
+    model = MODELS.build(copy.deepcopy(cfg.model))
     assert [(i, s.num_classes) for i, s in model.edge_samplers()] == [(0, 3)]
 
 
@@ -352,7 +356,7 @@ def test_named_priors_follow_the_dataset_class_order(tmp_path):
     # the EdgeSampler's prior is checked too
     cfg = three_class_config(str(path))
     cfg.model.prior = None
-    model = MODELS.build(cfg.model)
+    model = MODELS.build(copy.deepcopy(cfg.model))
     with pytest.raises(
             ValueError,
             match=r'batch_augments\[0\]: EdgeSampler: .*three\.json'):
@@ -366,12 +370,12 @@ def test_checkpoint_priors_are_not_reordered(tmp_path):
         tmp_path / 'three.json', prior, classes=['bird', 'cat', 'dog'])
     cfg = three_class_config(str(path))
     torch.manual_seed(0)
-    trained = MODELS.build(cfg.model)
+    trained = MODELS.build(copy.deepcopy(cfg.model))
     trained.dataset_meta = dict(classes=classes)
     ckpt = str(tmp_path / 'model.pth')
     save_checkpoint(dict(state_dict=trained.state_dict()), ckpt)
     # as mmdet's init_detector: build, load, then set the dataset_meta
-    model = MODELS.build(cfg.model)
+    model = MODELS.build(copy.deepcopy(cfg.model))
     load_checkpoint(model, ckpt, map_location='cpu')
     model.dataset_meta = dict(classes=classes)
     np.testing.assert_array_equal(model.get_prior(), trained.get_prior())

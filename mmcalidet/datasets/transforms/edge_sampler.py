@@ -18,7 +18,7 @@ from mmengine.dist import all_gather_object, get_rank, get_world_size
 from torch import Tensor, nn
 
 from ...priors import (batch_prior, flat_prior, label_lists_prior,
-                      reorder_prior)
+                       reorder_prior)
 from ...utils.prior_source import describe_prior_source, load_prior_source
 
 #: mode name -> the statistics it gives every sample of the mini-batch
@@ -103,8 +103,7 @@ class EdgeSampler(nn.Module):
         self._rng = np.random.default_rng(seed) if seed is not None \
             else None
 
-    def prior_in_order(self,
-                       classes: Sequence[str]) -> Optional[np.ndarray]:
+    def prior_in_order(self, classes: Sequence[str]) -> Optional[np.ndarray]:
         """The dataset prior reordered by name to ``classes``.
 
         Args:

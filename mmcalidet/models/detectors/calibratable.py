@@ -66,9 +66,10 @@ class CalibratableDetectorMixin:
         """The dataset's meta (``classes``, ...), as mmengine's runner and
         mmdet's ``init_detector`` set it.
 
-        Setting it with ``classes`` first matches a named prior loaded
-        before the classes were known (the model's and its EdgeSamplers')
-        to them by name; nothing changes if one does not match.
+        Setting it with ``classes`` the first time matches a named prior
+        loaded before the classes were known (the model's and its
+        EdgeSamplers') to them by name; nothing changes if one does not
+        match.
         """
         meta = self.__dict__.get('_dataset_meta')
         if meta is None:
@@ -84,7 +85,11 @@ class CalibratableDetectorMixin:
 
     def _match_prior_classes(self, classes: List[str]) -> None:
         """Reorder the pending named priors (model and EdgeSamplers) to
-        ``classes``; validate all before changing any."""
+        ``classes``; validate all before changing any. Done once: the
+        first classes set are the model's (a later ``dataset_meta``, e.g. of
+        an evaluation set, does not reorder the priors again)."""
+        if self.__dict__.get('_classes_matched'):
+            return
         matrix = None
         if self._pending_prior is not None:
             name, names = self._pending_prior
@@ -111,6 +116,7 @@ class CalibratableDetectorMixin:
             if sampler_matrix is not None:
                 sampler.dataset_prior = sampler_matrix
                 sampler.prior_classes = list(classes)
+        self.__dict__['_classes_matched'] = True
 
     def _load_from_state_dict(self, state_dict, prefix, *args,
                               **kwargs) -> None:
