@@ -3,7 +3,7 @@
 import os
 import os.path as osp
 import re
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 
@@ -61,3 +61,26 @@ def describe_prior_source(src) -> str:
     if isinstance(src, (str, os.PathLike)):
         return f'prior {os.fspath(src)!r}'
     return 'the prior'
+
+
+def training_dataset_classes() -> Optional[List[str]]:
+    """The class names of the dataset that a running mmengine training loop
+    trains on, else ``None``.
+
+    mmengine's ``RuntimeInfoHook`` (a default hook of every Runner) puts the
+    training dataset's ``metainfo`` in the message hub before training and
+    marks the loop stage; the runner itself never sets the model's
+    ``dataset_meta``. Read only while the stage is ``'train'``, so a message
+    hub left from an earlier run does not count.
+
+    Returns:
+        list[str] | None: the classes, or ``None`` outside a training run
+        or when the dataset has none.
+    """
+    from mmengine.logging import MessageHub
+    hub = MessageHub.get_current_instance()
+    if hub.get_info('loop_stage') != 'train':
+        return None
+    meta = hub.get_info('dataset_meta')
+    classes = meta.get('classes') if isinstance(meta, dict) else None
+    return list(classes) if classes else None

@@ -379,3 +379,68 @@ def test_checkpoint_priors_are_not_reordered(tmp_path):
     load_checkpoint(model, ckpt, map_location='cpu')
     model.dataset_meta = dict(classes=classes)
     np.testing.assert_array_equal(model.get_prior(), trained.get_prior())
+
+
+def test_training_matches_named_priors_to_the_dataset_classes(tmp_path):
+    # mmengine's runner never sets the model's dataset_meta: a training run
+    # matches the named priors at its first step, from the dataset's meta
+    # that RuntimeInfoHook puts in the message hub
+    from mmengine.runner import Runner
+    prior, meta = load_prior(
+        default_prior_path('coco2017_train'), return_meta=True)
+    classes = meta['classes']
+    order = np.random.default_rng(0).permutation(len(classes))
+    path = save_prior(
+        tmp_path / 'shuffled.json',
+        prior[np.ix_(order, order)],
+        classes=[classes[k] for k in order])
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py', prior=path)
+    cfg.work_dir = str(tmp_path / 'work')
+    cfg.train_cfg.update(max_iters=1, val_interval=100)
+    cfg.default_hooks.checkpoint.interval = 100
+    cfg.train_dataloader.update(num_workers=0, persistent_workers=False)
+    cfg.randomness = dict(seed=0)  # the same run every time
+    runner = Runner.from_cfg(cfg)
+    model = runner.model
+    sampler = model.data_preprocessor.batch_augments[0]
+    shuffled = prior[np.ix_(order, order)]
+    np.testing.assert_allclose(model.get_prior(), shuffled, atol=1e-6)
+    np.testing.assert_allclose(sampler.dataset_prior, shuffled)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the same arithmetic on every machine
+    try:
+        runner.train()
+    finally:
+        torch.set_num_threads(threads)
+    np.testing.assert_allclose(model.get_prior(), prior, atol=1e-6)
+    np.testing.assert_allclose(sampler.dataset_prior, prior)
+
+
+def test_first_training_step_rejects_a_prior_of_other_classes(tmp_path):
+    from mmengine.logging import MessageHub
+    path = save_prior(
+        tmp_path / 'three.json',
+        np.eye(3) * 0.5 + 0.5,
+        classes=['bird', 'cat', 'dog'])
+    torch.manual_seed(0)
+    model = MODELS.build(three_class_config(str(path)).model)
+    hub = MessageHub.get_instance('test_first_training_step')
+    hub.update_info('dataset_meta', dict(classes=['cat', 'dog', 'fish']))
+    hub.update_info('loop_stage', 'train')
+    cfg = three_class_config(str(path))
+    sampler = cfg.model.data_preprocessor.batch_augments[0]
+    sampler.prior = None
+    sampler.mode_probs = dict(sample=1.0, batch=1.0, dataset=0.0)
+    torch.manual_seed(0)
+    detector_only = MODELS.build(cfg.model)
+    try:
+        # the EdgeSampler checks at its first batch
+        with pytest.raises(ValueError, match=r'EdgeSampler.*three\.json.*fish'):
+            train_steps(model, demo_batch([[0], [1]]), steps=1)
+        # the detector at its first loss
+        with pytest.raises(ValueError, match=r"three\.json' \(model\.prior\)"):
+            train_steps(detector_only, demo_batch([[0], [1]]), steps=1)
+    finally:
+        hub.pop_info('loop_stage')
+    # outside a training run the message hub is not read
+    train_steps(model, demo_batch([[0], [1]]), steps=1)

@@ -19,7 +19,8 @@ from torch import Tensor, nn
 
 from ...priors import (batch_prior, flat_prior, label_lists_prior,
                        reorder_prior)
-from ...utils.prior_source import describe_prior_source, load_prior_source
+from ...utils.prior_source import (describe_prior_source, load_prior_source,
+                                   training_dataset_classes)
 
 #: mode name -> the statistics it gives every sample of the mini-batch
 MODES = {
@@ -53,9 +54,11 @@ class EdgeSampler(nn.Module):
             file, a shipped name (e.g. ``'coco2017_train'``) or a K x K
             matrix. Required when the ``'dataset'`` mode has a probability.
         classes (Sequence[str], optional): the dataset's class names, to
-            reorder a named prior file. When not given, a CaliDet detector
-            passes them (:meth:`set_classes`) once the runner sets its
-            ``dataset_meta``, before the first iteration.
+            reorder a named prior file. When not given, the sampler takes
+            them at its first training batch from the running training
+            loop (see :func:`~mmcalidet.utils.prior_source.
+            training_dataset_classes`), or a CaliDet detector passes them
+            (:meth:`set_classes`) when its ``dataset_meta`` is set.
         mode_probs (dict, optional): probability (any non-negative weights,
             normalised) of each mode among ``'sample'``, ``'batch'``,
             ``'dataset'``, ``'group'`` and ``'flat'``. Defaults to
@@ -100,6 +103,7 @@ class EdgeSampler(nn.Module):
             #: class names of ``dataset_prior``'s order (``None``: unnamed)
             self.prior_classes = meta['classes']
         self._prior_name = describe_prior_source(prior)
+        self._classes_checked = classes is not None
         self._rng = np.random.default_rng(seed) if seed is not None \
             else None
 
@@ -142,6 +146,7 @@ class EdgeSampler(nn.Module):
         if matrix is not None:
             self.dataset_prior = matrix
             self.prior_classes = list(classes)
+        self._classes_checked = True
 
     @staticmethod
     def _check_mode_probs(
@@ -236,6 +241,11 @@ class EdgeSampler(nn.Module):
         Returns:
             tuple: ``(inputs, data_samples)``.
         """
+        if not self._classes_checked:
+            # the first batch of a training run: the dataset's class order
+            classes = training_dataset_classes()
+            if classes is not None:
+                self.set_classes(classes)
         labels = [
             ds.gt_instances.labels.detach().cpu().numpy().astype(np.int64)
             for ds in data_samples

@@ -9,7 +9,8 @@ from torch import Tensor
 
 from ...datasets.transforms.edge_sampler import EdgeSampler
 from ...priors import flat_prior, reorder_prior
-from ...utils.prior_source import describe_prior_source, load_prior_source
+from ...utils.prior_source import (describe_prior_source, load_prior_source,
+                                   training_dataset_classes)
 
 
 class CalibratableDetectorMixin:
@@ -26,6 +27,16 @@ class CalibratableDetectorMixin:
     priors). The prior only reaches the head's classification: backbone,
     transformer, proposals and boxes do not depend on it.
 
+    A named prior (a prior file or shipped name with class names) loaded
+    while the model's classes are unknown is matched to them by name, once:
+    when ``dataset_meta`` is first set (``init_detector``, the tools), or
+    at the first training step from the running training loop's dataset
+    (mmengine's runner does not set ``dataset_meta``): reordered to the
+    dataset's class order, or rejected with a ``ValueError`` naming the
+    file when the names differ. The same holds for the prior of each
+    EdgeSampler in the data preprocessor (which checks at its first
+    batch). A checkpoint's prior is in the model's order already.
+
     Args:
         prior (str | PathLike | array-like | dict, optional): the initial
             deployment prior: a prior file, the name of a shipped prior
@@ -34,13 +45,6 @@ class CalibratableDetectorMixin:
         classes (Sequence[str], optional): the model's class names, to
             reorder named prior files when the model has no
             ``dataset_meta``.
-
-    A named prior (a prior file or shipped name with class names) loaded
-    while the model's classes are unknown is matched to them by name when
-    the runner (or a tool) first sets ``dataset_meta``: reordered to the
-    dataset's class order, or rejected with a ``ValueError`` when the names
-    differ. The same holds for the prior of each EdgeSampler in the data
-    preprocessor. A checkpoint's prior is in the model's order already.
         *args, **kwargs: the arguments of the detector; ``bbox_head``
             must be a calibrated head (:class:`CalibratedClsMixin`).
     """
@@ -117,6 +121,18 @@ class CalibratableDetectorMixin:
                 sampler.dataset_prior = sampler_matrix
                 sampler.prior_classes = list(classes)
         self.__dict__['_classes_matched'] = True
+
+    def loss(self, batch_inputs: Tensor,
+             batch_data_samples: OptSampleList) -> Dict:
+        """The detector's loss; at the first step of a training run (no
+        ``dataset_meta`` set), the named priors are matched to the training
+        dataset's classes first."""
+        if not self.__dict__.get('_classes_matched') and \
+                '_dataset_meta' not in self.__dict__:
+            classes = training_dataset_classes()
+            if classes is not None:
+                self._match_prior_classes(classes)
+        return super().loss(batch_inputs, batch_data_samples)
 
     def _load_from_state_dict(self, state_dict, prefix, *args,
                               **kwargs) -> None:
