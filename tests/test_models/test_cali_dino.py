@@ -435,10 +435,12 @@ def test_first_training_step_rejects_a_prior_of_other_classes(tmp_path):
     detector_only = MODELS.build(cfg.model)
     try:
         # the EdgeSampler checks at its first batch
-        with pytest.raises(ValueError, match=r'EdgeSampler.*three\.json.*fish'):
+        with pytest.raises(
+                ValueError, match=r'EdgeSampler.*three\.json.*fish'):
             train_steps(model, demo_batch([[0], [1]]), steps=1)
         # the detector at its first loss
-        with pytest.raises(ValueError, match=r"three\.json' \(model\.prior\)"):
+        with pytest.raises(
+                ValueError, match=r"three\.json' \(model\.prior\)"):
             train_steps(detector_only, demo_batch([[0], [1]]), steps=1)
     finally:
         hub.pop_info('loop_stage')

@@ -215,7 +215,9 @@ def test_python_list_fast_path_equals_the_flat_core(k):
         tuples=tuple(tuple(x) for x in lists),
         arrays=arrays,
         strided=[np.repeat(a, 2)[::2] for a in arrays],
-        read_only=[np.frombuffer(a.tobytes(), dtype=np.int64) for a in arrays],
+        read_only=[
+            np.frombuffer(a.tobytes(), dtype=np.int64) for a in arrays
+        ],
         mixed=[a if i % 3 else lists[i] for i, a in enumerate(arrays)])
     for name, label_lists in kinds.items():
         counts = cooccurrence_lists(label_lists, k)

@@ -109,8 +109,9 @@ class CalibratableDetectorMixin:
             try:
                 samplers.append((sampler, sampler.prior_in_order(classes)))
             except ValueError as exc:
-                raise ValueError(f'model.data_preprocessor.batch_augments[{i}]'
-                                 f': {exc}') from exc
+                raise ValueError(
+                    f'model.data_preprocessor.batch_augments[{i}]: {exc}'
+                ) from exc
         if matrix is not None:
             with torch.no_grad():
                 self.prior.copy_(torch.from_numpy(matrix))
