@@ -17,6 +17,7 @@ from mmcalidet.testing import (build_detector, demo_batch, eval_inputs,
                                get_config)
 from mmcalidet.testing import random_prior as make_random_prior
 from mmcalidet.testing import train_steps
+from mmcalidet.utils.prior_source import training_dataset_classes
 
 K = 80
 register_all_modules()
@@ -445,4 +446,6 @@ def test_first_training_step_rejects_a_prior_of_other_classes(tmp_path):
     finally:
         hub.pop_info('loop_stage')
     # outside a training run the message hub is not read
-    train_steps(model, demo_batch([[0], [1]]), steps=1)
+    assert training_dataset_classes() is None
+    data = model.data_preprocessor(demo_batch([[0], [1]]), True)
+    assert data['data_samples'][0].prior.shape == (3, 3)
