@@ -8,6 +8,60 @@
 # The mmcv wheel (a ~15 minute build on 2 cores) is kept outside the clone,
 # in $MMCALIDET_CACHE (default ~/.cache/mmcalidet/wheels), so fresh clones
 # reuse it.
+#
+# GPU: when a CUDA toolkit (nvcc) and a CUDA build of torch are present
+# (install torch==2.13.0 from a CUDA index into the venv first, see
+# docs/get_started.md), mmcv is built with its CUDA ops (FORCE_CUDA=1) and
+# cached apart from the CPU wheel (torch-<version>-cu<XY>-<python>).
+# MMCALIDET_CPU_ONLY=1 forces the CPU build.
+#
+# Sourced (`source tools/setup_env.sh`), the script only defines its
+# functions (find_nvcc, mmcv_cuda_tag, mmcv_wheel_dir) and installs nothing.
+
+# find_nvcc: the nvcc of $CUDA_HOME, the PATH or /usr/local/cuda; nothing
+# when there is none.
+find_nvcc() {
+    if [ -n "${CUDA_HOME:-}" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; then
+        echo "$CUDA_HOME/bin/nvcc"
+    elif command -v nvcc >/dev/null 2>&1; then
+        command -v nvcc
+    elif [ -x /usr/local/cuda/bin/nvcc ]; then
+        echo /usr/local/cuda/bin/nvcc
+    fi
+    return 0
+}
+
+# mmcv_cuda_tag PY: "cu<XY>" (torch's CUDA version, e.g. cu126) when mmcv is
+# to be built with CUDA ops: nvcc exists and PY's torch is a CUDA build (no
+# GPU is needed to build); nothing for a CPU build.
+mmcv_cuda_tag() {
+    local cuda
+    if [ "${MMCALIDET_CPU_ONLY:-0}" = 1 ] || [ -z "$(find_nvcc)" ]; then
+        return 0
+    fi
+    cuda="$("$1" -c 'import torch; print(torch.version.cuda or "")' \
+        2>/dev/null || true)"
+    if [ -n "$cuda" ]; then
+        echo "cu${cuda//./}"
+    fi
+    return 0
+}
+
+# mmcv_wheel_dir CACHE TORCH_VERSION PYTAG CUDA_TAG: the wheel cache folder;
+# a CUDA build has its own (CUDA_TAG in the name), the CPU one is unchanged.
+mmcv_wheel_dir() {
+    if [ -n "${4:-}" ]; then
+        echo "$1/torch-$2-$4-$3"
+    else
+        echo "$1/torch-$2-$3"
+    fi
+}
+
+# sourced: the functions only
+if [ "${BASH_SOURCE[0]}" != "$0" ]; then
+    return 0
+fi
+
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,21 +101,39 @@ if ! have setuptools 80.9.0 || ! have torch "$TORCH_VERSION" \
     pip_q install -r "$ROOT/requirements/build.txt" "torch==$TORCH_VERSION"
 fi
 
-# 2. mmcv with ops: from the wheel cache, else built once into it.
-if ! have mmcv "$MMCV_VERSION" \
-        || ! "$PY" -c 'from mmcv.ops import MultiScaleDeformableAttention' 2>/dev/null; then
+# 2. mmcv with ops: from the wheel cache, else built once into it. With a
+#    CUDA toolkit and a CUDA torch: with the CUDA ops (a CPU-only mmcv
+#    already installed is then replaced).
+CUDA_TAG="$(mmcv_cuda_tag "$PY")"
+MMCV_CHECK='from mmcv.ops import MultiScaleDeformableAttention'
+if [ -n "$CUDA_TAG" ]; then
+    MMCV_CHECK="$MMCV_CHECK
+from mmcv.ops import get_compiling_cuda_version
+assert get_compiling_cuda_version() != 'not available'"
+fi
+if ! have mmcv "$MMCV_VERSION" || ! "$PY" -c "$MMCV_CHECK" 2>/dev/null; then
     PYTAG="$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
-    WHEELDIR="$CACHE/torch-$TORCH_VERSION-$PYTAG"
+    WHEELDIR="$(mmcv_wheel_dir "$CACHE" "$TORCH_VERSION" "$PYTAG" "$CUDA_TAG")"
     mkdir -p "$WHEELDIR"
     WHEEL="$(ls "$WHEELDIR"/mmcv-"$MMCV_VERSION"-*.whl 2>/dev/null | head -n1 || true)"
     if [ -z "$WHEEL" ]; then
-        log "building mmcv==$MMCV_VERSION with ops (about 15 minutes on 2 cores)"
         # build into a folder inside the cache: the final mv is then an
         # atomic rename, so a killed build leaves no partial wheel behind
         TMPW="$(mktemp -d "$CACHE/.build.XXXXXX")"
-        MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
-            "$PY" -m pip --disable-pip-version-check wheel --no-deps \
-            --no-build-isolation --no-binary mmcv -w "$TMPW" "mmcv==$MMCV_VERSION"
+        if [ -n "$CUDA_TAG" ]; then
+            NVCC="$(find_nvcc)"
+            log "building mmcv==$MMCV_VERSION with CUDA ops ($CUDA_TAG, $NVCC;" \
+                "TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-the visible GPUs})"
+            MMCV_WITH_OPS=1 FORCE_CUDA=1 CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}" \
+                MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
+                "$PY" -m pip --disable-pip-version-check wheel --no-deps \
+                --no-build-isolation --no-binary mmcv -w "$TMPW" "mmcv==$MMCV_VERSION"
+        else
+            log "building mmcv==$MMCV_VERSION with ops (about 15 minutes on 2 cores)"
+            MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
+                "$PY" -m pip --disable-pip-version-check wheel --no-deps \
+                --no-build-isolation --no-binary mmcv -w "$TMPW" "mmcv==$MMCV_VERSION"
+        fi
         mv "$TMPW"/mmcv-*.whl "$WHEELDIR"/
         rm -rf "$TMPW"
         WHEEL="$(ls "$WHEELDIR"/mmcv-"$MMCV_VERSION"-*.whl | head -n1)"
@@ -70,7 +142,12 @@ if ! have mmcv "$MMCV_VERSION" \
     fi
     # mmcv's own dependencies first, then mmcv without a resolver run
     pip_q install addict packaging Pillow pyyaml yapf "$OPENCV"
-    pip_q install --no-deps "$WHEEL"
+    if [ -n "$CUDA_TAG" ]; then
+        # replaces a CPU-only mmcv of the same version
+        pip_q install --no-deps --force-reinstall "$WHEEL"
+    else
+        pip_q install --no-deps "$WHEEL"
+    fi
 fi
 
 # 3. mmengine, mmdet and the rest of the runtime.

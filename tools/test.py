@@ -1,18 +1,23 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Evaluate a checkpoint with mmengine's Runner, optionally with a prior.
 
-    python tools/test.py <config> <checkpoint> [--prior coco2017_val]
+    python tools/test.py <config> <checkpoint> [--prior coco2017_val] \
+        [--show-dir vis] [--show --wait-time 2]
 
 A CaliDet checkpoint carries its deployment prior; ``--prior`` injects
 another one (a prior file or a shipped name) after loading. A checkpoint
 that does not fit the config (another class count, a plain detector's
 checkpoint with a CaliDet config, missing tensors) is an error naming what
 does not fit. ``--out`` replaces its file only when the run succeeds.
+``--show`` / ``--show-dir`` / ``--wait-time`` turn on the config's
+visualization hook as mmdet's tools/test.py does (the drawn predictions are
+under the deployment prior, or the injected one).
 """
 import argparse
 import os
 import os.path as osp
 
+from mmdet.engine.hooks.utils import trigger_visualization_hook
 from mmengine.config import Config, DictAction
 from mmengine.dist import is_main_process
 from mmengine.registry import RUNNERS
@@ -36,6 +41,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='deployment prior to inject (prior file or shipped name)')
     parser.add_argument(
         '--out', help='dump the predictions to this pickle file')
+    parser.add_argument(
+        '--show', action='store_true', help='show prediction results')
+    parser.add_argument(
+        '--show-dir',
+        help='directory where painted images will be saved; relative to '
+        'WORK_DIR/TIMESTAMP (mmdet\'s DetVisualizationHook)')
+    parser.add_argument(
+        '--wait-time', type=float, default=2, help='the interval of show (s)')
     parser.add_argument(
         '--cfg-options',
         nargs='+',
@@ -66,6 +79,12 @@ def main(argv=None) -> None:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
+    if args.show or args.show_dir:
+        try:
+            cfg = trigger_visualization_hook(cfg, args)
+        except RuntimeError as exc:
+            raise SystemExit(f'tools/test.py: error: --show/--show-dir: '
+                             f'{exc}')
     # evaluating weights that do not fit the config is an error
     cfg.custom_hooks = [
         h for h in cfg.get('custom_hooks', None) or []

@@ -213,6 +213,41 @@ def yolo_to_coco(label_dir: str,
         categories=[dict(c) for c in categories])
 
 
+def label_stems(label_dir: str) -> List[str]:
+    """The image stems of a folder's YOLO label files (sorted)."""
+    if not osp.isdir(label_dir):
+        raise ValueError(f'label folder not found: {label_dir}')
+    return sorted(f[:-4] for f in os.listdir(label_dir)
+                  if f.endswith('.txt') and f != 'classes.txt')
+
+
+def labelled_sizes(sizes: Dict[str, List[int]],
+                   label_dir: str) -> Dict[str, List[int]]:
+    """Keep the images of ``sizes`` that have a label file in
+    ``label_dir`` (a sizes file may list a whole split, the labels a
+    subset).
+
+    Args:
+        sizes (dict): ``{image file name: [width, height]}``.
+        label_dir (str): folder of ``<image stem>.txt`` files.
+
+    Returns:
+        dict: the sizes of the labelled images.
+
+    Raises:
+        ValueError: when no image of ``sizes`` has a label file.
+    """
+    stems = set(label_stems(label_dir))
+    kept = {
+        name: wh
+        for name, wh in sizes.items() if osp.splitext(name)[0] in stems
+    }
+    if not kept:
+        raise ValueError(f'no image of the sizes file has a label file in '
+                         f'{label_dir}')
+    return kept
+
+
 def select_sizes(sizes: Dict[str, List[int]],
                  names: Optional[Sequence[str]]) -> Dict[str, List[int]]:
     """Keep only the listed image file names (all when ``names`` is None)."""

@@ -28,7 +28,8 @@ from mmengine.runner import TestLoop
 from ..evaluation import (METRICS, CocoEvaluator, Rescorer, build_priors,
                           cache_evaluator, cache_hidden_states,
                           check_expected_order, evaluate_subsets,
-                          markdown_table, self_calibrate_subsets)
+                          format_order_verdict, markdown_table,
+                          self_calibrate_subsets)
 from ..evaluation.sweep import Method, parse_prior_names
 from ..priors import validate_prior
 from ..utils.prior_source import load_prior_source
@@ -143,13 +144,17 @@ class PriorSweepTestLoop(CachedTestLoop):
     injection table, from one forward pass.
 
     Metrics are reported as ``<prior>/<metric>`` (e.g. ``E_t/coco/
-    bbox_mAP``); the log states whether the expected order holds.
+    bbox_mAP``); the log states whether the expected order holds, does
+    not hold, or is undecidable (all APs within ``order_tol``).
 
     Args:
         priors (Sequence[str]): prior keys (``flip_E_x``, ``E0``, ``E_t``,
             ``E_v``, ``E_b``, ``E_x``), ``LABEL=FILE`` items (a prior file
             or shipped name) and labels of ``extra_priors``.
         extra_priors (dict, optional): label -> prior file / shipped name.
+        order_tol (float): AP differences up to this many AP points (0.1 =
+            0.1 AP) count as ties in the expected-order verdict. Defaults
+            to 0.
         **kwargs: see :class:`CachedTestLoop`.
     """
 
@@ -160,8 +165,13 @@ class PriorSweepTestLoop(CachedTestLoop):
                  priors: Sequence[str] = ('flip_E_x', 'E0', 'E_t', 'E_v',
                                           'E_b', 'E_x'),
                  extra_priors: Optional[Dict[str, str]] = None,
+                 order_tol: float = 0.0,
                  **kwargs) -> None:
         super().__init__(runner, dataloader, evaluator, **kwargs)
+        if order_tol < 0:
+            raise ValueError(f'PriorSweepTestLoop: order_tol must be >= 0, '
+                             f'got {order_tol}')
+        self.order_tol = order_tol / 100
         self.priors, extra = parse_prior_names(priors)
         self.extra_priors = dict(extra_priors or {}, **extra)
 
@@ -192,11 +202,10 @@ class PriorSweepTestLoop(CachedTestLoop):
         table = markdown_table(rows, [('prior', 'prior', ''),
                                       ('oracle', 'oracle', ''),
                                       ('AP', 'bbox mAP', '')])
-        order = check_expected_order(rows, 'model')
+        order = check_expected_order(rows, 'model', tol=self.order_tol)
         self.runner.logger.info(
             f'prior sweep:\n{table}\nexpected order '
-            f'{" <= ".join(order["order"])}: '
-            f'{"holds" if order["holds"] else order["violations"]}')
+            f'{" <= ".join(order["order"])}: {format_order_verdict(order)}')
         return metrics
 
 

@@ -18,14 +18,16 @@ from .sensitivity import prior_sensitivity
 from .subsets import (SUBSET_SIZES, evaluate_subsets, read_evaluation_labels,
                       split_subsets, subset_epsilon)
 from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
-                    check_expected_order, evaluate_priors)
+                    check_expected_order, evaluate_priors,
+                    format_order_verdict)
 
 __all__ = [
     'HiddenStateCache', 'cache_hidden_states', 'cache_images', 'image_batches',
     'Rescorer', 'is_calibratable', 'METRICS', 'CocoEvaluator',
     'cache_evaluator', 'coco_evaluator_from_cfg', 'STANDARD_PRIORS',
     'PriorSpec', 'Method', 'build_priors', 'evaluate_priors',
-    'check_expected_order', 'SUBSET_SIZES', 'split_subsets', 'subset_epsilon',
+    'check_expected_order', 'format_order_verdict', 'SUBSET_SIZES',
+    'split_subsets', 'subset_epsilon',
     'read_evaluation_labels', 'evaluate_subsets', 'DEFAULT_ETA',
     'DEFAULT_SCORE_THR', 'SelfCalibrationResult', 'prediction_statistics',
     'calibration_step', 'self_calibrate', 'self_calibrate_subsets',

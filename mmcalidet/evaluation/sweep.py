@@ -268,35 +268,85 @@ def evaluate_priors(methods: Sequence[Method],
 def check_expected_order(rows: Sequence[Dict],
                          method: str,
                          order: Sequence[str] = STANDARD_PRIORS,
-                         metric: str = 'AP') -> Dict:
-    """Whether a method's metric is non-decreasing along ``order``.
+                         metric: str = 'AP',
+                         tol: float = 0.0) -> Dict:
+    """Whether a method's metric increases along ``order``.
+
+    Ties alone prove nothing: the order is decidable only when the values
+    spread by more than ``tol``. It then holds when no step decreases by
+    more than ``tol`` and the last prior beats the first by more than
+    ``tol`` (the effect size). An untrained model (every AP 0.00) is
+    therefore ``undecidable``, not ``holds``.
 
     Args:
         rows (Sequence[dict]): rows of :func:`evaluate_priors`.
         method (str): the method to check.
         order (Sequence[str]): prior keys from worst to best.
         metric (str): the metric.
+        tol (float): differences up to ``tol`` (in the metric's units: AP
+            in [0, 1], so 0.001 is 0.1 AP points) count as ties.
+            Defaults to 0 (any strict difference counts).
 
     Returns:
-        dict: ``holds`` (bool, ``None`` when fewer than two of the priors
-        were evaluated), ``order`` (the keys checked) and ``violations``
-        (``'E_t > E_v (49.30 > 49.27)'`` strings).
+        dict: ``verdict`` (``'holds'``, ``'does not hold'`` or
+        ``'undecidable (...)'`` with the reason), ``holds`` (bool, ``None``
+        when undecidable), ``order`` (the keys checked), ``violations``
+        (``'E_t > E_v (49.30 > 49.27)'`` strings), ``spread`` (max - min,
+        ``None`` with fewer than two values), ``effect`` (last - first,
+        ``None`` likewise) and ``tol``.
     """
+    if tol < 0:
+        raise ValueError(f'tol must be >= 0, got {tol}')
     values = {
         r['key']: r[metric]
         for r in rows if r['method'] == method and r.get('key') in order
     }
     keys = [k for k in order if k in values]
-    violations = []
+    result = dict(
+        verdict='', holds=None, order=keys, violations=[], spread=None,
+        effect=None, tol=tol)
+    if len(keys) < 2:
+        result['verdict'] = 'undecidable (fewer than two priors evaluated)'
+        return result
+    vals = [values[k] for k in keys]
+    if any(v is None or v != v for v in vals):
+        result['verdict'] = f'undecidable (a {metric} is missing or NaN)'
+        return result
+    spread, effect = max(vals) - min(vals), vals[-1] - vals[0]
+    result.update(spread=spread, effect=effect)
+    if spread <= tol:
+        result['verdict'] = (f'undecidable (all {metric}s within '
+                             f'{100 * tol:.2f} of each other: spread '
+                             f'{100 * spread:.2f})')
+        return result
+
+    def label(k):
+        return PRIOR_LABELS.get(k, k)
+
+    violations = result['violations']
     for a, b in zip(keys, keys[1:]):
-        if values[a] > values[b]:
-            violations.append(
-                f'{PRIOR_LABELS.get(a, a)} > {PRIOR_LABELS.get(b, b)} '
-                f'({100 * values[a]:.2f} > {100 * values[b]:.2f})')
-    return dict(
-        holds=None if len(keys) < 2 else not violations,
-        order=keys,
-        violations=violations)
+        if values[a] - values[b] > tol:
+            violations.append(f'{label(a)} > {label(b)} '
+                              f'({100 * values[a]:.2f} > '
+                              f'{100 * values[b]:.2f})')
+    if effect <= tol:
+        violations.append(f'{label(keys[-1])} - {label(keys[0])} = '
+                          f'{100 * effect:+.2f}, not above the tolerance '
+                          f'{100 * tol:.2f}')
+    result['holds'] = not violations
+    result['verdict'] = 'holds' if not violations else 'does not hold'
+    return result
+
+
+def format_order_verdict(order: Dict) -> str:
+    """One line of a :func:`check_expected_order` result: the verdict, the
+    violations when it does not hold, and the spread when it holds."""
+    verdict = order['verdict']
+    if order['holds'] is False:
+        verdict += ': ' + '; '.join(order['violations'])
+    elif order['holds']:
+        verdict += f' (spread {100 * order["spread"]:.2f})'
+    return verdict
 
 
 def metric_columns(spec: str = 'pct') -> list:

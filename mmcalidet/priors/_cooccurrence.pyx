@@ -5,6 +5,10 @@
 
 Three loops that would be slow in Python, each over flat arrays:
 
+* :func:`cooccurrence_lists` does the same straight from per-image Python
+  label lists (lists / tuples of ints, or int64 arrays), reading and
+  counting in one pass: flattening them first would cost more than the
+  counting.
 * :func:`cooccurrence` counts, over images given as a flat label array plus
   offsets, how often each class is present (``n[j]``) and how often two
   classes are present together (``C[i, j]``). A class listed twice in one
@@ -24,9 +28,94 @@ cimport numpy as cnp
 cimport openmp
 from cython.parallel cimport prange
 
+from cpython.ref cimport PyObject
+
 cnp.import_array()
 
 ctypedef cnp.int64_t i64
+
+
+cdef extern from "Python.h":
+    # borrowed references, no type checks: the callers check the types
+    bint PyList_CheckExact(PyObject*)
+    bint PyTuple_CheckExact(PyObject*)
+    bint PyLong_CheckExact(PyObject*)
+    Py_ssize_t PySequence_Fast_GET_SIZE(PyObject*)
+    PyObject** PySequence_Fast_ITEMS(PyObject*)
+
+
+cdef extern from *:
+    """
+    /* The value of an exact int object if it is a one-digit ("compact")
+       int, i.e. below 2**30 in magnitude: 0 and the value in *out; -1 for a
+       larger int (never a class index). */
+    static inline int mmcd_compact_int(PyObject* o, long long* out) {
+    #if PY_VERSION_HEX >= 0x030C0000
+        if (!PyUnstable_Long_IsCompact((PyLongObject*)o)) return -1;
+        *out = (long long)PyUnstable_Long_CompactValue((PyLongObject*)o);
+        return 0;
+    #else
+        Py_ssize_t size = Py_SIZE(o);
+        if (size == 0) { *out = 0; return 0; }
+        if (size == 1) { *out = (long long)((PyLongObject*)o)->ob_digit[0];
+                         return 0; }
+        if (size == -1) { *out = -(long long)((PyLongObject*)o)->ob_digit[0];
+                          return 0; }
+        return -1;
+    #endif
+    }
+    """
+    int mmcd_compact_int(PyObject*, long long*) noexcept
+
+
+# CPython keeps the ints -5 .. 256 as singletons in one array; a label that
+# is one of them is read from its address, without touching the object.
+# Checked at import (equal, power-of-two spacing); otherwise (another
+# Python implementation) every int goes through ``mmcd_compact_int``.
+cdef char* _small_base = NULL
+cdef size_t _small_span = 0
+cdef size_t _small_mask = 0
+cdef int _small_shift = 0
+
+
+def _find_small_ints() -> bool:
+    global _small_base, _small_span, _small_mask, _small_shift
+    addresses = [id(i) for i in range(257)]
+    step = addresses[1] - addresses[0]
+    if step <= 0 or step & (step - 1) or any(
+            a != addresses[0] + i * step for i, a in enumerate(addresses)):
+        return False
+    _small_base = <char*><size_t>addresses[0]
+    _small_shift = step.bit_length() - 1
+    _small_mask = step - 1
+    _small_span = 257 * step
+    return True
+
+
+SMALL_INTS_BY_ADDRESS = _find_small_ints()
+
+
+cdef inline int _int_label(PyObject* obj, long long* out) noexcept:
+    """The value of an exact int: 0 and ``*out``, or -1 for anything else
+    (another type, a large int)."""
+    cdef size_t d = <size_t>(<char*>obj - _small_base)
+    if d < _small_span and (d & _small_mask) == 0:
+        out[0] = <long long>(d >> _small_shift)
+        return 0
+    if not PyLong_CheckExact(obj):
+        return -1
+    return mmcd_compact_int(obj, out)
+
+
+cdef inline bint _is_int64_vector(PyObject* obj):
+    """Whether ``obj`` is a 1-D native-order 64-bit signed int array."""
+    if not cnp.PyArray_Check(<object>obj):
+        return False
+    cdef cnp.ndarray arr = <cnp.ndarray>obj
+    cdef int t = cnp.PyArray_TYPE(arr)
+    return (cnp.PyArray_NDIM(arr) == 1 and cnp.PyArray_ISNOTSWAPPED(arr)
+            and (t == cnp.NPY_LONG or t == cnp.NPY_LONGLONG)
+            and cnp.PyArray_ITEMSIZE(arr) == 8)
 
 
 cdef extern int __builtin_ctzll(unsigned long long) nogil
@@ -88,6 +177,108 @@ cdef Py_ssize_t _count_images(const i64[::1] labels, const i64[::1] offsets,
             for b in range(a, m):
                 C[ci, uniq[b]] += 1
     return -1
+
+
+cdef inline Py_ssize_t _image_classes(PyObject* item, Py_ssize_t k,
+                                      Py_ssize_t num_classes, i64* seen,
+                                      i64* uniq):
+    """The distinct classes of one image given as a Python object (a list
+    or tuple of ints, or an int64 vector) into ``uniq``; their number, or -1
+    for an object or a label the fast path does not take."""
+    cdef PyObject** values
+    cdef Py_ssize_t i, size, m = 0
+    cdef long long v
+    cdef char* data
+    cdef Py_ssize_t stride
+    cdef u64 lo = 0, hi = 0, x
+    cdef bint use_mask = num_classes <= MASK_CLASSES
+    cdef bint is_seq = PyList_CheckExact(item) or PyTuple_CheckExact(item)
+    if is_seq:
+        size = PySequence_Fast_GET_SIZE(item)
+        values = PySequence_Fast_ITEMS(item)
+    elif _is_int64_vector(item):
+        size = cnp.PyArray_DIMS(<cnp.ndarray>item)[0]
+        data = <char*>cnp.PyArray_DATA(<cnp.ndarray>item)
+        stride = cnp.PyArray_STRIDES(<cnp.ndarray>item)[0]
+    else:
+        return -1
+    for i in range(size):
+        if is_seq:
+            if _int_label(values[i], &v) < 0:
+                return -1
+        else:
+            v = (<i64*>(data + i * stride))[0]
+        if v < 0 or v >= num_classes:
+            return -1
+        if use_mask:
+            if v < 64:
+                lo |= (<u64>1) << v
+            else:
+                hi |= (<u64>1) << (v - 64)
+        elif seen[v] != k + 1:
+            seen[v] = k + 1
+            uniq[m] = v
+            m += 1
+    if use_mask:
+        x = lo
+        while x:
+            uniq[m] = __builtin_ctzll(x)
+            m += 1
+            x &= x - 1
+        x = hi
+        while x:
+            uniq[m] = 64 + __builtin_ctzll(x)
+            m += 1
+            x &= x - 1
+    return m
+
+
+def cooccurrence_lists(seq, Py_ssize_t num_classes):
+    """:func:`cooccurrence` straight from per-image Python label lists.
+
+    One pass over the objects, counting as it reads: no flat label array
+    is built. Takes a list or tuple whose items are exact lists or tuples of
+    exact ``int`` s, or 1-D int64 numpy arrays. Anything else (another
+    container or element type, a label outside ``[0, num_classes)``)
+    returns ``None``, so that the caller's general path handles it and
+    reports errors with its usual messages. Single-threaded (it reads
+    Python objects).
+
+    Args:
+        seq (list | tuple): one sequence of class indices per image.
+        num_classes (int): K.
+
+    Returns:
+        tuple | None: ``(C, n)`` as :func:`cooccurrence` returns them, or
+        ``None``.
+    """
+    cdef PyObject* outer = <PyObject*>seq
+    if not (PyList_CheckExact(outer) or PyTuple_CheckExact(outer)):
+        return None
+    cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(outer)
+    cdef PyObject** items = PySequence_Fast_ITEMS(outer)
+    C_arr = np.zeros((num_classes, num_classes), dtype=np.int64)
+    seen_arr = np.zeros(num_classes if num_classes > MASK_CLASSES else 1,
+                        dtype=np.int64)
+    uniq_arr = np.empty(max(num_classes, 1), dtype=np.int64)
+    cdef i64[:, ::1] C = C_arr
+    cdef i64* seen = <i64*>cnp.PyArray_DATA(seen_arr)
+    cdef i64* uniq = <i64*>cnp.PyArray_DATA(uniq_arr)
+    cdef Py_ssize_t k, m, a, b
+    cdef i64 ci
+    for k in range(n):
+        m = _image_classes(items[k], k, num_classes, seen, uniq)
+        if m < 0:
+            return None
+        for a in range(m):
+            ci = uniq[a]
+            for b in range(a, m):
+                C[ci, uniq[b]] += 1
+    # each pair i != j was counted once, in C[i, j] or in C[j, i]
+    n_arr = np.diagonal(C_arr).copy()
+    sym = C_arr + C_arr.T
+    np.fill_diagonal(sym, n_arr)
+    return sym, n_arr
 
 
 #: below this many images one thread counts everything

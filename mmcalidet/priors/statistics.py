@@ -11,7 +11,7 @@ from typing import Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._cooccurrence import cooccurrence
+from ._cooccurrence import cooccurrence, cooccurrence_lists
 
 LabelList = Union[Sequence[int], np.ndarray]
 
@@ -150,6 +150,14 @@ def cooccurrence_counts(label_lists: Iterable[LabelList],
         tuple[np.ndarray, np.ndarray]: ``C`` (K x K) and ``n`` (K), int64.
     """
     num_classes = _check_num_classes(num_classes)
+    if not isinstance(label_lists, (list, tuple)):
+        label_lists = list(label_lists)
+    # lists / tuples of ints and int64 arrays: read and counted in one pass
+    # in Cython; other inputs, and invalid labels (for the error message),
+    # go through the flat arrays
+    counts = cooccurrence_lists(label_lists, num_classes)
+    if counts is not None:
+        return counts
     labels, offsets = flatten_label_lists(label_lists, num_classes)
     return cooccurrence(labels, offsets, num_classes)
 

@@ -3,7 +3,7 @@
 import os
 import os.path as osp
 import re
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 
@@ -13,7 +13,8 @@ _SHIPPED_NAME = re.compile(r'[A-Za-z0-9_\-]+')
 
 def load_prior_source(src,
                       classes: Optional[Sequence[str]] = None,
-                      num_classes: Optional[int] = None) -> np.ndarray:
+                      num_classes: Optional[int] = None,
+                      return_meta: bool = False):
     """Load a prior given in a config or by a user.
 
     Args:
@@ -24,9 +25,14 @@ def load_prior_source(src,
         classes (Sequence[str], optional): reorder a named prior (a JSON
             file or dict with ``classes``) to this class order.
         num_classes (int, optional): the expected K.
+        return_meta (bool): also return the meta of
+            :func:`~mmcalidet.priors.load_prior` (``classes``: the class
+            names of the returned matrix's order, ``None`` for an unnamed
+            matrix).
 
     Returns:
-        np.ndarray: the validated K x K float64 matrix.
+        np.ndarray | tuple: the validated K x K float64 matrix, or
+        ``(matrix, meta)``.
 
     Raises:
         ValueError: naming the problem (unknown name, missing file, shape,
@@ -42,4 +48,39 @@ def load_prior_source(src,
                 raise ValueError(
                     'prior: got a string that looks like a matrix; pass the '
                     'matrix itself (a list or an array) or a file path')
-    return load_prior(src, classes=classes, num_classes=num_classes)
+    return load_prior(
+        src,
+        classes=classes,
+        num_classes=num_classes,
+        return_meta=return_meta)
+
+
+def describe_prior_source(src) -> str:
+    """How to name a prior source in an error message: the file or shipped
+    name, else ``'the prior'``."""
+    if isinstance(src, (str, os.PathLike)):
+        return f'prior {os.fspath(src)!r}'
+    return 'the prior'
+
+
+def training_dataset_classes() -> Optional[List[str]]:
+    """The class names of the dataset that a running mmengine training loop
+    trains on, else ``None``.
+
+    mmengine's ``RuntimeInfoHook`` (a default hook of every Runner) puts the
+    training dataset's ``metainfo`` in the message hub before training and
+    marks the loop stage; the runner itself never sets the model's
+    ``dataset_meta``. Read only while the stage is ``'train'``, so a message
+    hub left from an earlier run does not count.
+
+    Returns:
+        list[str] | None: the classes, or ``None`` outside a training run
+        or when the dataset has none.
+    """
+    from mmengine.logging import MessageHub
+    hub = MessageHub.get_current_instance()
+    if hub.get_info('loop_stage') != 'train':
+        return None
+    meta = hub.get_info('dataset_meta')
+    classes = meta.get('classes') if isinstance(meta, dict) else None
+    return list(classes) if classes else None

@@ -11,7 +11,8 @@ from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmengine.structures import InstanceData
 
 from mmcalidet.datasets import EdgeSampler
-from mmcalidet.priors import batch_prior, flat_prior, flip_prior, sample_prior
+from mmcalidet.priors import (batch_prior, flat_prior, flip_prior,
+                              sample_prior, save_prior)
 from mmcalidet.testing import demo_batch
 
 K = 8
@@ -262,3 +263,39 @@ def test_distributed_batch_is_global():
                                  noise_seed)
     np.testing.assert_allclose(
         np.concatenate([noisy0, noisy1]), expected, atol=1e-6)
+
+
+def test_named_dataset_prior_is_reordered_to_the_dataset_classes(tmp_path):
+    def dataset_mode(prior, **kwargs):
+        return EdgeSampler(
+            num_classes=K,
+            prior=prior,
+            mode_probs=dict(dataset=1.0),
+            noise_std=0.0,
+            **kwargs)
+
+    classes = [f'class{k}' for k in range(K)]
+    order = np.random.default_rng(1).permutation(K)
+    prior = dataset_prior()
+    path = save_prior(
+        tmp_path / 'shuffled.json',
+        prior[np.ix_(order, order)],
+        classes=[classes[k] for k in order])
+    # classes known at construction
+    sampler = dataset_mode(str(path), classes=classes)
+    np.testing.assert_allclose(sampler.dataset_prior, prior)
+    # or given later (a CaliDet detector does, from its dataset_meta)
+    sampler = dataset_mode(str(path))
+    np.testing.assert_allclose(sampler.dataset_prior,
+                               prior[np.ix_(order, order)])
+    sampler.set_classes(classes)
+    np.testing.assert_allclose(sampler.dataset_prior, prior)
+    samples = run(sampler)
+    np.testing.assert_allclose(priors_of(samples)[0], prior, atol=1e-7)
+    with pytest.raises(ValueError, match=r'shuffled\.json.*unknown'):
+        sampler.set_classes(classes[:-1] + ['unknown'])
+    np.testing.assert_allclose(sampler.dataset_prior, prior)
+    # an unnamed matrix is taken to be in the dataset's order
+    sampler = dataset_mode(prior)
+    sampler.set_classes(classes[::-1])
+    np.testing.assert_array_equal(sampler.dataset_prior, prior)

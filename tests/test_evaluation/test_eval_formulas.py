@@ -8,7 +8,8 @@ from mmengine.structures import InstanceData
 
 from mmcalidet.evaluation import (OnlineSelfCalibrator, PriorReweighting,
                                   build_priors, calibration_step,
-                                  check_expected_order, mean_history,
+                                  check_expected_order,
+                                  format_order_verdict, mean_history,
                                   prediction_statistics, split_subsets,
                                   subset_epsilon)
 from mmcalidet.evaluation.baselines import (CooccurrenceRescoring,
@@ -106,11 +107,53 @@ def test_check_expected_order():
 
     ok = check_expected_order(rows([.1, .2, .3, .3, .4, .5]), 'm')
     assert ok['holds'] is True and ok['violations'] == []
+    assert ok['verdict'] == 'holds'
+    assert ok['spread'] == pytest.approx(.4)
+    assert format_order_verdict(ok) == 'holds (spread 40.00)'
     bad = check_expected_order(
         rows([.1, .2, .31, .3, .4, .5]) + rows([.9] * 6, 'other'), 'm')
-    assert bad['holds'] is False
+    assert bad['holds'] is False and bad['verdict'] == 'does not hold'
     assert bad['violations'] == ['E_t > E_v (31.00 > 30.00)']
-    assert check_expected_order(rows([.1]), 'm')['holds'] is None
+    assert format_order_verdict(bad) == \
+        'does not hold: E_t > E_v (31.00 > 30.00)'
+    one = check_expected_order(rows([.1]), 'm')
+    assert one['holds'] is None
+    assert one['verdict'] == 'undecidable (fewer than two priors evaluated)'
+
+
+def test_check_expected_order_ties_and_tolerance():
+
+    def rows(aps):
+        keys = ('flip_E_x', 'E0', 'E_t', 'E_v', 'E_b', 'E_x')
+        return [dict(method='m', key=k, AP=a) for k, a in zip(keys, aps)]
+
+    # an untrained model: every AP 0.00 is no evidence of the order
+    zero = check_expected_order(rows([0.] * 6), 'm')
+    assert zero['holds'] is None and zero['violations'] == []
+    assert zero['verdict'] == ('undecidable (all APs within 0.00 of each '
+                               'other: spread 0.00)')
+    assert format_order_verdict(zero) == zero['verdict']
+    # a spread within the tolerance (0.25 AP points) is undecidable too
+    small = rows([.100, .101, .101, .102, .102, .102])
+    assert check_expected_order(small, 'm')['holds'] is True
+    tied = check_expected_order(small, 'm', tol=.0025)
+    assert tied['holds'] is None
+    assert tied['verdict'].startswith('undecidable (all APs within 0.25 ')
+    # drops within the tolerance are ties; larger ones are violations
+    rough = rows([.10, .12, .115, .13, .14, .16])
+    assert check_expected_order(rough, 'm')['holds'] is False
+    assert check_expected_order(rough, 'm', tol=.01)['holds'] is True
+    # no effect: each step within the tolerance, the end not above the start
+    creep = rows([.100, .105, .110, .106, .102, .100])
+    res = check_expected_order(creep, 'm', tol=.005)
+    assert res['holds'] is False
+    assert res['violations'] == [
+        'E_x - flip(E_x) = +0.00, not above the tolerance 0.50'
+    ]
+    assert check_expected_order(rows([.1, float('nan')]), 'm')['holds'] \
+        is None
+    with pytest.raises(ValueError, match='tol must be >= 0'):
+        check_expected_order(small, 'm', tol=-1)
 
 
 def test_prediction_statistics():

@@ -1,6 +1,7 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 import copy
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from mmcalidet.testing import (build_detector, demo_batch, eval_inputs,
                                get_config)
 from mmcalidet.testing import random_prior as make_random_prior
 from mmcalidet.testing import train_steps
+from mmcalidet.utils.prior_source import training_dataset_classes
 
 K = 80
 register_all_modules()
@@ -159,8 +161,10 @@ def test_set_prior_validates_before_changing_anything(model, tmp_path):
 
 
 def test_prior_files_are_reordered_by_class_name(tmp_path):
-    model = build()
-    classes = [f'class{k}' for k in range(K)]
+    model = build(prior=None)
+    # the dataset's classes: the config's EdgeSampler prior has these names
+    classes = load_prior(
+        default_prior_path('coco2017_train'), return_meta=True)[1]['classes']
     prior = random_prior(8)
     order = np.random.default_rng(0).permutation(K)
     path = save_prior(
@@ -285,3 +289,163 @@ def test_needs_a_calibrated_head():
     head.type = 'DINOHead'
     with pytest.raises(TypeError, match='calibrated bbox_head'):
         MODELS.build(cfg.model)
+
+
+def test_edge_sampler_classes_are_checked_at_build():
+    # a 3-class head whose EdgeSampler was left at 80 fails at build time,
+    # naming both settings (not at the first iteration with a shape error)
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
+    cfg.model.bbox_head.num_classes = 3
+    cfg.model.prior = None
+    with pytest.raises(
+            ValueError,
+            match=re.escape('model.data_preprocessor.batch_augments[0] '
+                            '(EdgeSampler) has num_classes=80 but '
+                            'model.bbox_head.num_classes=3')):
+        MODELS.build(copy.deepcopy(cfg.model))
+    sampler = cfg.model.data_preprocessor.batch_augments[0]
+    sampler.num_classes = 3
+    sampler.prior = None
+    sampler.mode_probs = dict(sample=1.0, batch=1.0, dataset=0.0)
+    model = MODELS.build(copy.deepcopy(cfg.model))
+    assert [(i, s.num_classes) for i, s in model.edge_samplers()] == [(0, 3)]
+
+
+def three_class_config(prior):
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
+    cfg.model.bbox_head.num_classes = 3
+    cfg.model.prior = prior
+    cfg.model.data_preprocessor.batch_augments[0].update(
+        num_classes=3, prior=prior)
+    return cfg
+
+
+def test_named_priors_follow_the_dataset_class_order(tmp_path):
+    # the prior file lists the classes in another order than the dataset
+    classes = ['cat', 'dog', 'bird']
+    file_order = [2, 0, 1]  # bird, cat, dog
+    prior = np.array([[1.0, 0.2, 0.3], [0.4, 1.0, 0.5], [0.6, 0.7, 1.0]])
+    path = save_prior(
+        tmp_path / 'three.json',
+        prior[np.ix_(file_order, file_order)],
+        classes=[classes[k] for k in file_order])
+    torch.manual_seed(0)
+    model = MODELS.build(three_class_config(str(path)).model)
+    sampler = model.data_preprocessor.batch_augments[0]
+    # before the classes are known: the file's order
+    np.testing.assert_allclose(
+        model.get_prior(), prior[np.ix_(file_order, file_order)], atol=1e-7)
+    # the runner sets dataset_meta: both priors take the dataset's order
+    model.dataset_meta = dict(classes=classes)
+    np.testing.assert_allclose(model.get_prior(), prior, atol=1e-7)
+    np.testing.assert_allclose(sampler.dataset_prior, prior)
+    assert sampler.prior_classes == classes
+    # once matched, the prior is in the model's order: a later dataset_meta
+    # (e.g. an evaluation set's) does not reorder it again
+    model.dataset_meta = dict(classes=['dog', 'cat', 'bird'])
+    np.testing.assert_allclose(model.get_prior(), prior, atol=1e-7)
+
+    # a prior whose class names are not the dataset's is rejected, and
+    # nothing changes
+    model = MODELS.build(three_class_config(str(path)).model)
+    before = model.get_prior()
+    with pytest.raises(ValueError, match=r'three\.json.*model\.prior'):
+        model.dataset_meta = dict(classes=['cat', 'dog', 'fish'])
+    np.testing.assert_array_equal(model.get_prior(), before)
+    with pytest.raises(AttributeError):
+        model.dataset_meta
+    # the EdgeSampler's prior is checked too
+    cfg = three_class_config(str(path))
+    cfg.model.prior = None
+    model = MODELS.build(copy.deepcopy(cfg.model))
+    with pytest.raises(
+            ValueError,
+            match=r'batch_augments\[0\]: EdgeSampler: .*three\.json'):
+        model.dataset_meta = dict(classes=['cat', 'dog', 'fish'])
+
+
+def test_checkpoint_priors_are_not_reordered(tmp_path):
+    classes = ['cat', 'dog', 'bird']
+    prior = np.array([[1.0, 0.2, 0.3], [0.4, 1.0, 0.5], [0.6, 0.7, 1.0]])
+    path = save_prior(
+        tmp_path / 'three.json', prior, classes=['bird', 'cat', 'dog'])
+    cfg = three_class_config(str(path))
+    torch.manual_seed(0)
+    trained = MODELS.build(copy.deepcopy(cfg.model))
+    trained.dataset_meta = dict(classes=classes)
+    ckpt = str(tmp_path / 'model.pth')
+    save_checkpoint(dict(state_dict=trained.state_dict()), ckpt)
+    # as mmdet's init_detector: build, load, then set the dataset_meta
+    model = MODELS.build(copy.deepcopy(cfg.model))
+    load_checkpoint(model, ckpt, map_location='cpu')
+    model.dataset_meta = dict(classes=classes)
+    np.testing.assert_array_equal(model.get_prior(), trained.get_prior())
+
+
+def test_training_matches_named_priors_to_the_dataset_classes(tmp_path):
+    # mmengine's runner never sets the model's dataset_meta: a training run
+    # matches the named priors at its first step, from the dataset's meta
+    # that RuntimeInfoHook puts in the message hub
+    from mmengine.runner import Runner
+    prior, meta = load_prior(
+        default_prior_path('coco2017_train'), return_meta=True)
+    classes = meta['classes']
+    order = np.random.default_rng(0).permutation(len(classes))
+    path = save_prior(
+        tmp_path / 'shuffled.json',
+        prior[np.ix_(order, order)],
+        classes=[classes[k] for k in order])
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py', prior=path)
+    cfg.work_dir = str(tmp_path / 'work')
+    cfg.train_cfg.update(max_iters=1, val_interval=100)
+    cfg.default_hooks.checkpoint.interval = 100
+    cfg.train_dataloader.update(num_workers=0, persistent_workers=False)
+    cfg.randomness = dict(seed=0)  # the same run every time
+    runner = Runner.from_cfg(cfg)
+    model = runner.model
+    sampler = model.data_preprocessor.batch_augments[0]
+    shuffled = prior[np.ix_(order, order)]
+    np.testing.assert_allclose(model.get_prior(), shuffled, atol=1e-6)
+    np.testing.assert_allclose(sampler.dataset_prior, shuffled)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the same arithmetic on every machine
+    try:
+        runner.train()
+    finally:
+        torch.set_num_threads(threads)
+    np.testing.assert_allclose(model.get_prior(), prior, atol=1e-6)
+    np.testing.assert_allclose(sampler.dataset_prior, prior)
+
+
+def test_first_training_step_rejects_a_prior_of_other_classes(tmp_path):
+    from mmengine.logging import MessageHub
+    path = save_prior(
+        tmp_path / 'three.json',
+        np.eye(3) * 0.5 + 0.5,
+        classes=['bird', 'cat', 'dog'])
+    torch.manual_seed(0)
+    model = MODELS.build(three_class_config(str(path)).model)
+    hub = MessageHub.get_instance('test_first_training_step')
+    hub.update_info('dataset_meta', dict(classes=['cat', 'dog', 'fish']))
+    hub.update_info('loop_stage', 'train')
+    cfg = three_class_config(str(path))
+    sampler = cfg.model.data_preprocessor.batch_augments[0]
+    sampler.prior = None
+    sampler.mode_probs = dict(sample=1.0, batch=1.0, dataset=0.0)
+    torch.manual_seed(0)
+    detector_only = MODELS.build(cfg.model)
+    try:
+        # the EdgeSampler checks at its first batch
+        with pytest.raises(
+                ValueError, match=r'EdgeSampler.*three\.json.*fish'):
+            train_steps(model, demo_batch([[0], [1]]), steps=1)
+        # the detector at its first loss
+        with pytest.raises(
+                ValueError, match=r"three\.json' \(model\.prior\)"):
+            train_steps(detector_only, demo_batch([[0], [1]]), steps=1)
+    finally:
+        hub.pop_info('loop_stage')
+    # outside a training run the message hub is not read
+    assert training_dataset_classes() is None
+    data = model.data_preprocessor(demo_batch([[0], [1]]), True)
+    assert data['data_samples'][0].prior.shape == (3, 3)

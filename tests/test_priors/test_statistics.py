@@ -6,9 +6,12 @@ from typing import List
 import numpy as np
 import pytest
 
-from mmcalidet.priors import (batch_prior, cooccurrence_counts, flat_prior,
-                              flip_prior, label_lists_prior, prior_from_flat,
-                              prior_mae, sample_prior)
+from mmcalidet.priors import (batch_prior, cooccurrence_counts,
+                              counts_to_prior, flat_prior, flip_prior,
+                              label_lists_prior, prior_from_flat, prior_mae,
+                              sample_prior)
+from mmcalidet.priors._cooccurrence import cooccurrence_lists
+from mmcalidet.priors.statistics import counts_from_flat
 
 
 # --- the paper's reference code (supplementary, "Calculation of Matrix E")
@@ -195,3 +198,65 @@ def test_large_k_paths_equal_reference(k):
     ]
     np.testing.assert_array_equal(
         batch_prior(k, targets), edge_batch(k, targets))
+
+
+@pytest.mark.parametrize('k', [1, 3, 64, 65, 128, 129, 300])
+def test_python_list_fast_path_equals_the_flat_core(k):
+    """Label lists are counted in one pass over the Python objects (lists,
+    tuples, int64 arrays; ints above 256 are not CPython's cached ones):
+    the same counts as the flat-array core."""
+    rng = np.random.default_rng(k)
+    arrays = [rng.integers(0, k, int(rng.integers(0, 9))) for _ in range(300)]
+    offsets = np.cumsum([0] + [a.size for a in arrays])
+    expected = counts_from_flat(np.concatenate(arrays), offsets, k)
+    lists = [a.tolist() for a in arrays]
+    kinds = dict(
+        lists=lists,
+        tuples=tuple(tuple(x) for x in lists),
+        arrays=arrays,
+        strided=[np.repeat(a, 2)[::2] for a in arrays],
+        read_only=[
+            np.frombuffer(a.tobytes(), dtype=np.int64) for a in arrays
+        ],
+        mixed=[a if i % 3 else lists[i] for i, a in enumerate(arrays)])
+    for name, label_lists in kinds.items():
+        counts = cooccurrence_lists(label_lists, k)
+        assert counts is not None, name
+        for got, want in zip(counts, expected):
+            np.testing.assert_array_equal(got, want, err_msg=name)
+        np.testing.assert_array_equal(
+            batch_prior(k, label_lists), counts_to_prior(*expected))
+
+
+@pytest.mark.parametrize('label_lists', [
+    [[0], [np.int64(1)]],
+    [[0], [True]],
+    [[1.0]],
+    [[0], [5]],
+    [[-1]],
+    [[2**31]],
+    [[-2**40]],
+    [np.array([1], dtype=np.int32)],
+    [np.array([1], dtype='>i8')],
+    [np.zeros((1, 1), dtype=np.int64)],
+    [[[0, 1]]],
+    [{0, 1}],
+])
+def test_python_list_fast_path_leaves_the_rest_to_the_general_path(
+        label_lists):
+    assert cooccurrence_lists(label_lists, 5) is None
+    assert cooccurrence_lists(iter(label_lists), 5) is None
+
+
+def test_general_path_inputs_give_the_same_priors():
+    # big-endian and 2-D arrays, numpy scalars, generators: the general path
+    e = batch_prior(5, [
+        np.array([0, 4], dtype='>i8'),
+        np.array([[3]], dtype=np.int64), [np.int64(4)]
+    ])
+    np.testing.assert_array_equal(e, edge_batch(5, [[0, 4], [3], [4]]))
+    np.testing.assert_array_equal(
+        batch_prior(5, (x for x in [[0, 4], [3]])),
+        edge_batch(5, [[0, 4], [3]]))
+    with pytest.raises(ValueError, match=r'label_lists\[1\].*out of range'):
+        batch_prior(5, [[0], [2**31]])

@@ -141,6 +141,29 @@ def test_test_tool_with_an_injected_prior(trained, tmp_path):
     assert not torch.allclose(scores['own'], scores['injected'])
 
 
+def test_test_tool_show_dir_draws_the_test_images(tmp_path):
+    # mmdet's --show-dir: the visualization hook draws every test image
+    register_all_modules()
+    torch.manual_seed(0)
+    model = MODELS.build(get_config(CONFIG.split('configs/')[1]).model)
+    model.init_weights()
+    checkpoint = str(tmp_path / 'model.pth')
+    save_checkpoint(dict(state_dict=model.state_dict()), checkpoint)
+    work_dir = tmp_path / 'work'
+    output = run([
+        sys.executable, 'tools/test.py', CONFIG, checkpoint, '--work-dir',
+        str(work_dir), '--show-dir', 'vis', '--cfg-options',
+        'test_dataloader.dataset.indices=2'
+    ],
+                 threads=1)
+    assert 'coco/bbox_mAP' in output
+    drawn = sorted(glob.glob(str(work_dir / '*' / 'vis' / '*.jpg')))
+    assert len(drawn) == 2
+    for path in drawn:
+        with open(path, 'rb') as f:
+            assert f.read(2) == b'\xff\xd8'  # a JPEG
+
+
 def test_mim_train(tmp_path):
     from mim.utils import get_installed_path
     script = osp.join(

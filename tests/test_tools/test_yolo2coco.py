@@ -80,11 +80,46 @@ def test_sizes_json_matches_reference(tmp_path, datasets_dir, run_tool):
     assert res.returncode == 0, res.stderr
     with open(out) as f:
         ours = json.load(f)
-    assert len(ours['images']) == 5000  # every val2017 image
+    # only the images of the label folder, not every val2017 image
+    labels = sorted(os.listdir(osp.join(mini, 'labels', 'val2017')))
+    assert sorted(img['file_name'] for img in ours['images']) == \
+        [name.replace('.txt', '.jpg') for name in labels]
+    assert len(ours['images']) == 235
     with open(osp.join(mini, 'reference',
                        'instances_val2017_coco-mini.json')) as f:
         ref = json.load(f)
     _check_against_reference(ours, ref)
+    # --keep-unlabelled: every image of the sizes file
+    res = run_tool(
+        TOOL, osp.join(mini, 'labels', 'val2017'), '--sizes',
+        osp.join(datasets_dir, 'coco2017-labels',
+                 'val2017_image_sizes.json'), '--classes',
+        osp.join(datasets_dir, 'coco2017-labels', 'classes.json'), '--out',
+        out, '--keep-unlabelled')
+    assert res.returncode == 0, res.stderr
+    with open(out) as f:
+        everything = json.load(f)
+    assert len(everything['images']) == 5000
+    assert everything['annotations'] == ours['annotations']
+
+
+def test_sizes_without_labelled_images(tmp_path, datasets_dir, run_tool):
+    sizes = tmp_path / 'sizes.json'
+    sizes.write_text(json.dumps({'000000999999.jpg': [640, 480]}))
+    classes = osp.join(datasets_dir, 'coco2017-labels', 'classes.json')
+    out = tmp_path / 'ann.json'
+    res = run_tool(TOOL,
+                   osp.join(datasets_dir, 'coco-mini', 'labels', 'val2017'),
+                   '--sizes', str(sizes), '--classes', classes, '--out',
+                   str(out), '--allow-orphans')
+    assert res.returncode == 1
+    assert 'no image of the sizes file has a label file' in res.stderr
+    assert not out.exists()
+    res = run_tool(TOOL, str(tmp_path), '--images', str(tmp_path),
+                   '--classes', classes, '--out', str(out),
+                   '--keep-unlabelled')
+    assert res.returncode == 2 and '--keep-unlabelled needs --sizes' \
+        in res.stderr
 
 
 def test_corrupt_image_and_bad_lines(tmp_path, datasets_dir, run_tool):

@@ -590,7 +590,12 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
 
 def claims(prior_rows, site_rows, selfcal_rows, orders) -> List[str]:
     """The issue's claims, each with its numbers and a verdict."""
-    out = []
+    from mmcalidet.evaluation import format_order_verdict
+    out = [
+        f'expected order, {method}: {" <= ".join(order["order"])}: '
+        f'**{format_order_verdict(order)}**'
+        for method, order in orders.items()
+    ]
     ap = {(r['method'], r.get('key') or '-'): r['AP'] for r in prior_rows}
     cali = next((m for m, _ in ap if m.startswith('Cali')), None)
     plain = next((m for m, k in ap if k == '-'), None)

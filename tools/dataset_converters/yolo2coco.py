@@ -16,8 +16,8 @@ import os
 os.environ.setdefault('MMCALIDET_LIGHT', '1')
 
 from mmcalidet.datasets.yolo_to_coco import (image_sizes_from_folder,
-                                             read_categories, read_sizes_json,
-                                             yolo_to_coco)
+                                             labelled_sizes, read_categories,
+                                             read_sizes_json, yolo_to_coco)
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.utils.file_io import atomic_write
 
@@ -29,21 +29,38 @@ def parse_args(argv=None):
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument('--images', help='folder of the images (sizes are '
                        'read from their headers)')
-    group.add_argument('--sizes', help='JSON {"file name": [width, height]}')
+    group.add_argument(
+        '--sizes',
+        help='JSON {"file name": [width, height]}; only its images with a '
+        'label file are written (see --keep-unlabelled)')
+    parser.add_argument(
+        '--keep-unlabelled',
+        action='store_true',
+        help='with --sizes: also write the images without a label file (as '
+        'images without objects), e.g. the 48 of val2017 when converting '
+        'the whole split')
     parser.add_argument('--classes', required=True,
                         help='classes file; coco2017-labels/classes.json '
                         'keeps the real COCO category ids')
     parser.add_argument('--out', required=True, help='annotation file')
     parser.add_argument('--allow-orphans', action='store_true',
                         help='skip label files that have no image')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.keep_unlabelled and not args.sizes:
+        parser.error('--keep-unlabelled needs --sizes (with --images every '
+                     'image of the folder is written)')
+    return args
 
 
 def main(argv=None):
     args = parse_args(argv)
     categories = read_categories(args.classes)
-    sizes = (image_sizes_from_folder(args.images)
-             if args.images else read_sizes_json(args.sizes))
+    if args.images:
+        sizes = image_sizes_from_folder(args.images)
+    else:
+        sizes = read_sizes_json(args.sizes)
+        if not args.keep_unlabelled:
+            sizes = labelled_sizes(sizes, args.labels)
     coco = yolo_to_coco(args.labels, sizes, categories,
                         strict=not args.allow_orphans)
     with atomic_write(args.out, 'w', encoding='utf-8') as f:

@@ -18,8 +18,9 @@ from mmengine.dist import all_gather_object, get_rank, get_world_size
 from torch import Tensor, nn
 
 from ...priors import (batch_prior, flat_prior, flip_prior,
-                       label_lists_prior)
-from ...utils.prior_source import load_prior_source
+                       label_lists_prior, reorder_prior)
+from ...utils.prior_source import (describe_prior_source, load_prior_source,
+                                   training_dataset_classes)
 
 #: mode name -> the statistics it gives every sample of the mini-batch
 MODES = {
@@ -55,7 +56,11 @@ class EdgeSampler(nn.Module):
             file, a shipped name (e.g. ``'coco2017_train'``) or a K x K
             matrix. Required when the ``'dataset'`` mode has a probability.
         classes (Sequence[str], optional): the dataset's class names, to
-            reorder a named prior file.
+            reorder a named prior file. When not given, the sampler takes
+            them at its first training batch from the running training
+            loop (see :func:`~mmcalidet.utils.prior_source.
+            training_dataset_classes`), or a CaliDet detector passes them
+            (:meth:`set_classes`) when its ``dataset_meta`` is set.
         mode_probs (dict, optional): probability (any non-negative weights,
             normalised) of each mode among ``'sample'``, ``'batch'``,
             ``'dataset'``, ``'group'``, ``'flat'`` and ``'flip'`` (not the
@@ -91,11 +96,60 @@ class EdgeSampler(nn.Module):
                 raise ValueError('EdgeSampler: the "dataset" mode needs a '
                                  'prior (E_t)')
             self.dataset_prior = None
+            self.prior_classes = None
         else:
-            self.dataset_prior = load_prior_source(
-                prior, classes=classes, num_classes=num_classes)
+            self.dataset_prior, meta = load_prior_source(
+                prior,
+                classes=classes,
+                num_classes=num_classes,
+                return_meta=True)
+            #: class names of ``dataset_prior``'s order (``None``: unnamed)
+            self.prior_classes = meta['classes']
+        self._prior_name = describe_prior_source(prior)
+        self._classes_checked = classes is not None
         self._rng = np.random.default_rng(seed) if seed is not None \
             else None
+
+    def prior_in_order(self, classes: Sequence[str]) -> Optional[np.ndarray]:
+        """The dataset prior reordered by name to ``classes``.
+
+        Args:
+            classes (Sequence[str]): the dataset's class names.
+
+        Returns:
+            np.ndarray | None: the reordered K x K matrix, ``None`` when
+            there is nothing to reorder (no prior, an unnamed matrix, or
+            already in this order).
+
+        Raises:
+            ValueError: the prior's class names are not the dataset's.
+        """
+        classes = list(classes)
+        if self.prior_classes is None or self.prior_classes == classes:
+            return None
+        try:
+            return reorder_prior(self.dataset_prior, self.prior_classes,
+                                 classes)
+        except ValueError as exc:
+            raise ValueError(
+                f'EdgeSampler: the class names of {self._prior_name} do not '
+                f"match the dataset's classes: {exc}") from exc
+
+    def set_classes(self, classes: Sequence[str]) -> None:
+        """Reorder a named dataset prior to the dataset's class order.
+
+        Args:
+            classes (Sequence[str]): the dataset's class names.
+
+        Raises:
+            ValueError: the prior's class names are not the dataset's
+                (the sampler is left unchanged).
+        """
+        matrix = self.prior_in_order(classes)
+        if matrix is not None:
+            self.dataset_prior = matrix
+            self.prior_classes = list(classes)
+        self._classes_checked = True
 
     @staticmethod
     def _check_mode_probs(
@@ -194,6 +248,11 @@ class EdgeSampler(nn.Module):
         Returns:
             tuple: ``(inputs, data_samples)``.
         """
+        if not self._classes_checked:
+            # the first batch of a training run: the dataset's class order
+            classes = training_dataset_classes()
+            if classes is not None:
+                self.set_classes(classes)
         labels = [
             ds.gt_instances.labels.detach().cpu().numpy().astype(np.int64)
             for ds in data_samples

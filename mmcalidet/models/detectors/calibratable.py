@@ -1,15 +1,17 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Prior plumbing shared by the CaliDet detectors."""
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from mmdet.structures import OptSampleList, SampleList
 from torch import Tensor
 
-from ...priors import flat_prior, validate_prior
+from ...datasets.transforms.edge_sampler import EdgeSampler
+from ...priors import flat_prior, reorder_prior, validate_prior
 from ...utils.checkpoint_compat import InvalidCheckpointPriorError
-from ...utils.prior_source import load_prior_source
+from ...utils.prior_source import (describe_prior_source, load_prior_source,
+                                   training_dataset_classes)
 from ..data_preprocessors import is_cached_batch
 from ..non_finite import check_finite_losses
 
@@ -27,6 +29,16 @@ class CalibratableDetectorMixin:
     (oracle evaluation, multi-site batches, and the EdgeSampler's training
     priors). The prior only reaches the head's classification: backbone,
     transformer, proposals and boxes do not depend on it.
+
+    A named prior (a prior file or shipped name with class names) loaded
+    while the model's classes are unknown is matched to them by name, once:
+    when ``dataset_meta`` is first set (``init_detector``, the tools), or
+    at the first training step from the running training loop's dataset
+    (mmengine's runner does not set ``dataset_meta``): reordered to the
+    dataset's class order, or rejected with a ``ValueError`` naming the
+    file when the names differ. The same holds for the prior of each
+    EdgeSampler in the data preprocessor (which checks at its first
+    batch). A checkpoint's prior is in the model's order already.
 
     Args:
         prior (str | PathLike | array-like | dict, optional): the initial
@@ -56,9 +68,10 @@ class CalibratableDetectorMixin:
             raise TypeError(f'{type(self).__name__} needs a calibrated '
                             'bbox_head (e.g. CaliDINOHead), got '
                             f'{type(self.bbox_head).__name__}')
+        self._check_edge_samplers()
         self.classes = list(classes) if classes is not None else None
-        self.register_buffer('prior',
-                             torch.from_numpy(self._load_prior(prior)).float())
+        matrix, self._pending_prior = self._load_named_prior(prior)
+        self.register_buffer('prior', torch.from_numpy(matrix).float())
         self._cali_cache: Optional[Tuple[tuple, Tensor]] = None
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata,
@@ -86,9 +99,89 @@ class CalibratableDetectorMixin:
                 raise InvalidCheckpointPriorError(
                     f'checkpoint has an invalid prior ({key!r} of '
                     f'{type(self).__name__}): {exc}') from exc
+        # a checkpoint's prior is in the model's class order already
+        if value is not None:
+            self._pending_prior = None
         super()._load_from_state_dict(state_dict, prefix, local_metadata,
                                       strict, missing_keys, unexpected_keys,
                                       error_msgs)
+
+    @property
+    def dataset_meta(self) -> dict:
+        """The dataset's meta (``classes``, ...), as mmengine's runner and
+        mmdet's ``init_detector`` set it.
+
+        Setting it with ``classes`` the first time matches a named prior
+        loaded before the classes were known (the model's and its
+        EdgeSamplers') to them by name; nothing changes if one does not
+        match.
+        """
+        meta = self.__dict__.get('_dataset_meta')
+        if meta is None:
+            raise AttributeError(f'{type(self).__name__} has no dataset_meta')
+        return meta
+
+    @dataset_meta.setter
+    def dataset_meta(self, meta: dict) -> None:
+        classes = meta.get('classes') if isinstance(meta, dict) else None
+        if classes:
+            self._match_prior_classes(list(classes))
+        self.__dict__['_dataset_meta'] = meta
+
+    def _match_prior_classes(self, classes: List[str]) -> None:
+        """Reorder the pending named priors (model and EdgeSamplers) to
+        ``classes``; validate all before changing any. Done once: the
+        first classes set are the model's (a later ``dataset_meta``, e.g. of
+        an evaluation set, does not reorder the priors again)."""
+        if self.__dict__.get('_classes_matched'):
+            return
+        matrix = None
+        if self._pending_prior is not None:
+            name, names = self._pending_prior
+            if names != classes:
+                try:
+                    matrix = reorder_prior(self.get_prior(), names, classes)
+                except ValueError as exc:
+                    raise ValueError(
+                        f'the class names of {name} (model.prior) do not '
+                        f"match the dataset's classes: {exc}") from exc
+        samplers = []
+        for i, sampler in self.edge_samplers():
+            try:
+                samplers.append((sampler, sampler.prior_in_order(classes)))
+            except ValueError as exc:
+                raise ValueError(
+                    f'model.data_preprocessor.batch_augments[{i}]: {exc}'
+                ) from exc
+        if matrix is not None:
+            with torch.no_grad():
+                self.prior.copy_(torch.from_numpy(matrix))
+            self._cali_cache = None
+        self._pending_prior = None
+        for sampler, sampler_matrix in samplers:
+            if sampler_matrix is not None:
+                sampler.dataset_prior = sampler_matrix
+                sampler.prior_classes = list(classes)
+        self.__dict__['_classes_matched'] = True
+
+    def edge_samplers(self) -> List[Tuple[int, EdgeSampler]]:
+        """The EdgeSamplers among the data preprocessor's batch augments,
+        with their index in ``batch_augments``."""
+        augments = getattr(self.data_preprocessor, 'batch_augments', None)
+        return [(i, aug) for i, aug in enumerate(augments or [])
+                if isinstance(aug, EdgeSampler)]
+
+    def _check_edge_samplers(self) -> None:
+        """Raise at build time if an EdgeSampler draws priors of another K
+        than the head's (they would fail at the first training
+        iteration)."""
+        for i, sampler in self.edge_samplers():
+            if sampler.num_classes != self.num_classes:
+                raise ValueError(
+                    f'model.data_preprocessor.batch_augments[{i}] '
+                    f'(EdgeSampler) has num_classes={sampler.num_classes} '
+                    'but model.bbox_head.num_classes='
+                    f'{self.num_classes}')
 
     @property
     def num_classes(self) -> int:
@@ -101,13 +194,30 @@ class CalibratableDetectorMixin:
             return list(meta['classes'])
         return self.classes
 
-    def _load_prior(self, prior, classes=None) -> np.ndarray:
+    def _load_named_prior(
+        self,
+        prior,
+        classes=None
+    ) -> Tuple[np.ndarray, Optional[Tuple[str, List[str]]]]:
+        """The prior in the model's class order, and ``(name, class
+        names)`` of a named prior that could not be ordered yet because the
+        model's classes are unknown (else ``None``)."""
         if prior is None:
-            return flat_prior(self.num_classes)
-        return load_prior_source(
+            return flat_prior(self.num_classes), None
+        if classes is None:
+            classes = self._model_classes()
+        matrix, meta = load_prior_source(
             prior,
-            classes=classes if classes is not None else self._model_classes(),
-            num_classes=self.num_classes)
+            classes=classes,
+            num_classes=self.num_classes,
+            return_meta=True)
+        pending = None
+        if classes is None and meta['classes'] is not None:
+            pending = (describe_prior_source(prior), list(meta['classes']))
+        return matrix, pending
+
+    def _load_prior(self, prior, classes=None) -> np.ndarray:
+        return self._load_named_prior(prior, classes)[0]
 
     def resolve_prior(self,
                       prior,
@@ -149,10 +259,11 @@ class CalibratableDetectorMixin:
                 prior to; defaults to ``dataset_meta['classes']`` or the
                 ``classes`` given at construction.
         """
-        matrix = self._load_prior(prior, classes)
+        matrix, pending = self._load_named_prior(prior, classes)
         with torch.no_grad():
             self.prior.copy_(torch.from_numpy(matrix))
         self._cali_cache = None
+        self._pending_prior = pending
 
     def get_prior(self) -> np.ndarray:
         """The deployment prior, a K x K float64 array (a copy)."""
@@ -268,7 +379,14 @@ class CalibratableDetectorMixin:
     def loss(self, batch_inputs, batch_data_samples: SampleList) -> dict:
         """The detector's losses on images, or :meth:`loss_cached` on
         cached decoder outputs (``dict(hidden_states=..., bbox_preds=...)``
-        from :class:`DecoderCachePreprocessor`)."""
+        from :class:`DecoderCachePreprocessor`). At the first step of a
+        training run (no ``dataset_meta`` set), the named priors are
+        matched to the training dataset's classes first."""
+        if not self.__dict__.get('_classes_matched') and \
+                '_dataset_meta' not in self.__dict__:
+            classes = training_dataset_classes()
+            if classes is not None:
+                self._match_prior_classes(classes)
         if is_cached_batch(batch_inputs):
             return self.loss_cached(batch_inputs, batch_data_samples)
         return super().loss(batch_inputs, batch_data_samples)

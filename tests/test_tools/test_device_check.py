@@ -1,0 +1,44 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""benchmarks/device_check.py runs on any machine: without CUDA it says so,
+skips the CUDA parts and checks the CPU ones."""
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+from mmcalidet.testing import PROJECT_ROOT, data_root
+
+
+def test_device_check_runs_small(tmp_path):
+    out = tmp_path / 'check.json'
+    proc = subprocess.run([
+        sys.executable, 'benchmarks/device_check.py', '--size', '64',
+        '--train-steps', '1', '--iters', '2', '--out',
+        str(out)
+    ],
+                          cwd=PROJECT_ROOT,
+                          env=dict(
+                              os.environ,
+                              MMCALIDET_DATA=data_root(),
+                              OMP_NUM_THREADS='1'),
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    checks = result['checks']
+    device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    if device == 'cpu':
+        assert 'CUDA is not available' in proc.stdout
+        assert 'skipping the CPU-vs-CUDA parity' in proc.stdout
+        assert set(checks) == {
+            'cpu_forward', 'training_cpu', 'inference_cpu'
+        }
+    else:
+        assert set(checks) == {'parity', 'training_cuda', 'inference_cuda'}
+    assert all(c['ok'] for c in checks.values())
+    assert checks[f'inference_{device}']['num_detections'] > 0
+    assert result['throughput'][f'predict_{device}_images_per_s'] > 0
+    assert f'inference_{device}: ok' in proc.stdout

@@ -1,0 +1,82 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""tools/setup_env.sh's choice of a CPU or CUDA mmcv build, checked through
+its functions (sourcing the script defines them and installs nothing)."""
+import os
+import os.path as osp
+import shutil
+import stat
+import subprocess
+import sys
+
+from mmcalidet.testing import PROJECT_ROOT
+
+SCRIPT = osp.join(PROJECT_ROOT, 'tools', 'setup_env.sh')
+SYSTEM_NVCC = '/usr/local/cuda/bin/nvcc'
+BASH = shutil.which('bash')
+
+
+def executable(path, text):
+    os.makedirs(osp.dirname(path), exist_ok=True)
+    with open(path, 'w') as f:
+        f.write(text)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def call(expr, **env):
+    """Source the script, then run ``expr``; its stdout."""
+    env = dict(
+        {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ('CUDA_HOME', 'MMCALIDET_CPU_ONLY')
+        }, **env)
+    return subprocess.run([BASH, '-c', f'source "{SCRIPT}" && {expr}'],
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          check=True).stdout.strip()
+
+
+def test_setup_env_syntax_and_sourcing_installs_nothing(tmp_path):
+    subprocess.run([BASH, '-n', SCRIPT], check=True)
+    venv = tmp_path / 'venv'
+    assert call('echo sourced', MMCALIDET_VENV=str(venv),
+                MMCALIDET_CACHE=str(tmp_path / 'cache')) == 'sourced'
+    assert not venv.exists() and not (tmp_path / 'cache').exists()
+
+
+def test_cuda_build_needs_nvcc_and_a_cuda_torch(tmp_path):
+    bin_dir = tmp_path / 'bin'
+    cuda_torch = executable(bin_dir / 'cuda-python', '#!/bin/sh\necho 12.6\n')
+    cpu_torch = executable(bin_dir / 'cpu-python', '#!/bin/sh\necho\n')
+    no_nvcc = str(bin_dir)  # the fakes need nothing on the PATH
+    # no CUDA toolkit: the CPU build, whatever torch is
+    if not osp.exists(SYSTEM_NVCC):
+        assert call(f'find_nvcc; mmcv_cuda_tag {cuda_torch}',
+                    PATH=no_nvcc) == ''
+    # nvcc on the PATH
+    nvcc = executable(tmp_path / 'cuda' / 'bin' / 'nvcc', '#!/bin/sh\n')
+    path = f'{osp.dirname(nvcc)}{os.pathsep}{no_nvcc}'
+    assert call('find_nvcc', PATH=path) == nvcc
+    assert call(f'mmcv_cuda_tag {cuda_torch}', PATH=path) == 'cu126'
+    # a CPU torch (this venv's real one included): the CPU build
+    assert call(f'mmcv_cuda_tag {cpu_torch}', PATH=path) == ''
+    import torch
+    if torch.version.cuda is None:
+        assert call(f'mmcv_cuda_tag {sys.executable}', PATH=path) == ''
+    # forced off
+    assert call(
+        f'mmcv_cuda_tag {cuda_torch}', PATH=path,
+        MMCALIDET_CPU_ONLY='1') == ''
+    # CUDA_HOME's nvcc wins
+    other = executable(tmp_path / 'other' / 'bin' / 'nvcc', '#!/bin/sh\n')
+    assert call(
+        'find_nvcc', PATH=path, CUDA_HOME=str(tmp_path / 'other')) == other
+
+
+def test_cuda_wheels_are_cached_apart():
+    assert call('mmcv_wheel_dir /c 2.13.0 cp311 ""') == \
+        '/c/torch-2.13.0-cp311'  # the CPU folder, as before
+    assert call('mmcv_wheel_dir /c 2.13.0 cp311 cu126') == \
+        '/c/torch-2.13.0-cu126-cp311'
