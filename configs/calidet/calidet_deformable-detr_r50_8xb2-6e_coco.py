@@ -38,7 +38,11 @@ model = dict(
             type='CaliFormer',
             num_layers=3,
             num_heads=8,
-            feedforward_channels=2048),
+            feedforward_channels=2048,
+            # V' = 0 at the start, so the fine-tune starts as the baseline
+            # (the plain init starts with a classification loss 50-140x
+            # the DINO's: docs/user_guides/model.md)
+            zero_init_output=True),
         rho=0.2,
         loss_loma=dict(type='LoMaLoss', loss_weight=20.0)))
 
