@@ -108,19 +108,15 @@ def main() -> None:
         data_samples=data['data_samples'])
     model.train()
 
+    def step(batch, optim):
+        data = model.data_preprocessor(copy.deepcopy(batch), True)
+        optim.update_params(sum(model(**data, mode='loss').values()))
+
     def full():
-        full_optim.update_params(
-            sum(
-                model(**model.data_preprocessor(
-                    copy.deepcopy(images), True),
-                      mode='loss').values()))
+        step(images, full_optim)
 
     def cached_step():
-        cached_optim.update_params(
-            sum(
-                model(**model.data_preprocessor(
-                    copy.deepcopy(cached), True),
-                      mode='loss').values()))
+        step(cached, cached_optim)
 
     for _ in range(args.warmup):
         full()
