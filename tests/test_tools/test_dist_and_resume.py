@@ -164,7 +164,7 @@ def test_kill_while_saving_then_resume_equals_uninterrupted(tmp_path):
     assert (killed / 'last_checkpoint').read_text() == \
         str(killed / 'iter_2.pth')
     assert not (killed / 'iter_4.pth').exists()
-    assert glob.glob(str(killed / '.iter_4.pth.*.tmp'))
+    assert glob.glob(str(killed / 'iter_4.pth.incomplete-*.tmp'))
     checkpoint = torch.load(str(killed / 'iter_2.pth'))  # weights_only
     assert checkpoint['meta']['iter'] == 2
 
@@ -174,7 +174,7 @@ def test_kill_while_saving_then_resume_equals_uninterrupted(tmp_path):
     reference = finish(runs[0])
     assert 'resumed epoch: 0, iter: 2' in resumed
     assert 'an incomplete checkpoint of an interrupted run' in resumed
-    assert not glob.glob(str(killed / '.*.tmp'))
+    assert not glob.glob(str(killed / '*.incomplete-*.tmp'))
     assert sorted(glob.glob(str(killed / '*.pth'))) == \
         [str(killed / 'iter_4.pth')]
     # the same losses for iterations 3 and 4, and the same final weights
