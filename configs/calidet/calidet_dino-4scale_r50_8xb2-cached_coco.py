@@ -37,7 +37,7 @@ train_dataloader = dict(
 # the CaliFormer alone, at the paper's CaliFormer lr (1e-4)
 optim_wrapper = dict(
     constructor='CalibratorOptimWrapperConstructor',
-    optimizer=dict(lr=1e-4, foreach=True),
+    optimizer=dict(lr=1e-4, fused=True),
     paramwise_cfg=dict(_delete_=True))
 
 # 100k updates of 8 GPUs x 2 (a cached step is a small fraction of a full

@@ -28,7 +28,7 @@ train_dataloader = dict(
 # the CaliFormer alone (see the context-shift calibrator config)
 optim_wrapper = dict(
     constructor='CalibratorOptimWrapperConstructor',
-    optimizer=dict(foreach=True),
+    optimizer=dict(fused=True),
     paramwise_cfg=dict(_delete_=True))
 model_wrapper_cfg = dict(
     type='MMDistributedDataParallel', find_unused_parameters=True)

@@ -42,5 +42,5 @@ model_wrapper_cfg = dict(
     type='MMDistributedDataParallel', find_unused_parameters=True)
 optim_wrapper = dict(
     constructor='CalibratorOptimWrapperConstructor',
-    optimizer=dict(lr=2e-4, foreach=True),
+    optimizer=dict(lr=2e-4, fused=True),
     paramwise_cfg=dict(_delete_=True))
