@@ -8,13 +8,16 @@ post-hoc baselines on the plain DINO).
     python tools/analysis_tools/context_shift_benchmark.py            # full
     python tools/analysis_tools/context_shift_benchmark.py --quick    # demo
 
-Full: 3000 DINO iterations, then the CaliDINO fine-tunes the final DINO
-for 1000 more (the configs' schedule, the paper's recipe; about 40 minutes
-on 2 CPU cores). ``--quick``: 900 + 300 iterations, no subset table
-(``make demo``, 14 minutes). ``--calidet-init same-budget|scratch``
-start the CaliDINO otherwise. Steps already done are reused: the data
-folder, and a work folder holding the last checkpoint of a training with
-the same model, optimizer, schedule and init (``--retrain`` trains again).
+Full: 3000 DINO iterations, then the CaliDINO's CaliFormer learns from
+the final DINO's cached decoder outputs for 10,000 updates (the trunk stays
+the DINO's; ``configs/context_shift/*_cached.py``). ``--quick``: 900 DINO
+iterations and 3,000 updates, no subset table (``make demo``).
+``--calidet-init finetune`` fine-tunes the whole CaliDINO from the final
+DINO instead (the paper's recipe, ``--finetune-iters``),
+``same-budget|scratch`` start it otherwise. ``--variant many-class`` runs
+the 40-class data. Steps already done are reused: the data folder, and a
+work folder holding the last checkpoint of a training with the same model,
+optimizer, schedule and init (``--retrain`` trains again).
 Evaluation builds each model from the config its training dumped. Writes ``results.md``, ``results.json`` and the plots to
 ``--out-dir`` (default ``<work-dir>/results``).
 """
