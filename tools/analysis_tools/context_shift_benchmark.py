@@ -618,8 +618,8 @@ def claims(prior_rows, site_rows, selfcal_rows, orders) -> List[str]:
             out.append(
                 f'AP(E_t) of {cali} vs {plain}: {_pct(v["E_t"])} vs '
                 f'{_pct(ap[(plain, "-")])} ({100 * d:+.1f}): '
-                f'**{"within 0.5" if abs(d) <= 0.005 else "not within 0.5"}'
-                f'{" (higher)" if d > 0.005 else ""}**')
+                f'**{"at least" if d >= -0.005 else "below"} AP({plain}) '
+                '- 0.5**')
     for r in site_rows:
         if r['prior'] == 'E_site' and r['method'].startswith('Cali'):
             out.append(
