@@ -112,3 +112,31 @@ def test_bad_arguments(dino, tmp_path):
             config, ckpt, str(tmp_path / 'c'), indices=[10**6],
             progress=False)
     assert not [f for f in os.listdir(tmp_path) if 'partial' in f]
+
+
+def test_cache_tool_makes_the_cache_once(dino, tmp_path):
+    import subprocess
+    import sys
+    _, config, ckpt = dino
+    out = str(tmp_path / 'cache')
+    cmd = [
+        sys.executable, 'tools/analysis_tools/cache_decoder_outputs.py',
+        config, ckpt, '--out', out, '--num-images', '2', '--no-progress'
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS='1')
+    first = subprocess.run(
+        cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert 'cached 2 entries x 2 decoder layers' in first.stdout
+    assert len(DecoderCacheDataset(out)) == 2
+    again = subprocess.run(
+        cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and 'is up to date' in again.stdout
+    bad = subprocess.run(
+        cmd[:3] + [str(tmp_path / 'none.pth')] + cmd[4:],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True)
+    assert bad.returncode == 1 and 'not found' in bad.stderr
+    assert 'Traceback' not in bad.stderr
