@@ -160,17 +160,27 @@ def init_detector(config: Union[str, Path, Config],
         CheckpointError: (a ``ValueError``) naming the checkpoint file and
             what is wrong with it.
     """
-    if isinstance(config, Config):  # mmdet's builder edits model configs
-        config = copy.deepcopy(config)
-    try:
-        model = mmdet_init_detector(
-            config,
-            checkpoint,
+    def build(ckpt):
+        # a copy each time: mmdet's builder edits model configs
+        return mmdet_init_detector(
+            copy.deepcopy(config) if isinstance(config, Config) else config,
+            ckpt,
             palette=palette,
             device=device,
             cfg_options=cfg_options)
+
+    try:
+        model = build(checkpoint)
     except CheckpointError as exc:
         raise name_checkpoint(exc, checkpoint) from exc
+    except ValueError:
+        # a checkpoint that does not fit can fail before it is checked,
+        # e.g. when its dataset_meta (other classes) reaches the model's
+        # priors: then what is wrong with the checkpoint is the error
+        if checkpoint is None:
+            raise
+        check_checkpoint_file(build(None), checkpoint)
+        raise
     if checkpoint is None:
         model.init_weights()
     else:

@@ -1,5 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """``CaliDetInferencer``: mmdet's ``DetInferencer`` with a prior."""
+import copy
 import os.path as osp
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -139,10 +140,20 @@ class CaliDetInferencer(DetInferencer):
         detector's in a CaliDet model, missing tensors), has an invalid
         prior or cannot be read is a :class:`CheckpointError` naming the
         file (mmdet only logs the tensors that do not fit)."""
+        pristine = copy.deepcopy(cfg)  # mmdet's builder edits it
         try:
             model = super()._init_model(cfg, weights, device)
         except CheckpointError as exc:
             raise name_checkpoint(exc, weights) from exc
+        except ValueError:
+            # a checkpoint that does not fit can fail before it is checked
+            # (its dataset_meta reaching the model's priors): then what is
+            # wrong with the checkpoint is the error
+            if weights is None:
+                raise
+            check_checkpoint_file(
+                super()._init_model(pristine, None, device), weights)
+            raise
         if weights is not None:
             check_checkpoint_file(model, weights)
         return model
