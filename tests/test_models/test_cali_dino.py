@@ -397,7 +397,8 @@ def test_training_matches_named_priors_to_the_dataset_classes(tmp_path):
         classes=[classes[k] for k in order])
     cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py', prior=path)
     cfg.work_dir = str(tmp_path / 'work')
-    cfg.train_cfg.update(max_iters=1, val_interval=100)
+    # val_begin past the end: no validation after the last iteration
+    cfg.train_cfg.update(max_iters=1, val_interval=100, val_begin=100)
     cfg.default_hooks.checkpoint.interval = 100
     cfg.train_dataloader.update(num_workers=0, persistent_workers=False)
     cfg.randomness = dict(seed=0)  # the same run every time

@@ -115,7 +115,8 @@ def test_resume_continues_training(trained):
         sys.executable, 'tools/train.py', CONFIG, '--work-dir', work_dir,
         '--resume', '--cfg-options',
         *[o for o in FEW_ITERS if 'max_iters' not in o],
-        'train_cfg.max_iters=4', 'train_cfg.val_interval=100'
+        'train_cfg.max_iters=4', 'train_cfg.val_interval=100',
+        'train_cfg.val_begin=100'
     ])
     assert 'resumed epoch: 0, iter: 3' in output
     assert re.search(r'Iter\(train\) \[4/4\]', output)
@@ -176,7 +177,8 @@ def test_mim_train(tmp_path):
         mim, 'train', 'mmcalidet', CONFIG, '--gpus', '0', '--work-dir',
         str(tmp_path), '--cfg-options',
         *[o for o in FEW_ITERS if 'max_iters' not in o],
-        'train_cfg.max_iters=2', 'train_cfg.val_interval=100'
+        'train_cfg.max_iters=2', 'train_cfg.val_interval=100',
+        'train_cfg.val_begin=100'
     ])
     assert len(losses_logged(output)) == 2
     assert glob.glob(str(tmp_path / '*' / 'vis_data'))

@@ -35,6 +35,7 @@ def calibrated(tmp_path_factory):
             'train_dataloader.dataset.source.indices=[0,1,2,3,4,5]',
             'train_dataloader.dataset.source.progress=False',
             f'train_cfg.max_iters={ITERS}', 'train_cfg.val_interval=1000',
+            'train_cfg.val_begin=1000',
             f'default_hooks.checkpoint.interval={ITERS}',
             'default_hooks.logger.interval=1', 'randomness.seed=0'
         ],
