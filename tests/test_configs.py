@@ -35,8 +35,10 @@ def test_every_config_is_found():
     assert 'calidet/calidet_dino_tiny_coco-mini.py' in CONFIGS
     assert 'context_shift/calidet_dino_tiny_context-shift.py' in CONFIGS
     assert not any(name.startswith('_base_') for name in CONFIGS)
-    assert {'_base_/datasets/coco-mini.py',
-            '_base_/schedules/tiny.py'} <= set(FRAGMENTS)
+    assert {
+        '_base_/calidet.py', '_base_/calidet_deformable-detr.py',
+        '_base_/datasets/coco-mini.py', '_base_/schedules/tiny.py'
+    } <= set(FRAGMENTS)
 
 
 def _mmdet_keys():
