@@ -1,26 +1,99 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""Every shipped training config keeps the DETR recipe's gradient clipping
-(mmdet's DINO and Deformable DETR: max_norm 0.1, L2): an override of
-``optim_wrapper`` with ``_delete_`` or a new ``type`` would drop it, and
-CaliDet's fine-tune starts with large CaliFormer gradients."""
+"""The shipped configs: every training config builds its detector and
+keeps the DETR recipe's gradient clipping (mmdet's DINO and Deformable DETR:
+max_norm 0.1, L2): an override of ``optim_wrapper`` with ``_delete_`` or a
+new ``type`` would drop it, and CaliDet's fine-tune starts with large
+CaliFormer gradients. The fragments of ``configs/_base_/`` are not training
+configs: each loads, defines only named variables that no mmdet detector
+config defines (so it can sit beside one as a sibling base) and is used."""
 import glob
 import os.path as osp
 
+import numpy as np
 import pytest
 import torch
+from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 
 from mmcalidet.testing import PROJECT_ROOT, build_detector, get_config
 
+CONFIG_ROOT = osp.join(PROJECT_ROOT, 'configs')
 CONFIGS = sorted(
-    osp.relpath(path, osp.join(PROJECT_ROOT, 'configs'))
-    for path in glob.glob(osp.join(PROJECT_ROOT, 'configs', '*', '*.py')))
+    osp.relpath(path, CONFIG_ROOT)
+    for path in glob.glob(osp.join(CONFIG_ROOT, '*', '*.py'))
+    if not path.startswith(osp.join(CONFIG_ROOT, '_base_', '')))
+FRAGMENTS = sorted(
+    osp.relpath(path, CONFIG_ROOT) for path in glob.glob(
+        osp.join(CONFIG_ROOT, '_base_', '**', '*.py'), recursive=True))
+# the mmdet configs the fragments sit beside
+DETECTOR_BASES = ('dino/dino-4scale_r50_8xb2-12e_coco.py',
+                  'deformable_detr/deformable-detr_r50_16xb2-50e_coco.py')
 
 
 def test_every_config_is_found():
     assert len(CONFIGS) >= 10
     assert 'calidet/calidet_dino_tiny_coco-mini.py' in CONFIGS
     assert 'context_shift/calidet_dino_tiny_context-shift.py' in CONFIGS
+    assert not any(name.startswith('_base_') for name in CONFIGS)
+    assert {
+        '_base_/calidet.py', '_base_/calidet_deformable-detr.py',
+        '_base_/datasets/coco-mini.py', '_base_/schedules/tiny.py'
+    } <= set(FRAGMENTS)
+
+
+def _mmdet_keys():
+    import mmdet
+    root = osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs')
+    return {
+        key
+        for base in DETECTOR_BASES
+        for key in Config.fromfile(osp.join(root, base)).keys()
+    }
+
+
+@pytest.mark.parametrize('name', FRAGMENTS)
+def test_fragments_load_and_clash_with_no_detector_key(name):
+    """A fragment is merged as a sibling of an mmdet detector config:
+    mmengine refuses a key defined by two sibling bases."""
+    fragment = Config.fromfile(osp.join(CONFIG_ROOT, name))
+    assert len(fragment.keys()) > 0, name
+    clash = set(fragment.keys()) & _mmdet_keys()
+    assert not clash, f'{name} defines keys of mmdet configs: {clash}'
+    assert 'model' not in fragment and 'train_dataloader' not in fragment
+    # used by a config (a fragment nothing lists is dead text)
+    text = ''.join(open(osp.join(CONFIG_ROOT, c)).read() for c in CONFIGS)
+    assert f"'../{name}'" in text, f'no config lists {name}'
+
+
+def _prior_for(cfg, tmp_path):
+    """The config's own prior where it ships (COCO), else (the generated
+    context-shift data) a valid K x K prior file with its class names."""
+    from mmcalidet.priors import batch_prior, save_prior
+    if cfg.get('prior') == 'coco2017_train':
+        return None
+    classes = cfg.metainfo['classes']
+    return save_prior(
+        str(tmp_path / 'E_t.json'),
+        batch_prior(len(classes), [np.arange(len(classes))]),
+        classes=classes)
+
+
+@pytest.mark.parametrize('name', CONFIGS)
+def test_every_config_builds_its_detector(name, tmp_path):
+    from mmdet.registry import MODELS
+    cfg = get_config(name)
+    if 'prior' in cfg.model:
+        cfg = get_config(name, prior=_prior_for(cfg, tmp_path))
+    model = MODELS.build(cfg.model)  # no init_weights: nothing downloaded
+    num_classes = cfg.model.bbox_head.num_classes
+    assert model.bbox_head.num_classes == num_classes, name
+    if 'prior' in cfg.model:
+        califormer = model.bbox_head.califormer
+        assert califormer.nodes.shape[0] == num_classes, name
+        assert len(califormer.encoder.layers) == \
+            cfg.model.bbox_head.califormer.num_layers, name
+        sampler, = model.data_preprocessor.batch_augments
+        assert sampler.num_classes == num_classes, name
 
 
 @pytest.mark.parametrize('name', CONFIGS)

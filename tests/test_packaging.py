@@ -100,7 +100,11 @@ def test_regular_wheel_ships_tools_configs_priors_and_extension(tmp_path):
                and n.endswith('.so') for n in names)
     for path in ('mmcalidet/data/priors/coco2017_train.json',
                  'mmcalidet/.mim/tools/train.py',
-                 'mmcalidet/.mim/tools/analysis_tools/compute_prior.py'):
+                 'mmcalidet/.mim/tools/analysis_tools/compute_prior.py',
+                 # the shared config fragments the configs list as bases
+                 'mmcalidet/.mim/configs/_base_/calidet.py',
+                 'mmcalidet/.mim/configs/_base_/datasets/coco-mini.py',
+                 'mmcalidet/.mim/configs/_base_/schedules/tiny.py'):
         assert path in names, path
     assert any(n.startswith('mmcalidet/.mim/configs/') and n.endswith('.py')
                for n in names)

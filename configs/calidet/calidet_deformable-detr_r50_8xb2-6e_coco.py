@@ -8,43 +8,31 @@
 # (decay after 5), pre-trained parts at 0.1 x their learning rate, the new
 # CaliFormer at the full one, on 8 GPUs x 2 images (see
 # docs/user_guides/train.md); E_t = the shipped COCO train2017 prior.
-_base_ = 'mmdet::deformable_detr/deformable-detr_r50_16xb2-50e_coco.py'
+_base_ = [
+    'mmdet::deformable_detr/deformable-detr_r50_16xb2-50e_coco.py',
+    '../_base_/calidet_deformable-detr.py'
+]
 custom_imports = dict(
     imports=['mmcalidet', 'mmcalidet.engine.checkpoint_hooks'],
     allow_failed_imports=False)
 
-# E_t and the default deployment prior (mmcalidet/data/priors/*.json)
-prior = 'coco2017_train'
+# the paper's CaliDet parts with the supplementary's E_b(4) edges for
+# D-DETR (../_base_/calidet_deformable-detr.py), and V' = 0 at the start,
+# so the fine-tune starts as the baseline (the plain init starts with a
+# classification loss 50-140x the DINO's: docs/user_guides/model.md)
+califormer = dict(_base_.califormer, zero_init_output=True)
 
 model = dict(
     type='CaliDeformableDETR',
-    prior=prior,
+    prior=_base_.prior,
     # every weight comes from `load_from`: nothing to download at init
     backbone=dict(init_cfg=None),
-    data_preprocessor=dict(batch_augments=[
-        dict(
-            type='EdgeSampler',
-            num_classes=80,
-            prior=prior,
-            # the supplementary adds E_b(4), E_b over groups of 4 images of
-            # the (global) batch, for D-DETR
-            mode_probs=dict(sample=1.0, batch=1.0, dataset=1.0, group=1.0),
-            group_size=4,
-            noise_std=0.16)
-    ]),
+    data_preprocessor=dict(batch_augments=[_base_.edge_sampler_group4]),
     bbox_head=dict(
         type='CaliDeformableDETRHead',
-        califormer=dict(
-            type='CaliFormer',
-            num_layers=3,
-            num_heads=8,
-            feedforward_channels=2048,
-            # V' = 0 at the start, so the fine-tune starts as the baseline
-            # (the plain init starts with a classification loss 50-140x
-            # the DINO's: docs/user_guides/model.md)
-            zero_init_output=True),
-        rho=0.2,
-        loss_loma=dict(type='LoMaLoss', loss_weight=20.0)))
+        califormer=califormer,
+        rho=_base_.rho,
+        loss_loma=_base_.loss_loma))
 
 # mmdet's Deformable DETR R50 50e COCO weights; pass your own path or URL
 # with `--cfg-options load_from=...`. CaliFormer and the prior buffer are

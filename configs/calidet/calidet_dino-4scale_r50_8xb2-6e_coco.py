@@ -3,40 +3,30 @@
 # pre-trained parts at 0.1 x their learning rate and the new CaliFormer at
 # the full one; E_t = the shipped COCO train2017 prior is both the
 # EdgeSampler's dataset prior and the default deployment prior.
-_base_ = 'mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py'
+_base_ = [
+    'mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py', '../_base_/calidet.py'
+]
 custom_imports = dict(
     imports=['mmcalidet', 'mmcalidet.engine.checkpoint_hooks'],
     allow_failed_imports=False)
 
-# E_t and the default deployment prior (mmcalidet/data/priors/*.json)
-prior = 'coco2017_train'
+# the paper's CaliDet parts (../_base_/calidet.py: E_t = COCO train2017,
+# the EdgeSampler, CaliFormer, rho, LoMa), with V' = 0 at the start, so the
+# fine-tune starts as the baseline (the plain init starts with a
+# classification loss 50-140x the DINO's: docs/user_guides/model.md)
+califormer = dict(_base_.califormer, zero_init_output=True)
 
 model = dict(
     type='CaliDINO',
-    prior=prior,
+    prior=_base_.prior,
     # every weight comes from `load_from`: nothing to download at init
     backbone=dict(init_cfg=None),
-    data_preprocessor=dict(batch_augments=[
-        dict(
-            type='EdgeSampler',
-            num_classes=80,
-            prior=prior,
-            mode_probs=dict(sample=1.0, batch=1.0, dataset=1.0),
-            noise_std=0.16)
-    ]),
+    data_preprocessor=dict(batch_augments=[_base_.edge_sampler]),
     bbox_head=dict(
         type='CaliDINOHead',
-        califormer=dict(
-            type='CaliFormer',
-            num_layers=3,
-            num_heads=8,
-            feedforward_channels=2048,
-            # V' = 0 at the start, so the fine-tune starts as the baseline
-            # (the plain init starts with a classification loss 50-140x
-            # the DINO's: docs/user_guides/model.md)
-            zero_init_output=True),
-        rho=0.2,
-        loss_loma=dict(type='LoMaLoss', loss_weight=20.0)))
+        califormer=califormer,
+        rho=_base_.rho,
+        loss_loma=_base_.loss_loma))
 
 # The official DINO-4scale R50 12e COCO weights (mmdet's model zoo); pass
 # your own path or URL with `--cfg-options load_from=...`. CaliFormer and

@@ -6,8 +6,12 @@
 # calidet_deformable-detr_tiny_coco-mini.py (same budget).
 #
 # Data: $MMCALIDET_DATA/coco-mini (default ../shared/datasets, relative to
-# the working directory, i.e. the project root), as dino_tiny_coco-mini.py.
-_base_ = 'mmdet::deformable_detr/deformable-detr_r50_16xb2-50e_coco.py'
+# the working directory, i.e. the project root); the data and schedule
+# fragments of dino_tiny_coco-mini.py.
+_base_ = [
+    'mmdet::deformable_detr/deformable-detr_r50_16xb2-50e_coco.py',
+    '../_base_/datasets/coco-mini.py', '../_base_/schedules/tiny.py'
+]
 custom_imports = dict(
     imports=['mmcalidet.engine.checkpoint_hooks'], allow_failed_imports=False)
 
@@ -30,73 +34,21 @@ model = dict(
             ffn_cfg=dict(feedforward_channels=ffn_dims))),
     test_cfg=dict(max_per_img=30))
 
-# data: coco-mini (80 train2017 + 79 val2017 images, official annotations)
-data_root = '{{$MMCALIDET_DATA:../shared/datasets}}/coco-mini/'
-img_scale = (256, 256)
-train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations', with_bbox=True),
-    dict(type='RandomFlip', prob=0.5),
-    dict(type='Resize', scale=img_scale, keep_ratio=True),
-    dict(type='PackDetInputs')
-]
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='Resize', scale=img_scale, keep_ratio=True),
-    dict(type='LoadAnnotations', with_bbox=True),
-    dict(
-        type='PackDetInputs',
-        meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
-                   'scale_factor'))
-]
-train_dataloader = dict(
-    batch_size=2,
-    num_workers=0,
-    persistent_workers=False,
-    dataset=dict(
-        data_root=data_root,
-        ann_file='reference/instances_train2017_coco-mini.json',
-        data_prefix=dict(img='images/train2017/'),
-        pipeline=train_pipeline))
-val_dataloader = dict(
-    batch_size=2,
-    num_workers=0,
-    persistent_workers=False,
-    dataset=dict(
-        data_root=data_root,
-        ann_file='reference/instances_val2017_coco-mini.json',
-        data_prefix=dict(img='images/val2017/'),
-        pipeline=test_pipeline))
+# data: coco-mini (../_base_/datasets/coco-mini.py)
+data_root = _base_.coco_mini_root
+img_scale = _base_.coco_mini_img_scale
+train_pipeline = _base_.coco_mini_train_pipeline
+test_pipeline = _base_.coco_mini_test_pipeline
+train_dataloader = _base_.coco_mini_train_dataloader
+val_dataloader = _base_.coco_mini_val_dataloader
 test_dataloader = val_dataloader
-val_evaluator = dict(ann_file=data_root +
-                     'reference/instances_val2017_coco-mini.json')
+val_evaluator = _base_.coco_mini_val_evaluator
 test_evaluator = val_evaluator
 
-# schedule: iteration based (40 iterations = one pass over the 80 images)
-max_iters = 400
-train_cfg = dict(
-    _delete_=True,
-    type='IterBasedTrainLoop',
-    max_iters=max_iters,
-    val_interval=200)
-param_scheduler = [
-    dict(
-        type='MultiStepLR',
-        begin=0,
-        end=max_iters,
-        by_epoch=False,
-        milestones=[300],
-        gamma=0.1)
-]
-# checkpoints written atomically (a kill never leaves a truncated latest
-# checkpoint); per-iteration seeds, so a resumed run repeats the
-# uninterrupted one (mmcalidet/engine/checkpoint_hooks.py)
-default_hooks = dict(
-    logger=dict(interval=10),
-    checkpoint=dict(
-        type='AtomicCheckpointHook',
-        by_epoch=False,
-        interval=200,
-        max_keep_ckpts=1))
-custom_hooks = [dict(type='IterationSeedHook')]
-log_processor = dict(by_epoch=False)
+# schedule: 400 iterations, atomic checkpoints, per-iteration seeds
+# (../_base_/schedules/tiny.py); the optimizer stays the detector's
+train_cfg = dict(_base_.tiny_train_cfg, _delete_=True)
+param_scheduler = _base_.tiny_param_scheduler
+default_hooks = _base_.tiny_default_hooks
+custom_hooks = _base_.tiny_custom_hooks
+log_processor = _base_.tiny_log_processor

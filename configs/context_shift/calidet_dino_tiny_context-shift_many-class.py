@@ -16,27 +16,20 @@ classes = ('zero_red', 'one_red', 'two_red', 'three_red', 'four_red',
            'five_red', 'six_red', 'seven_red', 'eight_red', 'nine_red',
            'zero_orange', 'one_orange', 'two_orange', 'three_orange',
            'four_orange', 'five_orange', 'six_orange', 'seven_orange',
-           'eight_orange', 'nine_orange',
-           'zero_green', 'one_green', 'two_green', 'three_green', 'four_green',
-           'five_green', 'six_green', 'seven_green', 'eight_green',
-           'nine_green',
-           'zero_blue', 'one_blue', 'two_blue', 'three_blue', 'four_blue',
-           'five_blue', 'six_blue', 'seven_blue', 'eight_blue', 'nine_blue')
+           'eight_orange', 'nine_orange', 'zero_green', 'one_green',
+           'two_green', 'three_green', 'four_green', 'five_green', 'six_green',
+           'seven_green', 'eight_green', 'nine_green', 'zero_blue', 'one_blue',
+           'two_blue', 'three_blue', 'four_blue', 'five_blue', 'six_blue',
+           'seven_blue', 'eight_blue', 'nine_blue')
 metainfo = dict(classes=classes)
 prior = cs_root + 'priors/E_t.json'
+# calidet_dino_tiny_context-shift.py's, with K = 40 and this E_t
+edge_sampler = dict(_base_.edge_sampler, num_classes=40, prior=prior)
 
 model = dict(
     prior=prior,
-    data_preprocessor=dict(batch_augments=[
-        # calidet_dino_tiny_context-shift.py's, with K = 40 (a list is
-        # replaced, not merged)
-        dict(
-            type='EdgeSampler',
-            num_classes=40,
-            prior=prior,
-            mode_probs=dict(sample=1.0, batch=1.0, dataset=1.0),
-            noise_std=0.16)
-    ]),
+    # a list is replaced, not merged: the whole sampler
+    data_preprocessor=dict(batch_augments=[edge_sampler]),
     bbox_head=dict(num_classes=40))
 
 load_from = 'work_dirs/context_shift_many-class/dino/iter_3000.pth'
