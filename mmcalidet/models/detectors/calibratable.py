@@ -7,12 +7,11 @@ import torch
 from mmdet.structures import OptSampleList, SampleList
 from torch import Tensor
 
-from ...datasets.transforms.edge_sampler import EdgeSampler
 from ...priors import flat_prior, reorder_prior, validate_prior
 from ...utils.checkpoint_compat import InvalidCheckpointPriorError
 from ...utils.prior_source import (describe_prior_source, load_prior_source,
                                    training_dataset_classes)
-from ..data_preprocessors import is_cached_batch
+from ..data_preprocessors import EdgeSampler, is_cached_batch
 from ..non_finite import check_finite_losses
 
 

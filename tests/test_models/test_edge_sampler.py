@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmengine.structures import InstanceData
 
-from mmcalidet.datasets import EdgeSampler
+from mmcalidet.models import EdgeSampler
 from mmcalidet.priors import (batch_prior, flat_prior, flip_prior,
                               sample_prior, save_prior)
 from mmcalidet.testing import demo_batch
