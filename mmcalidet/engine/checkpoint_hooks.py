@@ -6,10 +6,12 @@
   (``max_keep_ckpts``), (2) writes the new one in place and (3) rewrites
   ``last_checkpoint`` in place. A kill during (2) leaves a truncated
   ``iter_N.pth`` and, with ``max_keep_ckpts=1``, nothing to resume from; a
-  kill during (3) leaves an empty ``last_checkpoint``. Here every file is
-  written to a temporary file beside its target and renamed onto it, in
-  the order (2), (3), (1): at any instant ``last_checkpoint`` names a
-  complete checkpoint.
+  kill during (3) leaves an empty ``last_checkpoint``. Here the parent's
+  code runs unchanged, with: (2) through a file backend that writes a
+  temporary file and renames it onto the target; (1) deferred until the
+  parent's hook method has returned, i.e. after (2) and (3); (3) checked
+  before the next run resumes (an empty or dangling ``last_checkpoint`` is
+  pointed at the newest complete checkpoint).
 - :class:`IterationSeedHook`: mmengine seeds the random generators once
   per run and does not save their states, so a resumed run draws other
   numbers than the uninterrupted one (the data pipeline's augmentation
@@ -29,13 +31,14 @@ Configs use them with (the module is imported explicitly)::
     default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
     custom_hooks = [dict(type='IterationSeedHook')]
 """
+import contextlib
 import glob
 import logging
 import os
 import os.path as osp
 import random
 from pathlib import Path
-from typing import Optional, Union
+from typing import List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -43,6 +46,7 @@ from mmdet.registry import HOOKS
 from mmengine.dist import is_main_process
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.fileio.backends.registry_utils import backends
+from mmengine.fileio import BaseStorageBackend
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.model import is_model_wrapper
 
@@ -92,18 +96,67 @@ if backends.get(ATOMIC_BACKEND) is not AtomicLocalBackend:
     register_backend(ATOMIC_BACKEND, AtomicLocalBackend)
 
 
+class _DeferredRemovals:
+    """A file backend whose ``remove`` and ``rmtree`` wait for
+    :meth:`flush` (or are dropped by :meth:`discard`); everything else is
+    the wrapped backend's.
+
+    Args:
+        backend (BaseStorageBackend): the backend to wrap.
+    """
+
+    def __init__(self, backend: BaseStorageBackend) -> None:
+        self.backend = backend
+        self.pending: List[Tuple[str, str]] = []
+
+    def remove(self, filepath) -> None:
+        self.pending.append(('remove', filepath))
+
+    def rmtree(self, dir_path) -> None:
+        self.pending.append(('rmtree', dir_path))
+
+    def flush(self) -> None:
+        """Carry out the removals asked for so far, in order."""
+        pending, self.pending = self.pending, []
+        for method, path in pending:
+            exists = self.backend.isfile(path) if method == 'remove' \
+                else self.backend.isdir(path)
+            if exists:
+                getattr(self.backend, method)(path)
+
+    def discard(self) -> None:
+        """Forget the removals asked for so far."""
+        self.pending = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.backend, name)
+
+
 @HOOKS.register_module()
 class AtomicCheckpointHook(CheckpointHook):
     """``CheckpointHook`` that never leaves a truncated or missing latest
     checkpoint behind a kill.
 
+    mmengine's saving code runs unchanged (no copy of it here); what it
+    writes and removes goes through file backends that make it safe:
+
     - checkpoints are written through :class:`AtomicLocalBackend` (unless
       ``out_dir`` is a remote URI or ``backend_args`` /
       ``file_client_args`` name another backend);
-    - ``last_checkpoint`` is rewritten atomically, after the checkpoint it
-      names is complete;
-    - outdated checkpoints (``max_keep_ckpts``) are removed only then;
+    - the checkpoints mmengine removes (``max_keep_ckpts``, the previous
+      best one) are removed only once the hook method that saves has
+      returned, i.e. after the new checkpoint is complete and
+      ``last_checkpoint`` names it; when saving fails, nothing is removed;
+    - mmengine rewrites ``last_checkpoint`` in place (a few bytes): if a
+      kill leaves it empty or naming a missing file, it is pointed at the
+      newest complete checkpoint before the next run resumes
+      (``before_run``);
     - temporary files left by a killed run are removed before training.
+
+    ``tests/test_reliability/test_checkpoint_safety.py`` checks this order
+    on mmengine's hook as installed (a failed save, removal after saving,
+    a repaired ``last_checkpoint``), so a change in mmengine that breaks it
+    fails the tests rather than silently.
 
     Args:
         *args, **kwargs: the arguments of mmengine's ``CheckpointHook``.
@@ -125,16 +178,67 @@ class AtomicCheckpointHook(CheckpointHook):
             file_client_args=file_client_args,
             **kwargs)
 
+    def _local_out_dir(self, runner) -> Optional[str]:
+        """The folder checkpoints go to, as ``before_train`` will set it
+        (the work dir, or ``out_dir/<work dir's name>``); ``None`` for a
+        remote ``out_dir``."""
+        if self.out_dir is None:
+            return runner.work_dir
+        if '://' in str(self.out_dir):
+            return None
+        return osp.join(
+            str(self.out_dir), osp.basename(runner.work_dir.rstrip(osp.sep)))
+
+    def before_run(self, runner) -> None:
+        """Repair a ``last_checkpoint`` a kill left empty or dangling, before
+        the runner resumes from it.
+
+        Args:
+            runner (Runner): the runner.
+        """
+        super().before_run(runner)
+        save_file = osp.join(runner.work_dir, 'last_checkpoint')
+        out_dir = self._local_out_dir(runner)
+        if not is_main_process() or out_dir is None or \
+                not osp.isfile(save_file):
+            return
+        with open(save_file) as f:
+            named = f.read().strip()
+        if named and osp.exists(named):
+            return
+        pattern = glob.escape(self.filename_tmpl).replace('{}', '*')
+        prefix, _, suffix = self.filename_tmpl.partition('{}')
+        steps = []
+        for path in glob.glob(osp.join(glob.escape(out_dir), pattern)):
+            step = osp.basename(path)[len(prefix):][:-len(suffix) or None]
+            if step.isdigit():
+                steps.append((int(step), path))
+        if steps:
+            latest = max(steps)[1]
+            runner.logger.warning(
+                f'{save_file} named {named!r}, which does not exist (a '
+                f'kill while it was written); it now names {latest}')
+            with atomic_write(save_file) as f:
+                f.write(latest)
+        else:
+            runner.logger.warning(
+                f'removing {save_file}: it named {named!r}, which does '
+                'not exist, and there is no checkpoint to resume from')
+            os.remove(save_file)
+
     def before_train(self, runner) -> None:
-        """Set up as ``CheckpointHook``, then remove the temporary files of
-        checkpoints whose writing a kill interrupted.
+        """Set up as ``CheckpointHook``, defer its removals (see the class),
+        then remove the temporary files of checkpoints whose writing a kill
+        interrupted.
 
         Args:
             runner (Runner): the runner.
         """
         super().before_train(runner)
+        if not isinstance(self.file_backend, _DeferredRemovals):
+            self.file_backend = _DeferredRemovals(self.file_backend)
         if not is_main_process() or \
-                not isinstance(self.file_backend, AtomicLocalBackend):
+                not isinstance(self.file_backend.backend, AtomicLocalBackend):
             return
         # atomic_write names its temporary files
         # <name>.incomplete-<random>.tmp (before: .<name>.<random>.tmp)
@@ -149,54 +253,40 @@ class AtomicCheckpointHook(CheckpointHook):
                 'interrupted run')
             os.remove(path)
 
-    def _save_checkpoint_with_step(self, runner, step: int,
-                                   meta: dict) -> None:
-        """Save the checkpoint of ``step``, point ``last_checkpoint`` at it,
-        then remove the checkpoint ``max_keep_ckpts`` lets go.
-
-        The bookkeeping (``keep_ckpt_ids`` and ``last_ckpt`` in the message
-        hub, saved inside the checkpoint) is the parent's; only the order
-        of the file operations differs.
-
-        Args:
-            runner (Runner): the runner.
-            step (int): the epoch or iteration of the checkpoint.
-            meta (dict): the checkpoint's meta information.
-        """
-        outdated = None
-        if self.max_keep_ckpts > 0 and not (self.keep_ckpt_ids and
-                                            self.keep_ckpt_ids[-1] == step):
-            if len(self.keep_ckpt_ids) == self.max_keep_ckpts:
-                outdated = self.keep_ckpt_ids.popleft()
-            self.keep_ckpt_ids.append(step)
-            runner.message_hub.update_info('keep_ckpt_ids',
-                                           list(self.keep_ckpt_ids))
-
-        ckpt_filename = self.filename_tmpl.format(step)
-        self.last_ckpt = self.file_backend.join_path(self.out_dir,
-                                                     ckpt_filename)
-        runner.message_hub.update_info('last_ckpt', self.last_ckpt)
-        runner.save_checkpoint(
-            self.out_dir,
-            ckpt_filename,
-            self.file_client_args,
-            save_optimizer=self.save_optimizer,
-            save_param_scheduler=self.save_param_scheduler,
-            meta=meta,
-            by_epoch=self.by_epoch,
-            backend_args=self.backend_args,
-            **self.args)
-        if not is_main_process():
+    @contextlib.contextmanager
+    def _removals_after_saving(self):
+        """Remove what the parent asked to remove only if the block (a
+        parent hook method that may save) completes."""
+        backend = self.file_backend
+        if not isinstance(backend, _DeferredRemovals):
+            yield
             return
-        with atomic_write(osp.join(runner.work_dir, 'last_checkpoint')) as f:
-            f.write(self.last_ckpt)
-        if outdated is not None:
-            path = self.file_backend.join_path(
-                self.out_dir, self.filename_tmpl.format(outdated))
-            if self.file_backend.isfile(path):
-                self.file_backend.remove(path)
-            elif self.file_backend.isdir(path):  # deepspeed checkpoints
-                self.file_backend.rmtree(path)
+        try:
+            yield
+        except BaseException:
+            backend.discard()
+            raise
+        backend.flush()
+
+    def after_train_iter(self, runner, *args, **kwargs) -> None:
+        """mmengine's, with its removals after the save (see the class)."""
+        with self._removals_after_saving():
+            super().after_train_iter(runner, *args, **kwargs)
+
+    def after_train_epoch(self, runner) -> None:
+        """mmengine's, with its removals after the save (see the class)."""
+        with self._removals_after_saving():
+            super().after_train_epoch(runner)
+
+    def after_val_epoch(self, runner, metrics) -> None:
+        """mmengine's, with its removals after the save (see the class)."""
+        with self._removals_after_saving():
+            super().after_val_epoch(runner, metrics)
+
+    def after_train(self, runner) -> None:
+        """mmengine's, with its removals after the save (see the class)."""
+        with self._removals_after_saving():
+            super().after_train(runner)
 
 
 def iteration_seed(seed: int, iteration: int, stream: int = 0) -> int:

@@ -4,5 +4,4 @@ from .dense_heads import *  # noqa: F401,F403
 from .detectors import *  # noqa: F401,F403
 from .layers import *  # noqa: F401,F403
 from .losses import *  # noqa: F401,F403
-from .necks import *  # noqa: F401,F403
 from .non_finite import NonFiniteError  # noqa: F401

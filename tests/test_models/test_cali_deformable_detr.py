@@ -140,6 +140,33 @@ def test_loss_without_and_with_gt(labels):
         assert losses['loss_loma'].item() != losses['d0.loss_loma'].item()
 
 
+def test_loma_on_matched_classes(model):
+    """The shared LoMa option works on Deformable DETR: the matched-class
+    LoMa of each layer uses the assignment of that layer's own losses."""
+    model.train()
+    data = model.data_preprocessor(demo_batch([[1, 2], [3]], size=64), False)
+    samples = data['data_samples']
+    head_inputs = model.forward_transformer(
+        model.extract_feat(data['inputs']), samples)
+    head = model.bbox_head
+    lomas = {}
+    try:
+        for queries in ('all', 'matched_class'):
+            head.loma_queries = queries
+            with torch.no_grad():
+                lomas[queries] = head.loss(
+                    **head_inputs, batch_data_samples=samples)
+    finally:
+        head.loma_queries = 'all'
+    assert {'loss_loma', 'd0.loss_loma'} <= set(lomas['matched_class'])
+    for key in ('loss_loma', 'd0.loss_loma'):
+        assert lomas['matched_class'][key].item() != lomas['all'][key].item()
+        assert np.isfinite(lomas['matched_class'][key].item())
+    for key, value in lomas['all'].items():
+        if 'loma' not in key:  # the DETR losses do not change
+            assert torch.equal(value, lomas['matched_class'][key]), key
+
+
 def test_loss_uses_the_given_priors_and_reaches_the_califormer(model):
     model.train()
     data = model.data_preprocessor(demo_batch([[1, 2]], size=64), False)

@@ -174,9 +174,15 @@ def test_prior_files_are_reordered_by_class_name(tmp_path):
     model.dataset_meta = dict(classes=classes)
     model.set_prior(path)
     np.testing.assert_allclose(model.get_prior(), prior, atol=1e-7)
-    # or by the classes given at construction
-    built = build(prior=path, classes=classes)
+    # or by the classes given at construction; the EdgeSampler, which
+    # gives no prior of its own here, takes the model's as E_t
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
+    cfg.model.update(prior=path, classes=classes)
+    cfg.model.data_preprocessor.batch_augments[0].pop('prior')
+    built = MODELS.build(cfg.model)
     np.testing.assert_allclose(built.get_prior(), prior, atol=1e-7)
+    np.testing.assert_allclose(
+        built.edge_samplers()[0][1].dataset_prior, prior, atol=1e-7)
     model.dataset_meta = dict(classes=classes[:-1] + ['unknown'])
     with pytest.raises(ValueError, match='unknown'):
         model.set_prior(path)
@@ -311,6 +317,39 @@ def test_edge_sampler_classes_are_checked_at_build():
     assert [(i, s.num_classes) for i, s in model.edge_samplers()] == [(0, 3)]
 
 
+def test_edge_sampler_takes_k_and_e_t_from_the_detector(tmp_path):
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
+    sampler_cfg = cfg.model.data_preprocessor.batch_augments[0]
+    # the configs state both today; they agree with the detector's
+    assert sampler_cfg.prior == cfg.model.prior == 'coco2017_train'
+    sampler_cfg.pop('num_classes')
+    sampler_cfg.pop('prior')
+    model = MODELS.build(copy.deepcopy(cfg.model))
+    sampler = model.edge_samplers()[0][1]
+    assert sampler.num_classes == K
+    np.testing.assert_array_equal(sampler.dataset_prior,
+                                  load_prior(default_prior_path(
+                                      'coco2017_train')))
+    # a sampler prior other than the detector's is refused, naming both
+    other = tmp_path / 'other.npy'
+    np.save(other, make_random_prior(3, K))
+    sampler_cfg.prior = str(other)
+    with pytest.raises(
+            ValueError,
+            match=re.escape(
+                'model.data_preprocessor.batch_augments[0] (EdgeSampler) '
+                f"has prior='{other}' but model.prior='coco2017_train'")):
+        MODELS.build(copy.deepcopy(cfg.model))
+    # the same matrix given twice (a file and a matrix) is no conflict
+    sampler_cfg.prior = load_prior(default_prior_path('coco2017_train'))
+    MODELS.build(copy.deepcopy(cfg.model))
+    # without E_t anywhere, the "dataset" mode fails at build
+    sampler_cfg.pop('prior')
+    cfg.model.prior = None
+    with pytest.raises(ValueError, match='"dataset" mode needs a prior'):
+        MODELS.build(copy.deepcopy(cfg.model))
+
+
 def three_class_config(prior):
     cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
     cfg.model.bbox_head.num_classes = 3
@@ -430,9 +469,7 @@ def test_first_training_step_rejects_a_prior_of_other_classes(tmp_path):
     hub.update_info('dataset_meta', dict(classes=['cat', 'dog', 'fish']))
     hub.update_info('loop_stage', 'train')
     cfg = three_class_config(str(path))
-    sampler = cfg.model.data_preprocessor.batch_augments[0]
-    sampler.prior = None
-    sampler.mode_probs = dict(sample=1.0, batch=1.0, dataset=0.0)
+    cfg.model.data_preprocessor.batch_augments = None
     torch.manual_seed(0)
     detector_only = MODELS.build(cfg.model)
     try:

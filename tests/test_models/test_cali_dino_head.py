@@ -1,4 +1,5 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
+import numpy as np
 import pytest
 import torch
 from mmdet.models.dense_heads import DINOHead
@@ -6,6 +7,7 @@ from mmdet.registry import MODELS
 from mmdet.utils import register_all_modules
 
 import mmcalidet  # noqa: F401
+from mmcalidet.priors import label_lists_prior
 from mmcalidet.testing import demo_batch
 
 K, D, L, Q, B = 80, 256, 2, 5, 2
@@ -252,6 +254,102 @@ def test_loma_on_the_matched_class_of_assigned_queries():
     grad, = torch.autograd.grad(losses['loss_loma'], hidden)
     g = grad[-1, :, num_dn:].abs().sum(-1)
     assert torch.equal(g > 0, pos)
-    assert head._target_labels is None  # nothing kept between calls
+    assert head._matching_record is None  # nothing kept between calls
     with pytest.raises(ValueError, match='loma_queries'):
         build_head(loma_queries='some')
+
+
+def paper_loma(scores, prior, sample, gamma, labels=None):
+    """LoMa of one decoder layer written out with loops (numpy, float64):
+    the paper's per-logit term ``s_j w_j / K`` with ``w_j = (1/K) sum_i
+    -sign(E_x - E0)_ij (E - E0)_ij``, reduced as documented: the mean over
+    the B x Q matching queries, or (``labels`` given) the assigned class's
+    term summed over assigned queries and divided by their number."""
+    b_num, q_num, k_num = scores.shape
+    flat = np.full((k_num, k_num), 0.5)
+    np.fill_diagonal(flat, 1.0)
+    total, count = 0.0, 0
+    for b in range(b_num):
+        w = [
+            sum(-np.sign(sample[b, i, j] - flat[i, j]) *
+                (prior[b, i, j] - flat[i, j]) for i in range(k_num)) / k_num
+            for j in range(k_num)
+        ]
+        for q in range(q_num):
+            if labels is None:
+                total += sum(scores[b, q, j] * w[j]
+                             for j in range(k_num)) / k_num
+                count += 1
+            elif labels[b, q] < k_num:
+                j = labels[b, q]
+                total += scores[b, q, j] * w[j] / k_num
+                count += 1
+    return gamma * total / max(count, 1)
+
+
+@pytest.mark.parametrize('loma_queries', ['all', 'matched_class'])
+def test_loma_of_every_layer_is_the_paper_formula(loma_queries):
+    head = build_head(loma_queries=loma_queries)
+    hidden, refs, enc_cls, enc_coord, samples, dn_meta = loss_inputs(
+        [[1, 2, 2], [3]])
+    priors = torch.stack([random_prior(1), random_prior(2)])
+    cali = head.get_cali_vectors(priors)
+    with torch.no_grad():
+        losses = head.loss(hidden, refs, enc_cls, enc_coord, samples,
+                           dn_meta, cali_vectors=cali, priors=priors)
+        cls, boxes = head.split_outputs(*head(hidden, refs, cali),
+                                        dn_meta)[:2]
+    sample = np.stack([
+        label_lists_prior([s.gt_instances.labels.numpy()], K)[0]
+        for s in samples
+    ]).astype(np.float64)
+    for layer in range(L):
+        labels = None
+        if loma_queries == 'matched_class':
+            # the matcher run again on the same logits (it is
+            # deterministic), independently of the head's record
+            labels = torch.stack(
+                head.get_targets(
+                    list(cls[layer]), list(boxes[layer]),
+                    [s.gt_instances for s in samples],
+                    [s.metainfo for s in samples])[0]).numpy()
+            assert (labels < K).sum() == 4  # every box is assigned
+        key = 'loss_loma' if layer == L - 1 else f'd{layer}.loss_loma'
+        expected = paper_loma(cls[layer].double().numpy(),
+                              priors.double().numpy(), sample, 20.0, labels)
+        assert expected != 0
+        assert losses[key].item() == pytest.approx(expected, rel=1e-4)
+
+
+def test_matched_loma_does_not_depend_on_the_order_of_the_matching():
+    """The head looks the matching up by the logits it was made for: the
+    encoder's proposals matched first (or not at all) change nothing."""
+    head = build_head(loma_queries='matched_class')
+    hidden, refs, enc_cls, enc_coord, samples, dn_meta = loss_inputs(
+        [[1, 2], [3]])
+    priors = torch.stack([random_prior(1), random_prior(2)])
+    cali = head.get_cali_vectors(priors)
+    gts = [s.gt_instances for s in samples]
+    metas = [s.metainfo for s in samples]
+    with torch.no_grad():
+        outs = head(hidden, refs, cali)
+        matching = head.split_outputs(*outs, dn_meta)
+        reference = head.loss(hidden, refs, enc_cls, enc_coord, samples,
+                              dn_meta, cali_vectors=cali, priors=priors)
+
+        def encoder_first_then_layers_reversed():
+            head.loss_by_feat_single(enc_cls, enc_coord, gts, metas)
+            for layer in reversed(range(L)):
+                head.loss_by_feat_single(matching[0][layer],
+                                         matching[1][layer], gts, metas)
+            return {}
+
+        losses = head.loss_with_loma(encoder_first_then_layers_reversed,
+                                     matching[0], priors, samples, hidden)
+        for key in ('loss_loma', 'd0.loss_loma'):
+            assert losses[key].item() == reference[key].item()
+        # logits that were never matched are an error, not a guess
+        with pytest.raises(RuntimeError, match='decoder layer 0'):
+            head.loss_with_loma(lambda: {}, matching[0], priors, samples,
+                                hidden)
+    assert head._matching_record is None

@@ -22,7 +22,7 @@ from mmdet.registry import MODELS
 from mmdet.utils import register_all_modules
 from mmengine.runner import load_checkpoint, save_checkpoint
 
-from mmcalidet.datasets import EdgeSampler
+from mmcalidet.models import EdgeSampler
 from mmcalidet.priors import default_prior_path, load_prior, save_prior
 from mmcalidet.testing import PROJECT_ROOT, data_root, get_config
 from mmcalidet.utils.checkpoint_compat import InvalidCheckpointPriorError

@@ -10,7 +10,7 @@ import torch
 from mmdet.datasets import CocoDataset
 from mmdet.utils import register_all_modules
 
-from mmcalidet.datasets import EdgeSampler
+from mmcalidet.models import EdgeSampler
 from mmcalidet.priors.label_io import read_coco_labels
 from mmcalidet.testing import demo_batch
 

@@ -19,7 +19,8 @@ from mmengine.logging import MMLogger
 from mmengine.model import BaseModel
 from mmengine.runner import Runner, save_checkpoint
 
-from mmcalidet.engine.checkpoint_hooks import (AtomicLocalBackend,
+from mmcalidet.engine.checkpoint_hooks import (AtomicCheckpointHook,
+                                               AtomicLocalBackend,
                                                CheckpointCompatHook)
 from mmcalidet.testing import PROJECT_ROOT, data_root, get_config
 from mmcalidet.utils.checkpoint_compat import (CheckpointMismatchError,
@@ -166,6 +167,59 @@ def test_outdated_checkpoints_go_after_the_new_one_is_saved(tmp_path):
     assert resumed.iter == 4
     assert sorted(f for f in os.listdir(tmp_path) if f.endswith('.pth')) \
         == ['iter_4.pth']
+
+
+def test_removal_waits_for_the_new_checkpoint_and_its_pointer(
+        tmp_path, monkeypatch):
+    """What each removal and each save sees, with mmengine's saving code
+    as installed: the order is checked, not assumed (the hook overrides no
+    private method of mmengine's CheckpointHook)."""
+    assert not any(
+        name.startswith('_save') for name in vars(AtomicCheckpointHook))
+    seen = []
+    last = tmp_path / 'last_checkpoint'
+    remove = LocalBackend.remove
+
+    def recording_remove(self, filepath):
+        seen.append(('remove', osp.basename(filepath),
+                     osp.basename(last.read_text()),
+                     sorted(f for f in os.listdir(tmp_path)
+                            if f.endswith('.pth'))))
+        return remove(self, filepath)
+
+    monkeypatch.setattr(LocalBackend, 'remove', recording_remove)
+    toy_runner(tmp_path, 'removal_order', 'AtomicCheckpointHook').train()
+    # iter_1 goes once iter_2 is written and named, iter_2 after iter_3
+    assert seen == [
+        ('remove', 'iter_1.pth', 'iter_2.pth', ['iter_1.pth', 'iter_2.pth']),
+        ('remove', 'iter_2.pth', 'iter_3.pth', ['iter_2.pth', 'iter_3.pth']),
+    ]
+
+
+@pytest.mark.parametrize('content', ['', 'iter_9', 'missing.pth'])
+def test_a_truncated_last_checkpoint_is_repaired_before_resuming(
+        tmp_path, content):
+    toy_runner(tmp_path, 'repair', 'AtomicCheckpointHook').train()
+    (tmp_path / 'iter_1.pth').write_bytes(b'')  # older: not chosen
+    # a kill while mmengine rewrote last_checkpoint in place
+    (tmp_path / 'last_checkpoint').write_text(
+        str(tmp_path / content) if content else '')
+    resumed = toy_runner(
+        tmp_path, f'repair_{content}', 'AtomicCheckpointHook', max_iters=4,
+        resume=True)
+    resumed.train()
+    assert resumed.iter == 4  # resumed from iter 3, not from scratch
+    assert (tmp_path / 'last_checkpoint').read_text() == \
+        str(tmp_path / 'iter_4.pth')
+    # nothing to resume from: the dangling pointer goes, training starts
+    for f in tmp_path.glob('iter_*.pth'):
+        f.unlink()
+    (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'iter_4.pth'))
+    fresh = toy_runner(
+        tmp_path, f'fresh_{content}', 'AtomicCheckpointHook', max_iters=1,
+        resume=True)
+    fresh.train()
+    assert fresh.iter == 1
 
 
 def build(name, seed=0, **model):

@@ -94,8 +94,10 @@ def test_two_processes_agree_and_edges_are_global(tmp_path):
     base = 'calidet/calidet_deformable-detr_tiny_coco-mini.py'
     augment = Config.fromfile(osp.join(PROJECT_ROOT, 'configs', base)) \
         .model.data_preprocessor.batch_augments[0].to_dict()
-    # E_b only, without noise: each sample's prior is exactly E_b
-    augment.update(mode_probs=dict(batch=1.0), noise_std=0.0)
+    # E_b only, without noise: each sample's prior is exactly E_b; over the
+    # global batch (the default, 'local', is each rank's own mini-batch)
+    augment.update(
+        mode_probs=dict(batch=1.0), noise_std=0.0, batch_scope='global')
     config = probe_config(
         tmp_path / 'dist.py',
         base, [dict(type='IterationSeedHook'),

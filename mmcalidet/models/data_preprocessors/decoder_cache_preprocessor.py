@@ -6,7 +6,7 @@ import torch
 from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmdet.registry import MODELS
 
-from ...datasets.transforms import EdgeSampler
+from .edge_sampler import EdgeSampler
 
 #: the keys of a batch of cached decoder outputs
 CACHED_KEYS = ('hidden_states', 'bbox_preds')

@@ -1,6 +1,7 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """CaliDeformableDETRHead: Deformable DETR's head with calibrated
 classification and LoMa (the paper's supplementary, "Porting to D-DETR")."""
+from functools import partial
 from typing import List, Optional
 
 from mmdet.models.dense_heads import DeformableDETRHead
@@ -32,6 +33,8 @@ class CaliDeformableDETRHead(CalibratedClsMixin, DeformableDETRHead):
         rho (float): scale of V'. Defaults to 0.2.
         loss_loma (dict, optional): config of the :class:`LoMaLoss`;
             ``None`` disables it.
+        loma_queries (str): ``'all'`` (every query) or ``'matched_class'``
+            (see :class:`CalibratedClsMixin`).
         *args, **kwargs: the arguments of mmdet's ``DeformableDETRHead``.
     """
 
@@ -68,11 +71,7 @@ class CaliDeformableDETRHead(CalibratedClsMixin, DeformableDETRHead):
         outs = self(hidden_states, references, cali_vectors)
         self.check_finite_outputs(*outs, hidden_states, cali_vectors,
                                   enc_outputs_class, enc_outputs_coord)
-        losses = self.loss_by_feat(*outs, enc_outputs_class, enc_outputs_coord,
-                                   batch_gt_instances, batch_img_metas)
-        if self.loss_loma is not None:
-            losses.update(
-                self.loss_loma_by_feat(
-                    outs[0], priors,
-                    self.get_sample_priors(batch_data_samples, hidden_states)))
-        return losses
+        return self.loss_with_loma(
+            partial(self.loss_by_feat, *outs, enc_outputs_class,
+                    enc_outputs_coord, batch_gt_instances, batch_img_metas),
+            outs[0], priors, batch_data_samples, hidden_states)

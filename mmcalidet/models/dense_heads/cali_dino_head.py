@@ -1,5 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """CaliDINOHead: DINO's head with calibrated classification and LoMa."""
+from functools import partial
 from typing import Dict, List, Optional
 
 from mmdet.models.dense_heads import DINOHead
@@ -64,20 +65,9 @@ class CaliDINOHead(CalibratedClsMixin, DINOHead):
         outs = self(hidden_states, references, cali_vectors)
         self.check_finite_outputs(*outs, hidden_states, cali_vectors,
                                   enc_outputs_class, enc_outputs_coord)
-        # the decoder layers' targets come first (the encoder's follow)
-        self._target_labels = [] if self.loma_queries != 'all' else None
-        try:
-            losses = self.loss_by_feat(*outs, enc_outputs_class,
-                                       enc_outputs_coord, batch_gt_instances,
-                                       batch_img_metas, dn_meta)
-            labels = self._target_labels
-        finally:
-            self._target_labels = None
-        if self.loss_loma is not None:
-            matching_cls_scores = self.split_outputs(*outs, dn_meta)[0]
-            losses.update(
-                self.loss_loma_by_feat(
-                    matching_cls_scores, priors,
-                    self.get_sample_priors(batch_data_samples, hidden_states),
-                    labels))
-        return losses
+        return self.loss_with_loma(
+            partial(self.loss_by_feat, *outs, enc_outputs_class,
+                    enc_outputs_coord, batch_gt_instances, batch_img_metas,
+                    dn_meta),
+            self.split_outputs(*outs, dn_meta)[0], priors,
+            batch_data_samples, hidden_states)

@@ -7,8 +7,10 @@ from one CaliFormer shared by all decoder layers. The mixin adds the second
 term to the logits of the wrapped DETR head, so the head's own layers,
 box branches and the encoder's proposal branch stay untouched.
 """
+import contextlib
 import copy
-from typing import Dict, List, Optional, Tuple
+from functools import partial
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -39,13 +41,18 @@ class CalibratedClsMixin:
         loss_loma (dict, optional): config of the :class:`LoMaLoss` applied
             to every decoder layer; ``None`` disables it. Defaults to
             ``dict(type='LoMaLoss', loss_weight=20.0)``.
-        loma_queries (str): which logits LoMa manipulates. ``'all'`` (the
-            paper's): every class logit of every matching query, averaged
-            over queries. ``'matched_class'``: only the logit of the
-            ground-truth class of each query that the Hungarian matcher
-            assigned, averaged over those queries (an accurate prior raises
-            the right class, without raising present classes on background
-            queries). Defaults to ``'all'``.
+        loma_queries (str): which logits LoMa manipulates and how its
+            per-query terms are reduced (the paper defines the term per
+            logit and does not say how queries combine; both reductions
+            are ours). ``'all'``: every class logit of every matching
+            (non-denoising) query, averaged over the B x Q matching queries
+            of the batch. ``'matched_class'``: only the logit of the
+            ground-truth class of each query the Hungarian matcher assigned
+            (the matching of the decoder layer's own DETR losses), averaged
+            over those queries (an accurate prior raises the right class,
+            without raising present classes on background queries). Either
+            way every decoder layer gets the full gamma. Defaults to
+            ``'all'``.
     """
 
     LOMA_QUERIES = ('all', 'matched_class')
@@ -63,8 +70,8 @@ class CalibratedClsMixin:
                              f'{self.LOMA_QUERIES}, got {loma_queries!r}')
         super().__init__(*args, **kwargs)
         self.loma_queries = loma_queries
-        # matching-query labels of every get_targets call of one loss()
-        self._target_labels: Optional[List[Tensor]] = None
+        # see matching_record(): set only while a loss records the matching
+        self._matching_record: Optional[Dict[tuple, Tensor]] = None
         califormer = copy.deepcopy(califormer)
         califormer.setdefault('num_classes', self.num_classes)
         califormer.setdefault('embed_dims', self.embed_dims)
@@ -282,13 +289,107 @@ class CalibratedClsMixin:
         return torch.as_tensor(
             stats.astype(np.float32), dtype=like.dtype, device=like.device)
 
-    def get_targets(self, cls_scores_list, *args, **kwargs) -> tuple:
-        """The wrapped head's targets; while :meth:`loss` records them,
-        the per-query labels (B, Q) of each call are kept for LoMa."""
+    @staticmethod
+    def _predictions_key(cls_scores_list: List[Tensor]) -> tuple:
+        """Identify the predictions a matching was made for: the memory
+        and layout of the per-image logits (the views of one decoder
+        layer's logits that mmdet's ``loss_by_feat_single`` passes)."""
+        return tuple((s.data_ptr(), tuple(s.shape), s.stride())
+                     for s in cls_scores_list)
+
+    @contextlib.contextmanager
+    def matching_record(self) -> Iterator[Dict[tuple, Tensor]]:
+        """Record the Hungarian matching of the losses computed inside the
+        block: the per-query labels (B, Q) of every ``get_targets`` call,
+        keyed by the logits they were matched for.
+
+        mmdet's ``loss_by_feat_single`` matches and computes the DETR
+        losses in one method without returning the targets; recording them
+        lets LoMa use the same matching, without a second one (a fifth of a
+        cached calibrator step) and without copying mmdet's loss code. The
+        record lives only inside the block and is looked up by the logits
+        (:meth:`matched_labels`), not by the order of mmdet's calls.
+
+        Yields:
+            dict: the record (read it with :meth:`matched_labels`).
+        """
+        if self._matching_record is not None:
+            raise RuntimeError('matching_record() blocks do not nest')
+        self._matching_record = {}
+        try:
+            yield self._matching_record
+        finally:
+            self._matching_record = None
+
+    def get_targets(self, cls_scores_list: List[Tensor], *args,
+                    **kwargs) -> tuple:
+        """The wrapped head's targets; inside :meth:`matching_record` the
+        per-query labels are recorded for the logits they belong to."""
         targets = super().get_targets(cls_scores_list, *args, **kwargs)
-        if self._target_labels is not None:
-            self._target_labels.append(torch.stack(targets[0]))
+        if self._matching_record is not None:
+            self._matching_record[self._predictions_key(
+                cls_scores_list)] = torch.stack(targets[0])
         return targets
+
+    def matched_labels(self, record: Dict[tuple, Tensor],
+                       all_layers_cls_scores: Tensor) -> List[Tensor]:
+        """The recorded matching of each decoder layer.
+
+        Args:
+            record (dict): what :meth:`matching_record` recorded.
+            all_layers_cls_scores (Tensor): (L, B, Q, C) the matching
+                logits the losses were computed for.
+
+        Returns:
+            list[Tensor]: the (B, Q) labels of each layer (background =
+            ``num_classes``).
+        """
+        labels = []
+        for layer_id, cls_scores in enumerate(all_layers_cls_scores):
+            key = self._predictions_key(list(cls_scores))
+            if key not in record:
+                raise RuntimeError(
+                    f'no Hungarian matching was recorded for decoder layer '
+                    f'{layer_id}: LoMa on matched queries needs the losses '
+                    'to be computed for the same logits')
+            labels.append(record[key])
+        return labels
+
+    def loss_with_loma(self, loss_by_feat: Callable[[], Dict[str, Tensor]],
+                       all_layers_cls_scores: Tensor, priors: Tensor,
+                       batch_data_samples: SampleList,
+                       like: Tensor) -> Dict[str, Tensor]:
+        """The wrapped head's losses plus LoMa of every decoder layer.
+
+        Args:
+            loss_by_feat (callable): computes the wrapped head's losses
+                (e.g. ``partial(self.loss_by_feat, ...)``); for
+                ``loma_queries='matched_class'`` its Hungarian matching is
+                recorded and reused.
+            all_layers_cls_scores (Tensor): (L, B, Q, C) calibrated logits
+                of the matching queries, the tensor (or a same-layout view)
+                that ``loss_by_feat`` computes the losses for.
+            priors (Tensor): the injected priors, (B, K, K) or (K, K).
+            batch_data_samples (list[DetDataSample]): give E_x.
+            like (Tensor): gives the dtype and device of E_x.
+
+        Returns:
+            dict[str, Tensor]: the losses.
+        """
+        if self.loss_loma is None:
+            return loss_by_feat()
+        labels = None
+        if self.loma_queries == 'all':
+            losses = loss_by_feat()
+        else:
+            with self.matching_record() as record:
+                losses = loss_by_feat()
+            labels = self.matched_labels(record, all_layers_cls_scores)
+        losses.update(
+            self.loss_loma_by_feat(
+                all_layers_cls_scores, priors,
+                self.get_sample_priors(batch_data_samples, like), labels))
+        return losses
 
     def loma_query_weights(self, all_layers_cls_scores: Tensor,
                            labels: Optional[List[Tensor]]) -> list:
@@ -307,12 +408,12 @@ class CalibratedClsMixin:
         num_layers = all_layers_cls_scores.shape[0]
         if self.loma_queries == 'all':
             return [(None, None)] * num_layers
-        if labels is None or len(labels) < num_layers:
-            raise RuntimeError('LoMa on matched queries needs the targets '
-                               'of every decoder layer')
+        if labels is None or len(labels) != num_layers:
+            raise ValueError('LoMa on matched queries needs the target '
+                             'labels of every decoder layer')
         out = []
         k = self.num_classes
-        for layer_labels in labels[:num_layers]:
+        for layer_labels in labels:
             pos = layer_labels < k
             mask = torch.zeros(
                 (*layer_labels.shape, k),
@@ -408,20 +509,9 @@ class CalibratedClsMixin:
                                   cali_vectors)
         batch_gt_instances = [ds.gt_instances for ds in batch_data_samples]
         batch_img_metas = [ds.metainfo for ds in batch_data_samples]
-        self._target_labels = [] if self.loma_queries != 'all' else None
-        try:
-            # the plain per-layer DETR losses (DINO's and Deformable
-            # DETR's loss_by_feat add the denoising and encoder losses)
-            losses = DETRHead.loss_by_feat(self, cls_scores, bbox_preds,
-                                           batch_gt_instances,
-                                           batch_img_metas)
-            labels = self._target_labels
-        finally:
-            self._target_labels = None
-        if self.loss_loma is not None:
-            losses.update(
-                self.loss_loma_by_feat(
-                    cls_scores, priors,
-                    self.get_sample_priors(batch_data_samples,
-                                           hidden_states), labels))
-        return losses
+        # the plain per-layer DETR losses (DINO's and Deformable DETR's
+        # loss_by_feat add the denoising and encoder losses)
+        return self.loss_with_loma(
+            partial(DETRHead.loss_by_feat, self, cls_scores, bbox_preds,
+                    batch_gt_instances, batch_img_metas), cls_scores, priors,
+            batch_data_samples, hidden_states)

@@ -7,12 +7,11 @@ import torch
 from mmdet.structures import OptSampleList, SampleList
 from torch import Tensor
 
-from ...datasets.transforms.edge_sampler import EdgeSampler
 from ...priors import flat_prior, reorder_prior, validate_prior
 from ...utils.checkpoint_compat import InvalidCheckpointPriorError
 from ...utils.prior_source import (describe_prior_source, load_prior_source,
                                    training_dataset_classes)
-from ..data_preprocessors import is_cached_batch
+from ..data_preprocessors import EdgeSampler, is_cached_batch
 from ..non_finite import check_finite_losses
 
 
@@ -41,10 +40,13 @@ class CalibratableDetectorMixin:
     batch). A checkpoint's prior is in the model's order already.
 
     Args:
-        prior (str | PathLike | array-like | dict, optional): the initial
-            deployment prior: a prior file, the name of a shipped prior
-            (e.g. ``'coco2017_train'``) or a K x K matrix. ``None`` gives
-            the flat prior E0. A checkpoint's ``prior`` replaces it on load.
+        prior (str | PathLike | array-like | dict, optional): the training
+            prior E_t and the initial deployment prior: a prior file, the
+            name of a shipped prior (e.g. ``'coco2017_train'``) or a K x K
+            matrix. ``None`` gives the flat prior E0 (and no E_t). A
+            checkpoint's ``prior`` replaces it on load. The EdgeSamplers of
+            the data preprocessor that give no ``prior`` (and no
+            ``num_classes``) take it (and the head's ``num_classes``).
         classes (Sequence[str], optional): the model's class names, to
             reorder named prior files when the model has no
             ``dataset_meta``.
@@ -68,9 +70,9 @@ class CalibratableDetectorMixin:
             raise TypeError(f'{type(self).__name__} needs a calibrated '
                             'bbox_head (e.g. CaliDINOHead), got '
                             f'{type(self.bbox_head).__name__}')
-        self._check_edge_samplers()
         self.classes = list(classes) if classes is not None else None
         matrix, self._pending_prior = self._load_named_prior(prior)
+        self._configure_edge_samplers(prior)
         self.register_buffer('prior', torch.from_numpy(matrix).float())
         self._cali_cache: Optional[Tuple[tuple, Tensor]] = None
 
@@ -171,17 +173,22 @@ class CalibratableDetectorMixin:
         return [(i, aug) for i, aug in enumerate(augments or [])
                 if isinstance(aug, EdgeSampler)]
 
-    def _check_edge_samplers(self) -> None:
-        """Raise at build time if an EdgeSampler draws priors of another K
-        than the head's (they would fail at the first training
-        iteration)."""
+    def _configure_edge_samplers(self, prior) -> None:
+        """Give every EdgeSampler the head's K and this detector's prior as
+        E_t where its config leaves them out, so a config states each once;
+        raise at build time where one states another value (it would
+        otherwise draw priors of another K or another E_t).
+
+        Args:
+            prior: this detector's ``prior`` argument (``None``: none).
+        """
         for i, sampler in self.edge_samplers():
-            if sampler.num_classes != self.num_classes:
-                raise ValueError(
-                    f'model.data_preprocessor.batch_augments[{i}] '
-                    f'(EdgeSampler) has num_classes={sampler.num_classes} '
-                    'but model.bbox_head.num_classes='
-                    f'{self.num_classes}')
+            sampler.use_detector_defaults(
+                self.num_classes,
+                prior,
+                classes=self.classes,
+                where=f'model.data_preprocessor.batch_augments[{i}] '
+                '(EdgeSampler)')
 
     @property
     def num_classes(self) -> int:

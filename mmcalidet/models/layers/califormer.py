@@ -7,7 +7,7 @@ from mmdet.utils import OptMultiConfig
 from mmengine.model import BaseModule
 from torch import Tensor, nn
 
-from ..layers import prior_delta
+from .prior_ops import prior_delta
 
 
 @MODELS.register_module()

@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmengine.structures import InstanceData
 
-from mmcalidet.datasets import EdgeSampler
+from mmcalidet.models import EdgeSampler
 from mmcalidet.priors import (batch_prior, flat_prior, flip_prior,
                               sample_prior, save_prior)
 from mmcalidet.testing import demo_batch
@@ -170,8 +170,13 @@ def test_invalid_arguments():
             num_classes=K,
             prior=dataset_prior(),
             mode_probs=dict(sample=1, everything=1))
+    # K and E_t may come from a detector later: checked at the first batch
     with pytest.raises(ValueError, match='needs a prior'):
-        EdgeSampler(num_classes=K)
+        run(EdgeSampler(num_classes=K))
+    with pytest.raises(ValueError, match='num_classes is not set'):
+        run(EdgeSampler(mode_probs=dict(sample=1)))
+    with pytest.raises(ValueError, match='batch_scope'):
+        EdgeSampler(num_classes=K, batch_scope='node')
     with pytest.raises(ValueError, match='non-negative'):
         EdgeSampler(num_classes=K, mode_probs=dict(sample=-1, batch=2))
     with pytest.raises(ValueError, match='expected 8'):
@@ -215,17 +220,30 @@ def _dist_worker(rank, world_size, port, queue):
                 mode_probs={mode: 1.0},
                 noise_std=0.0,
                 group_size=3,
-                seed=rank)
+                seed=rank,
+                batch_scope='global')
             results.append(priors_of(run(sampler, labels=labels)))
         noisy = EdgeSampler(
-            num_classes=K, prior=dataset_prior(), noise_std=0.16, seed=rank)
+            num_classes=K,
+            prior=dataset_prior(),
+            noise_std=0.16,
+            seed=rank,
+            batch_scope='global')
         results.append(priors_of(run(noisy, labels=labels)))
+        # the default, the paper's: E_b of each rank's own mini-batch
+        for mode in ('batch', 'group'):
+            local = EdgeSampler(
+                num_classes=K,
+                mode_probs={mode: 1.0},
+                noise_std=0.0,
+                group_size=3)
+            results.append(priors_of(run(local, labels=labels)))
         queue.put((rank, results))
     finally:
         dist.destroy_process_group()
 
 
-def test_distributed_batch_is_global():
+def test_distributed_batch_scope():
     ctx = mp.get_context('spawn')
     queue = ctx.Queue()
     port = _free_port()
@@ -239,8 +257,16 @@ def test_distributed_batch_is_global():
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
-    batch0, group0, sample0, noisy0 = results[0]
-    batch1, group1, sample1, noisy1 = results[1]
+    batch0, group0, sample0, noisy0, local_b0, local_g0 = results[0]
+    batch1, group1, sample1, noisy1, local_b1, local_g1 = results[1]
+    # local scope: rank 0 has LABELS[:2], rank 1 LABELS[2:]
+    for p in local_b0:
+        np.testing.assert_allclose(p, batch_prior(K, LABELS[:2]), atol=1e-7)
+    for p in local_b1:
+        np.testing.assert_allclose(p, batch_prior(K, LABELS[2:]), atol=1e-7)
+    for p in [*local_g0]:  # a group of 3 within 2 local images
+        np.testing.assert_allclose(p, batch_prior(K, LABELS[:2]), atol=1e-7)
+    assert not np.allclose(batch_prior(K, LABELS[:2]), batch_prior(K, LABELS))
     global_eb = batch_prior(K, LABELS)
     for p in [*batch0, *batch1]:
         np.testing.assert_allclose(p, global_eb, atol=1e-7)

@@ -3,11 +3,16 @@
 
 A batch augment of the detector's data preprocessor::
 
-    data_preprocessor=dict(
-        type='DetDataPreprocessor', ...,
-        batch_augments=[dict(type='EdgeSampler', num_classes=80,
-                             prior='coco2017_train')])
+    model = dict(
+        type='CaliDINO', prior='coco2017_train', ...,
+        data_preprocessor=dict(
+            type='DetDataPreprocessor', ...,
+            batch_augments=[dict(type='EdgeSampler')]))
+
+In a CaliDet detector, K and E_t come from one place: the sampler takes
+``num_classes`` from the head and E_t from the detector's ``prior``.
 """
+import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -25,7 +30,7 @@ from ...utils.prior_source import (describe_prior_source, load_prior_source,
 #: mode name -> the statistics it gives every sample of the mini-batch
 MODES = {
     'sample': 'E_x, each sample its own',
-    'batch': 'E_b over the (global) mini-batch',
+    'batch': 'E_b over the mini-batch (see `batch_scope`)',
     'dataset': 'E_t, the prior file',
     'group': 'E_b over consecutive groups of `group_size` samples',
     'flat': 'E_0, the flat prior',
@@ -47,14 +52,28 @@ class EdgeSampler(nn.Module):
     device. Only ``gt_instances`` count as present (mmdet keeps crowd boxes
     in ``ignored_instances``).
 
-    With several ranks, the label lists are gathered, so E_b is over the
-    global batch, and rank 0's draws (mode and noise) are used by all ranks.
+    With several ranks (``batch_scope``): ``'local'`` (the paper's: E_b of
+    the mini-batch of one GPU, 2 images in the paper's 8 x 2 setting) draws
+    on each rank from its own images, without communication; ``'global'``
+    gathers the label lists of all ranks, so E_b (and the ``'group'``
+    mode's groups) are over the global batch (16 images), and rank 0's
+    draws (mode and noise) are used by all ranks. With one process both
+    are the same.
+
+    In a CaliDet detector (:class:`~mmcalidet.models.detectors.
+    CalibratableDetectorMixin`), leave ``num_classes`` and ``prior`` out:
+    the detector fills them at build time from its head's ``num_classes``
+    and its own ``prior`` (the training prior E_t), so a config gives each
+    once. Values given here must agree with the detector's (a
+    ``ValueError`` names both otherwise).
 
     Args:
-        num_classes (int): K.
+        num_classes (int, optional): K. ``None``: set by the detector (see
+            :meth:`use_detector_defaults`).
         prior (str | PathLike | array-like | dict, optional): E_t: a prior
             file, a shipped name (e.g. ``'coco2017_train'``) or a K x K
-            matrix. Required when the ``'dataset'`` mode has a probability.
+            matrix. ``None``: the detector's ``prior``. Required (here or in
+            the detector) when the ``'dataset'`` mode has a probability.
         classes (Sequence[str], optional): the dataset's class names, to
             reorder a named prior file. When not given, the sampler takes
             them at its first training batch from the running training
@@ -72,17 +91,27 @@ class EdgeSampler(nn.Module):
         seed (int, optional): seed of an own random generator; ``None``
             draws from numpy's global RNG (seeded by mmengine's
             ``randomness`` config).
+        batch_scope (str): ``'local'`` (E_b per GPU, the paper's) or
+            ``'global'`` (E_b over all ranks' images). Defaults to
+            ``'local'``.
     """
 
+    BATCH_SCOPES = ('local', 'global')
+
     def __init__(self,
-                 num_classes: int,
+                 num_classes: Optional[int] = None,
                  prior=None,
                  classes: Optional[Sequence[str]] = None,
                  mode_probs: Optional[Dict[str, float]] = None,
                  noise_std: float = 0.16,
                  group_size: int = 4,
-                 seed: Optional[int] = None) -> None:
+                 seed: Optional[int] = None,
+                 batch_scope: str = 'local') -> None:
         super().__init__()
+        if batch_scope not in self.BATCH_SCOPES:
+            raise ValueError(f'EdgeSampler: batch_scope must be one of '
+                             f'{self.BATCH_SCOPES}, got {batch_scope!r}')
+        self.batch_scope = batch_scope
         self.num_classes = num_classes
         self.modes, self.probs = self._check_mode_probs(mode_probs)
         if noise_std < 0:
@@ -91,24 +120,100 @@ class EdgeSampler(nn.Module):
             raise ValueError(f'group_size must be >= 1, got {group_size}')
         self.noise_std = noise_std
         self.group_size = group_size
-        if prior is None:
-            if 'dataset' in self.modes:
-                raise ValueError('EdgeSampler: the "dataset" mode needs a '
-                                 'prior (E_t)')
-            self.dataset_prior = None
-            self.prior_classes = None
-        else:
-            self.dataset_prior, meta = load_prior_source(
-                prior,
-                classes=classes,
-                num_classes=num_classes,
-                return_meta=True)
-            #: class names of ``dataset_prior``'s order (``None``: unnamed)
-            self.prior_classes = meta['classes']
-        self._prior_name = describe_prior_source(prior)
+        #: E_t as given (``None``: the detector's, or none)
+        self.prior_source = prior
+        self.dataset_prior = None
+        #: class names of ``dataset_prior``'s order (``None``: unnamed)
+        self.prior_classes = None
+        self._load_dataset_prior(prior, classes)
         self._classes_checked = classes is not None
         self._rng = np.random.default_rng(seed) if seed is not None \
             else None
+
+    def _load_dataset_prior(self, prior, classes=None) -> None:
+        """Load E_t (``None``: none yet)."""
+        self._prior_name = describe_prior_source(prior)
+        if prior is None:
+            return
+        self.dataset_prior, meta = load_prior_source(
+            prior,
+            classes=classes,
+            num_classes=self.num_classes,
+            return_meta=True)
+        self.prior_classes = meta['classes']
+
+    def _check_ready(self) -> None:
+        """Raise if K or a needed E_t was given nowhere."""
+        if self.num_classes is None:
+            raise ValueError(
+                'EdgeSampler: num_classes is not set; give it, or use the '
+                'sampler in a CaliDet detector, which passes its head\'s')
+        if self.dataset_prior is not None and \
+                self.dataset_prior.shape[0] != self.num_classes:
+            raise ValueError(
+                f'EdgeSampler: {self._prior_name} has K='
+                f'{self.dataset_prior.shape[0]} classes, expected '
+                f'num_classes={self.num_classes}')
+        if 'dataset' in self.modes and self.dataset_prior is None:
+            raise ValueError(
+                'EdgeSampler: the "dataset" mode needs a prior (E_t): give '
+                "the detector's prior (model.prior) or the sampler's")
+
+    def use_detector_defaults(self,
+                              num_classes: int,
+                              prior=None,
+                              classes: Optional[Sequence[str]] = None,
+                              where: str = 'EdgeSampler') -> None:
+        """Take K and E_t from the detector where they were not given.
+
+        Args:
+            num_classes (int): the head's K.
+            prior (optional): the detector's ``prior`` argument (E_t);
+                ``None``: the detector has none.
+            classes (Sequence[str], optional): the detector's class names,
+                to reorder a named prior.
+            where (str): how to name this sampler in an error.
+
+        Raises:
+            ValueError: a value given here differs from the detector's
+                (naming both), or K or a needed E_t is given nowhere.
+        """
+        if self.num_classes is None:
+            self.num_classes = num_classes
+        elif self.num_classes != num_classes:
+            raise ValueError(
+                f'{where} has num_classes={self.num_classes} but '
+                f'model.bbox_head.num_classes={num_classes}; leave the '
+                "sampler's num_classes out to use the head's")
+        if prior is not None:
+            if self.prior_source is None:
+                self.prior_source = prior
+                self._load_dataset_prior(prior, classes)
+                self._classes_checked = self._classes_checked or \
+                    classes is not None
+            elif not self._same_prior(prior, classes):
+                raise ValueError(
+                    f'{where} has prior={_shown(self.prior_source)} but '
+                    f'model.prior={_shown(prior)}; give the training prior '
+                    "E_t once, as model.prior (leave the sampler's out)")
+        self._check_ready()
+
+    def _same_prior(self, prior, classes=None) -> bool:
+        """Whether the detector's ``prior`` is this sampler's E_t."""
+        if isinstance(prior, (str, os.PathLike)) and \
+                isinstance(self.prior_source, (str, os.PathLike)) and \
+                os.fspath(prior) == os.fspath(self.prior_source):
+            return True
+        matrix, meta = load_prior_source(
+            prior,
+            classes=classes,
+            num_classes=self.num_classes,
+            return_meta=True)
+        if meta['classes'] is not None and self.prior_classes is not None \
+                and meta['classes'] != self.prior_classes:
+            return False
+        return matrix.shape == self.dataset_prior.shape and \
+            np.array_equal(matrix, self.dataset_prior)
 
     def prior_in_order(self, classes: Sequence[str]) -> Optional[np.ndarray]:
         """The dataset prior reordered by name to ``classes``.
@@ -248,6 +353,7 @@ class EdgeSampler(nn.Module):
         Returns:
             tuple: ``(inputs, data_samples)``.
         """
+        self._check_ready()
         if not self._classes_checked:
             # the first batch of a training run: the dataset's class order
             classes = training_dataset_classes()
@@ -259,7 +365,7 @@ class EdgeSampler(nn.Module):
         ]
         mode, noise_seed = self._draw()
         label_lists, offset = labels, 0
-        if get_world_size() > 1:
+        if self.batch_scope == 'global' and get_world_size() > 1:
             gathered = all_gather_object((labels, mode, noise_seed))
             _, mode, noise_seed = gathered[0]
             label_lists = [lab for rank in gathered for lab in rank[0]]
@@ -274,3 +380,11 @@ class EdgeSampler(nn.Module):
             ds.sample_prior = stats[k]
             ds.set_metainfo(dict(prior_mode=mode))
         return inputs, data_samples
+
+
+def _shown(prior) -> str:
+    """A prior argument in an error message: the file or name, else its
+    kind."""
+    if isinstance(prior, (str, os.PathLike)):
+        return repr(os.fspath(prior))
+    return f'<{type(prior).__name__}>'
