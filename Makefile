@@ -28,4 +28,4 @@ stats-demo: env
 	$(PY) tools/misc/relation_stats_demo.py --data $(DATA) --out-dir $(OUT)
 
 test: env
-	$(PY) -m pytest tests -q -p no:cacheprovider
+	$(PY) -m pytest tests -q -p no:cacheprovider --durations=20

@@ -42,10 +42,10 @@ loss_loma = dict(type='LoMaLoss', loss_weight=20.0)
 
 # the EdgeSampler (a batch augment of the data preprocessor) draws each
 # image's training prior: E_x (the image's own statistics), E_b (the
-# mini-batch's) or E_t, one random edge perturbed by N(0, 0.16^2)
+# mini-batch's) or E_t, one random edge perturbed by N(0, 0.16^2). Its K
+# and E_t are the detector's (the head's num_classes and model.prior, filled
+# in when the detector is built), so a config states them once
 edge_sampler = dict(
     type='EdgeSampler',
-    num_classes=80,
-    prior=prior,
     mode_probs=dict(sample=1.0, batch=1.0, dataset=1.0),
     noise_std=0.16)

@@ -23,14 +23,8 @@ classes = ('zero_red', 'one_red', 'two_red', 'three_red', 'four_red',
            'seven_blue', 'eight_blue', 'nine_blue')
 metainfo = dict(classes=classes)
 prior = cs_root + 'priors/E_t.json'
-# calidet_dino_tiny_context-shift.py's, with K = 40 and this E_t
-edge_sampler = dict(_base_.edge_sampler, num_classes=40, prior=prior)
-
-model = dict(
-    prior=prior,
-    # a list is replaced, not merged: the whole sampler
-    data_preprocessor=dict(batch_augments=[edge_sampler]),
-    bbox_head=dict(num_classes=40))
+# the EdgeSampler takes K = 40 and this E_t from the detector
+model = dict(prior=prior, bbox_head=dict(num_classes=40))
 
 load_from = 'work_dirs/context_shift_many-class/dino/iter_3000.pth'
 

@@ -37,7 +37,8 @@ def get_config(name: str, prior: Optional[str] = None) -> Config:
     if prior is not None and 'prior' in cfg.model:
         cfg.model.prior = prior
         for aug in cfg.model.data_preprocessor.get('batch_augments') or []:
-            if aug.get('type') == 'EdgeSampler':
+            # a sampler without its own E_t takes the detector's
+            if aug.get('type') == 'EdgeSampler' and aug.get('prior'):
                 aug.prior = prior
     return cfg
 

@@ -178,7 +178,7 @@ def test_prior_files_are_reordered_by_class_name(tmp_path):
     # gives no prior of its own here, takes the model's as E_t
     cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
     cfg.model.update(prior=path, classes=classes)
-    cfg.model.data_preprocessor.batch_augments[0].pop('prior')
+    assert 'prior' not in cfg.model.data_preprocessor.batch_augments[0]
     built = MODELS.build(cfg.model)
     np.testing.assert_allclose(built.get_prior(), prior, atol=1e-7)
     np.testing.assert_allclose(
@@ -303,6 +303,7 @@ def test_edge_sampler_classes_are_checked_at_build():
     cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
     cfg.model.bbox_head.num_classes = 3
     cfg.model.prior = None
+    cfg.model.data_preprocessor.batch_augments[0].num_classes = 80
     with pytest.raises(
             ValueError,
             match=re.escape('model.data_preprocessor.batch_augments[0] '
@@ -320,10 +321,9 @@ def test_edge_sampler_classes_are_checked_at_build():
 def test_edge_sampler_takes_k_and_e_t_from_the_detector(tmp_path):
     cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
     sampler_cfg = cfg.model.data_preprocessor.batch_augments[0]
-    # the configs state both today; they agree with the detector's
-    assert sampler_cfg.prior == cfg.model.prior == 'coco2017_train'
-    sampler_cfg.pop('num_classes')
-    sampler_cfg.pop('prior')
+    # the configs state both once, in the detector
+    assert 'num_classes' not in sampler_cfg and 'prior' not in sampler_cfg
+    assert cfg.model.prior == 'coco2017_train'
     model = MODELS.build(copy.deepcopy(cfg.model))
     sampler = model.edge_samplers()[0][1]
     assert sampler.num_classes == K
@@ -343,11 +343,13 @@ def test_edge_sampler_takes_k_and_e_t_from_the_detector(tmp_path):
     # the same matrix given twice (a file and a matrix) is no conflict
     sampler_cfg.prior = load_prior(default_prior_path('coco2017_train'))
     MODELS.build(copy.deepcopy(cfg.model))
-    # without E_t anywhere, the "dataset" mode fails at build
+    # without E_t anywhere the detector builds (E0 at deployment), and
+    # training with the "dataset" mode stops at the first batch
     sampler_cfg.pop('prior')
     cfg.model.prior = None
+    model = MODELS.build(copy.deepcopy(cfg.model))
     with pytest.raises(ValueError, match='"dataset" mode needs a prior'):
-        MODELS.build(copy.deepcopy(cfg.model))
+        model.data_preprocessor(demo_batch([[1]], size=64), True)
 
 
 def three_class_config(prior):

@@ -142,8 +142,9 @@ class EdgeSampler(nn.Module):
             return_meta=True)
         self.prior_classes = meta['classes']
 
-    def _check_ready(self) -> None:
-        """Raise if K or a needed E_t was given nowhere."""
+    def _check_ready(self, need_prior: bool = True) -> None:
+        """Raise if K (or, with ``need_prior``, a needed E_t) was given
+        nowhere."""
         if self.num_classes is None:
             raise ValueError(
                 'EdgeSampler: num_classes is not set; give it, or use the '
@@ -154,7 +155,8 @@ class EdgeSampler(nn.Module):
                 f'EdgeSampler: {self._prior_name} has K='
                 f'{self.dataset_prior.shape[0]} classes, expected '
                 f'num_classes={self.num_classes}')
-        if 'dataset' in self.modes and self.dataset_prior is None:
+        if need_prior and 'dataset' in self.modes and \
+                self.dataset_prior is None:
             raise ValueError(
                 'EdgeSampler: the "dataset" mode needs a prior (E_t): give '
                 "the detector's prior (model.prior) or the sampler's")
@@ -176,7 +178,7 @@ class EdgeSampler(nn.Module):
 
         Raises:
             ValueError: a value given here differs from the detector's
-                (naming both), or K or a needed E_t is given nowhere.
+                (naming both), or K is given nowhere.
         """
         if self.num_classes is None:
             self.num_classes = num_classes
@@ -196,7 +198,9 @@ class EdgeSampler(nn.Module):
                     f'{where} has prior={_shown(self.prior_source)} but '
                     f'model.prior={_shown(prior)}; give the training prior '
                     "E_t once, as model.prior (leave the sampler's out)")
-        self._check_ready()
+        # a detector without a prior (E0 at deployment) still builds; its
+        # training stops at the first batch if a mode needs E_t
+        self._check_ready(need_prior=False)
 
     def _same_prior(self, prior, classes=None) -> bool:
         """Whether the detector's ``prior`` is this sampler's E_t."""
