@@ -25,7 +25,7 @@ from mmengine.runner import Runner
 
 import mmcalidet  # noqa: F401  (registers the modules and checkpoint types)
 import mmcalidet.engine.checkpoint_hooks  # noqa: F401  (registers hooks)
-from mmcalidet.utils.checkpoint import name_checkpoint
+from mmcalidet.utils.checkpoint import load_checkpoint_file, name_checkpoint
 from mmcalidet.utils.checkpoint_compat import CheckpointError
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.utils.cpu_dist import init_cpu_distributed
@@ -69,6 +69,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if '://' not in args.checkpoint:
+        # an unreadable local checkpoint fails here, in one line, before
+        # the datasets and the model are built
+        load_checkpoint_file(args.checkpoint, map_location='cpu')
     cfg = Config.fromfile(args.config)
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
