@@ -82,11 +82,19 @@ def test_regular_wheel_ships_tools_configs_priors_and_extension(tmp_path):
     import shutil
     import zipfile
     src = tmp_path / 'src'
-    shutil.copytree(
-        ROOT, src,
-        ignore=shutil.ignore_patterns('.venv', '.git', '.mim', '*.so',
-                                      '__pycache__', 'build', 'outputs',
-                                      'work_dirs', '*.egg-info'))
+    everywhere = shutil.ignore_patterns('.mim', '*.so', '__pycache__',
+                                        '*.egg-info')
+    # at the top: the environment, generated data and runs (the benchmark's
+    # data/ holds hundreds of MB of images on a machine that ran it)
+    top = {'.venv', '.git', 'build', 'dist', 'data', 'outputs', 'work_dirs'}
+
+    def ignore(folder, names):
+        skipped = set(everywhere(folder, names))
+        if osp.samefile(folder, ROOT):
+            skipped |= top & set(names)
+        return skipped
+
+    shutil.copytree(ROOT, src, ignore=ignore)
     res = subprocess.run([
         sys.executable, '-m', 'pip', 'wheel', '--no-deps',
         '--no-build-isolation', '-q', '-w',
