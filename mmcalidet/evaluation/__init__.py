@@ -13,10 +13,12 @@ from .scoring import Rescorer, is_calibratable
 from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                SelfCalibrationResult, calibration_step,
                                mean_history, prediction_statistics,
-                               self_calibrate, self_calibrate_subsets)
+                               self_calibrate, self_calibrate_partitions)
 from .sensitivity import prior_sensitivity
-from .subsets import (SUBSET_SIZES, evaluate_subsets, read_evaluation_labels,
-                      split_subsets, subset_epsilon)
+from .partitions import (SUBSET_SIZES, calibration_subsets,
+                         evaluate_groups, evaluate_partitions,
+                         evaluate_subsets, read_evaluation_labels,
+                         read_image_groups, split_subsets, subset_epsilon)
 from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
                     check_expected_order, evaluate_priors,
                     format_order_verdict)
@@ -27,10 +29,11 @@ __all__ = [
     'cache_evaluator', 'coco_evaluator_from_cfg', 'STANDARD_PRIORS',
     'PriorSpec', 'Method', 'build_priors', 'evaluate_priors',
     'check_expected_order', 'format_order_verdict', 'SUBSET_SIZES',
-    'split_subsets', 'subset_epsilon',
+    'split_subsets', 'subset_epsilon', 'calibration_subsets',
+    'evaluate_partitions', 'evaluate_groups', 'read_image_groups',
     'read_evaluation_labels', 'evaluate_subsets', 'DEFAULT_ETA',
     'DEFAULT_SCORE_THR', 'SelfCalibrationResult', 'prediction_statistics',
-    'calibration_step', 'self_calibrate', 'self_calibrate_subsets',
+    'calibration_step', 'self_calibrate', 'self_calibrate_partitions',
     'mean_history', 'OnlineSelfCalibrator', 'CORRECTIONS', 'CORRECTION_NAMES',
     'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
     'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'

@@ -20,10 +20,11 @@ from mmengine.runner import Runner
 from mmcalidet.evaluation import (METRICS, CocoEvaluator, OnlineSelfCalibrator,
                                   Rescorer, build_priors, cache_evaluator,
                                   cache_hidden_states, calibration_step,
+                                  calibration_subsets, evaluate_groups,
                                   evaluate_priors, evaluate_subsets,
-                                  prediction_statistics, self_calibrate,
-                                  self_calibrate_subsets, split_subsets)
-from mmcalidet.evaluation.sites import evaluate_groups, read_image_groups
+                                  prediction_statistics, read_image_groups,
+                                  self_calibrate, self_calibrate_partitions,
+                                  split_subsets)
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import batch_prior, prior_mae
 from mmcalidet.testing import get_config, set_known_scores
@@ -164,12 +165,14 @@ def test_prior_table_and_subsets(setup):
 
 def test_self_calibrate_subsets(setup):
     model, _, cache, evaluator = setup
-    out = self_calibrate_subsets(
+    subsets = calibration_subsets(len(cache), 2, num_images=4, seed=0)
+    assert [list(s) for s in subsets] == [
+        list(s) for s in split_subsets(4, 2, seed=0)
+    ]
+    out = self_calibrate_partitions(
         model,
         cache,
-        2,
-        num_images=4,
-        seed=0,
+        subsets,
         evaluate=cache_evaluator(evaluator),
         progress=False,
         iters=2,
@@ -179,7 +182,10 @@ def test_self_calibrate_subsets(setup):
     assert out['mean'][2]['step_max'] == pytest.approx(
         np.mean([r.history[2]['step_max'] for r in out['results']]))
     with pytest.raises(ValueError, match='no subset'):
-        self_calibrate_subsets(model, cache, 8, progress=False)
+        calibration_subsets(len(cache), 8)
+    assert [list(s) for s in calibration_subsets(4, 0, num_images=3)] == [
+        [0, 1, 2]
+    ]
 
 
 def online_reference(prior, image_scores, momentum, eta, interval,

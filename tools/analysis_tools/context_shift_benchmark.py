@@ -430,7 +430,7 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
                                       cache_evaluator, check_expected_order,
                                       evaluate_priors, evaluate_subsets,
                                       markdown_table, self_calibrate)
-    from mmcalidet.evaluation.sites import evaluate_groups, read_image_groups
+    from mmcalidet.evaluation import evaluate_groups, read_image_groups
     from mmcalidet.evaluation.sweep import metric_columns
     from mmcalidet.evaluation.tool_utils import EvalSetup
     from mmcalidet.priors import batch_prior, prior_mae

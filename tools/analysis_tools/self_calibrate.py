@@ -17,8 +17,9 @@ import os.path as osp
 import time
 
 from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_SCORE_THR,
-                                  cache_evaluator, markdown_table,
-                                  self_calibrate_subsets, write_report)
+                                  cache_evaluator, calibration_subsets,
+                                  markdown_table, self_calibrate_partitions,
+                                  write_report)
 from mmcalidet.evaluation.tool_utils import (EvalSetup, add_model_args,
                                              ensure_out_dir)
 from mmcalidet.utils.cli import run_tool
@@ -92,12 +93,11 @@ def main(argv=None) -> int:
     for method in methods:
         for size in args.sizes:
             for thr in args.score_thrs:
-                out = self_calibrate_subsets(
+                out = self_calibrate_partitions(
                     method.rescorer.model,
                     method.cache,
-                    size,
-                    args.num_images,
-                    args.seed,
+                    calibration_subsets(
+                        len(method.cache), size, args.num_images, args.seed),
                     evaluate=evaluate,
                     progress=not args.no_progress,
                     eta=args.eta,
