@@ -7,6 +7,7 @@ from .cache import (HiddenStateCache, cache_hidden_states, cache_images,
                     image_batches)
 from .coco import (METRICS, CocoEvaluator, cache_evaluator,
                    coco_evaluator_from_cfg)
+from .methods import EvalSetup, shares_trunk
 from .online import OnlineSelfCalibrator
 from .report import markdown_table, write_report
 from .scoring import Rescorer, is_calibratable
@@ -24,6 +25,7 @@ from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
                     format_order_verdict)
 
 __all__ = [
+    'EvalSetup', 'shares_trunk',
     'HiddenStateCache', 'cache_hidden_states', 'cache_images', 'image_batches',
     'Rescorer', 'is_calibratable', 'METRICS', 'CocoEvaluator',
     'cache_evaluator', 'coco_evaluator_from_cfg', 'STANDARD_PRIORS',

@@ -22,7 +22,8 @@ from mmcalidet.evaluation import (METRICS, CocoEvaluator, OnlineSelfCalibrator,
                                   cache_hidden_states, calibration_step,
                                   calibration_subsets, evaluate_groups,
                                   evaluate_priors, evaluate_subsets,
-                                  prediction_statistics, read_image_groups,
+                                  is_calibratable, prediction_statistics,
+                                  read_image_groups,
                                   self_calibrate, self_calibrate_partitions,
                                   split_subsets)
 from mmcalidet.evaluation.sweep import Method
@@ -49,6 +50,7 @@ def setup():
     loader = Runner.build_dataloader(cfg.test_dataloader)
     model.dataset_meta = dict(loader.dataset.metainfo)
     model.eval()
+    assert is_calibratable(model)
     cache = cache_hidden_states(model, loader, progress=False)
     evaluator = CocoEvaluator(cfg.test_evaluator.ann_file,
                               loader.dataset.metainfo['classes'])

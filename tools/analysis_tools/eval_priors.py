@@ -17,6 +17,7 @@ of each other, e.g. an untrained model's all-zero APs).
 """
 import argparse
 import os.path as osp
+import sys
 import time
 
 from mmcalidet.evaluation import (STANDARD_PRIORS, build_priors,
@@ -25,10 +26,12 @@ from mmcalidet.evaluation import (STANDARD_PRIORS, build_priors,
                                   markdown_table, write_report)
 from mmcalidet.evaluation.baselines import describe_corrections
 from mmcalidet.evaluation.sweep import metric_columns, parse_prior_names
-from mmcalidet.evaluation.tool_utils import (EvalSetup, add_model_args,
-                                             ensure_out_dir)
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.visualization import plot_prior_sweep
+
+# the options shared with the sibling tools
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from _eval_args import add_model_args, ensure_out_dir, eval_setup  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -64,7 +67,7 @@ def main(argv=None) -> int:
     names, extra = parse_prior_names(args.priors)
     out_dir = ensure_out_dir(args.out_dir)
     start = time.perf_counter()
-    setup = EvalSetup(args)
+    setup = eval_setup(args)
     cached = time.perf_counter()
     specs = build_priors(names, setup.cache.gt_label_lists(),
                          setup.train_prior, setup.cache.batch_ids, extra,
