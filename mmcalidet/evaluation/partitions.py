@@ -4,9 +4,9 @@ under its own statistics: the paper's subsets (Sec. 4.3, Tab. 3), the
 context-shift benchmark's deployment sites, and the subsets that
 self-calibration runs on (Sec. 4.4) all use :func:`evaluate_partitions`.
 
-Subsets: the evaluation set is split into equal, non-overlapping random subsets:
-``perm = numpy.random.default_rng(seed).permutation(N)``, subset ``k`` of
-size ``s`` is ``perm[k * s:(k + 1) * s]`` for ``k < N // s`` (the
+Subsets: the evaluation set is split into equal, non-overlapping random
+subsets: ``perm = numpy.random.default_rng(seed).permutation(N)``, subset
+``k`` of size ``s`` is ``perm[k * s:(k + 1) * s]`` for ``k < N // s`` (the
 remainder is left out). Per subset the model is evaluated under E_t and
 under the subset's own statistics E_b; metrics are averaged over the
 subsets of a size, and ``epsilon = mean over subsets of MAE(E_b, E_t)``.

@@ -23,9 +23,10 @@ import time
 from mmcalidet.evaluation import (STANDARD_PRIORS, build_priors,
                                   cache_evaluator, check_expected_order,
                                   evaluate_priors, format_order_verdict,
-                                  markdown_table, write_report)
+                                  write_report)
 from mmcalidet.evaluation.baselines import describe_corrections
-from mmcalidet.evaluation.sweep import metric_columns, parse_prior_names
+from mmcalidet.evaluation.report import injection_table
+from mmcalidet.evaluation.sweep import parse_prior_names
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.visualization import plot_prior_sweep
 
@@ -79,10 +80,7 @@ def main(argv=None) -> int:
         progress=not args.no_progress,
         workers=args.eval_workers)
     done = time.perf_counter()
-    columns = [('method', 'method', ''), ('prior', 'prior', ''),
-               ('oracle', 'oracle', '')] + metric_columns()
-    table = markdown_table(
-        [dict(r, oracle='yes' if r['oracle'] else '') for r in rows], columns)
+    table = injection_table(rows)
     orders, lines = {}, []
     for method in setup.methods:
         if not method.takes_prior:
