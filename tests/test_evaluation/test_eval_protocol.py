@@ -21,9 +21,9 @@ from mmcalidet.evaluation import (METRICS, CocoEvaluator, OnlineSelfCalibrator,
                                   Rescorer, build_priors, cache_evaluator,
                                   cache_hidden_states, calibration_step,
                                   calibration_subsets, evaluate_groups,
-                                  evaluate_priors, evaluate_subsets,
-                                  is_calibratable, prediction_statistics,
-                                  read_image_groups,
+                                  evaluate_partitions, evaluate_priors,
+                                  evaluate_subsets, is_calibratable,
+                                  prediction_statistics, read_image_groups,
                                   self_calibrate, self_calibrate_partitions,
                                   split_subsets)
 from mmcalidet.evaluation.sweep import Method
@@ -320,6 +320,28 @@ def test_site_table_matches_per_site_evaluation(setup):
         evaluate_groups([method], evaluate, e_t, groups[:3])
     with pytest.raises(ValueError, match='missing from order'):
         evaluate_groups([method], evaluate, e_t, groups, order=['a'])
+
+
+def test_partitions_score_e_t_once_or_per_partition(setup):
+    model, _, cache, evaluator = setup
+    evaluate = cache_evaluator(evaluator)
+    e_t = model.get_prior()
+    labels = cache.gt_label_lists()
+    # re-scoring batches of 3 straddle the partitions
+    method = Method('CaliDINO', Rescorer(model, cache, batch_size=3))
+    parts = [np.array([0, 2]), np.array([3, 1])]
+    per = evaluate_partitions([method], evaluate, e_t, parts)
+    base = {}
+    once = evaluate_partitions([method], evaluate, e_t, parts, base)
+    assert len(base['CaliDINO']) == len(cache)
+    assert [(r['index'], r['num_images']) for r in per] == [(0, 2), (1, 2)]
+    for a, b, idx in zip(per, once, parts):
+        a.pop('seconds'), b.pop('seconds')
+        np.testing.assert_equal(a, b)  # nan == nan here
+        own = batch_prior(K, [labels[i] for i in idx])
+        assert a['epsilon'] == pytest.approx(prior_mae(own, e_t))
+        assert a['own'] == evaluate(cache, method.rescorer.predict(own, idx),
+                                    idx)
 
 
 def test_read_image_groups(tmp_path):
