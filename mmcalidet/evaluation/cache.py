@@ -319,7 +319,8 @@ def image_batches(model: torch.nn.Module,
                              'mmdet.apis.init_detector) and no pipeline '
                              'was given')
         pipeline = build_test_pipeline(
-            model.cfg, bool(len(images)) and isinstance(images[0], np.ndarray))
+            model.cfg,
+            bool(len(images)) and isinstance(images[0], np.ndarray))
     for start in range(0, len(images), batch_size):
         batch = dict(inputs=[], data_samples=[])
         for k in range(start, min(start + batch_size, len(images))):

@@ -203,8 +203,8 @@ class EvalSetup:
             return model, cache_hidden_states(
                 model,
                 loader,
-                spill_dir=None
-                if cache_dir is None else osp.join(cache_dir, name),
+                spill_dir=None if cache_dir is None else osp.join(
+                    cache_dir, name),
                 dtype=getattr(torch, cache_dtype),
                 progress=progress)
 

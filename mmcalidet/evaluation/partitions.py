@@ -292,13 +292,17 @@ def evaluate_subsets(methods: Sequence[Method],
     if not methods:
         return []
     rows, base = [], {}
-    for size in tqdm(sizes, desc='subsets', disable=not progress,
-                     leave=False, dynamic_ncols=True):
+    for size in tqdm(
+            sizes,
+            desc='subsets',
+            disable=not progress,
+            leave=False,
+            dynamic_ncols=True):
         subsets = split_subsets(len(methods[0].cache), size, seed)
         if not subsets:  # the size exceeds the number of images
             continue
-        results = evaluate_partitions(methods, evaluate, train_prior,
-                                      subsets, base)
+        results = evaluate_partitions(methods, evaluate, train_prior, subsets,
+                                      base)
         for method in methods:
             res = [r for r in results if r['method'] == method.name]
             common = dict(
@@ -306,8 +310,7 @@ def evaluate_subsets(methods: Sequence[Method],
             base_mean = _mean_metrics([r['E_t'] for r in res])
             if not method.takes_prior:
                 rows.append(
-                    dict(common, prior='-', epsilon=float('nan'),
-                         **base_mean))
+                    dict(common, prior='-', epsilon=float('nan'), **base_mean))
                 continue
             own_mean = _mean_metrics([r['own'] for r in res])
             rows.append(dict(common, prior='E_t', epsilon=0.0, **base_mean))
@@ -356,9 +359,9 @@ def read_image_groups(ann_file: str,
     return [by_id[i] for i in img_ids]
 
 
-def group_partitions(groups: Sequence[str],
-                     order: Optional[Sequence[str]] = None
-                     ) -> Dict[str, np.ndarray]:
+def group_partitions(
+        groups: Sequence[str],
+        order: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
     """The image indices of each group, in ``order`` (default: first
     appearance); every group must be in ``order`` and have an image."""
     names = list(order) if order is not None else list(dict.fromkeys(groups))
