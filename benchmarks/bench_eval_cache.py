@@ -41,7 +41,7 @@ from mmcalidet.evaluation import (CocoEvaluator, Rescorer, build_priors,
                                   cache_evaluator, cache_hidden_states,
                                   evaluate_priors, self_calibrate)
 from mmcalidet.evaluation.sweep import Method
-from mmcalidet.evaluation.tool_utils import quiet_mmengine
+from mmcalidet.evaluation.methods import quiet_mmengine
 from mmcalidet.testing import get_config
 
 TARGETS = dict(sweep=1.3, selfcal=2.0, selfcal_ap=None)

@@ -27,9 +27,9 @@ from mmengine.runner import TestLoop
 
 from ..evaluation import (METRICS, CocoEvaluator, Rescorer, build_priors,
                           cache_evaluator, cache_hidden_states,
-                          check_expected_order, evaluate_subsets,
-                          format_order_verdict, markdown_table,
-                          self_calibrate_subsets)
+                          calibration_subsets, check_expected_order,
+                          evaluate_subsets, format_order_verdict,
+                          markdown_table, self_calibrate_partitions)
 from ..evaluation.sweep import Method, parse_prior_names
 from ..priors import validate_prior
 from ..utils.prior_source import load_prior_source
@@ -298,12 +298,11 @@ class SelfCalibrationTestLoop(CachedTestLoop):
     def evaluate_cache(self, cache) -> Dict:
         from ..evaluation.report import write_report
         from ..visualization import plot_self_calibration
-        out = self_calibrate_subsets(
+        out = self_calibrate_partitions(
             self.detector,
             cache,
-            self.subset_size,
-            self.num_images,
-            self.seed,
+            calibration_subsets(
+                len(cache), self.subset_size, self.num_images, self.seed),
             evaluate=cache_evaluator(self.coco_evaluator()),
             progress=False,
             init_prior=self.e_t,

@@ -1,36 +1,51 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The paper's evaluation protocol on cached decoder outputs (see
-docs/user_guides/evaluate.md and self_calibrate.md)."""
+docs/user_guides/evaluate.md and self_calibrate.md), one module per step:
+
+* ``methods``: the detectors of a run, their decoder caches, the methods
+  (table rows) -- :class:`EvalSetup`;
+* ``cache``, ``scoring``: decoder caches and re-scoring under any prior;
+* ``sweep``: the injection table's priors and evaluation;
+* ``partitions``: subsets, sites and self-calibration subsets, each under
+  E_t and its own statistics -- :func:`evaluate_partitions`;
+* ``self_calibration``, ``online``: Algo. 1, offline and online;
+* ``baselines``, ``coco``, ``report``, ``sensitivity``: post-hoc
+  corrections, COCO metrics, tables, V' probes.
+"""
 from .baselines import (CORRECTION_NAMES, CORRECTIONS, CooccurrenceRescoring,
                         PriorReweighting, build_correction, class_frequencies)
 from .cache import (HiddenStateCache, cache_hidden_states, cache_images,
                     image_batches)
 from .coco import (METRICS, CocoEvaluator, cache_evaluator,
                    coco_evaluator_from_cfg)
+from .methods import EvalSetup, shares_trunk
 from .online import OnlineSelfCalibrator
+from .partitions import (SUBSET_SIZES, calibration_subsets, evaluate_groups,
+                         evaluate_partitions, evaluate_subsets,
+                         read_evaluation_labels, read_image_groups,
+                         split_subsets, subset_epsilon)
 from .report import markdown_table, write_report
 from .scoring import Rescorer, is_calibratable
 from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                SelfCalibrationResult, calibration_step,
                                mean_history, prediction_statistics,
-                               self_calibrate, self_calibrate_subsets)
+                               self_calibrate, self_calibrate_partitions)
 from .sensitivity import prior_sensitivity
-from .subsets import (SUBSET_SIZES, evaluate_subsets, read_evaluation_labels,
-                      split_subsets, subset_epsilon)
 from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
                     check_expected_order, evaluate_priors,
                     format_order_verdict)
 
 __all__ = [
-    'HiddenStateCache', 'cache_hidden_states', 'cache_images', 'image_batches',
-    'Rescorer', 'is_calibratable', 'METRICS', 'CocoEvaluator',
-    'cache_evaluator', 'coco_evaluator_from_cfg', 'STANDARD_PRIORS',
-    'PriorSpec', 'Method', 'build_priors', 'evaluate_priors',
-    'check_expected_order', 'format_order_verdict', 'SUBSET_SIZES',
-    'split_subsets', 'subset_epsilon',
+    'EvalSetup', 'shares_trunk', 'HiddenStateCache', 'cache_hidden_states',
+    'cache_images', 'image_batches', 'Rescorer', 'is_calibratable', 'METRICS',
+    'CocoEvaluator', 'cache_evaluator', 'coco_evaluator_from_cfg',
+    'STANDARD_PRIORS', 'PriorSpec', 'Method', 'build_priors',
+    'evaluate_priors', 'check_expected_order', 'format_order_verdict',
+    'SUBSET_SIZES', 'split_subsets', 'subset_epsilon', 'calibration_subsets',
+    'evaluate_partitions', 'evaluate_groups', 'read_image_groups',
     'read_evaluation_labels', 'evaluate_subsets', 'DEFAULT_ETA',
     'DEFAULT_SCORE_THR', 'SelfCalibrationResult', 'prediction_statistics',
-    'calibration_step', 'self_calibrate', 'self_calibrate_subsets',
+    'calibration_step', 'self_calibrate', 'self_calibrate_partitions',
     'mean_history', 'OnlineSelfCalibrator', 'CORRECTIONS', 'CORRECTION_NAMES',
     'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
     'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'

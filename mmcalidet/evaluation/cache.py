@@ -313,17 +313,14 @@ def image_batches(model: torch.nn.Module,
         dict: ``dict(inputs=[...], data_samples=[...])``.
     """
     if pipeline is None:
-        from mmcv.transforms import Compose
-        from mmdet.utils import get_test_pipeline_cfg
-        cfg = getattr(model, 'cfg', None)
-        if cfg is None:
+        from ..apis.inference import build_test_pipeline
+        if getattr(model, 'cfg', None) is None:
             raise ValueError('the model has no cfg (build it with '
                              'mmdet.apis.init_detector) and no pipeline '
                              'was given')
-        steps = get_test_pipeline_cfg(cfg.copy())
-        if len(images) and isinstance(images[0], np.ndarray):
-            steps[0].type = 'mmdet.LoadImageFromNDArray'
-        pipeline = Compose(steps)
+        pipeline = build_test_pipeline(
+            model.cfg,
+            bool(len(images)) and isinstance(images[0], np.ndarray))
     for start in range(0, len(images), batch_size):
         batch = dict(inputs=[], data_samples=[])
         for k in range(start, min(start + batch_size, len(images))):

@@ -38,6 +38,21 @@ def markdown_table(rows: Sequence[Dict], columns: Sequence[Column]) -> str:
     return '\n'.join(lines)
 
 
+def metric_columns(spec: str = 'pct') -> List[Column]:
+    """Table columns of the COCO metrics."""
+    from .coco import METRICS
+    return [(m, m, spec) for m in METRICS]
+
+
+def injection_table(rows: Sequence[Dict]) -> str:
+    """The injection table of :func:`~mmcalidet.evaluation.evaluate_priors`
+    rows: method, prior, oracle and the COCO metrics."""
+    return markdown_table(
+        [dict(r, oracle='yes' if r['oracle'] else '') for r in rows],
+        [('method', 'method', ''), ('prior', 'prior', ''),
+         ('oracle', 'oracle', '')] + metric_columns())
+
+
 def _json_safe(obj: Any) -> Any:
     if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
         return None

@@ -16,18 +16,13 @@ from mmdet.structures import DetDataSample
 from mmengine.structures import InstanceData
 from torch import Tensor
 
+from ..apis.inference import is_calibratable
 from .cache import HiddenStateCache, _progress, with_predictions
 
 #: a prior argument: ``None`` (the model's deployment prior), a K x K
 #: matrix shared by all images, an (N, K, K) stack aligned with the images
 #: scored, or a callable mapping image indices to a (B, K, K) stack
 PriorArg = Union[None, np.ndarray, Tensor, Callable[[np.ndarray], np.ndarray]]
-
-
-def is_calibratable(model: torch.nn.Module) -> bool:
-    """Whether ``model`` is a CaliDet detector (takes a prior)."""
-    return hasattr(model, 'set_prior') and hasattr(
-        getattr(model, 'bbox_head', None), 'calibrate_cls_scores')
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -242,50 +242,36 @@ def mean_history(histories: Sequence[List[Dict]]) -> List[Dict]:
     return out
 
 
-def self_calibrate_subsets(model,
-                           cache,
-                           size: int,
-                           num_images: Optional[int] = None,
-                           seed: int = 0,
-                           evaluate: Optional[Callable] = None,
-                           progress: bool = True,
-                           **kwargs) -> Dict:
-    """Self-calibrate separately on random subsets of a cache (the paper's
-    Sec. 4.4: subsets of one size summing up to 1024 images).
+def self_calibrate_partitions(model,
+                              cache,
+                              partitions: Sequence[np.ndarray],
+                              evaluate: Optional[Callable] = None,
+                              progress: bool = False,
+                              **kwargs) -> Dict:
+    """Self-calibrate separately on each partition of a cache (random
+    subsets, :func:`~mmcalidet.evaluation.partitions.calibration_subsets`,
+    or deployment sites).
 
     Args:
         model (nn.Module): the detector that filled ``cache``.
         cache (HiddenStateCache): the evaluation images.
-        size (int): images per subset (``0``: the whole cache as one set).
-        num_images (int, optional): images used in all (default all); the
-            subsets are the first ``num_images // size`` of the split of
-            :func:`~mmcalidet.evaluation.subsets.split_subsets`.
-        seed (int): split seed.
+        partitions (Sequence[np.ndarray]): image indices of each run.
         evaluate (callable, optional): ``evaluate(cache, predictions,
             indices) -> metrics`` (e.g. :func:`cache_evaluator`).
-        progress (bool): show a progress bar over subsets.
+        progress (bool): show a progress bar over partitions.
         **kwargs: passed to :func:`self_calibrate` (``eta``, ``iters``,
-            ``score_thr``, ``tol``, ``init_prior``, ``correction``).
+            ``score_thr``, ``tol``, ``init_prior``, ``correction``, ...).
 
     Returns:
-        dict: ``subsets`` (index arrays), ``results``
-        (:class:`SelfCalibrationResult` per subset) and ``mean`` (the
+        dict: ``subsets`` (the index arrays), ``results``
+        (:class:`SelfCalibrationResult` per partition) and ``mean`` (the
         averaged history, :func:`mean_history`).
     """
     from tqdm import tqdm
-
-    from .subsets import split_subsets
-    total = len(cache) if num_images is None else min(num_images, len(cache))
-    if size == 0:
-        subsets = [np.arange(total)]
-    else:
-        subsets = split_subsets(len(cache), size, seed)[:total // size]
-    if not subsets:
-        raise ValueError(f'no subset of {size} images among {total}')
     results = []
     for idx in tqdm(
-            subsets,
-            desc=f'subsets of {size or total}',
+            partitions,
+            desc='self-calibration runs',
             disable=not progress,
             leave=False,
             dynamic_ncols=True):
@@ -295,6 +281,6 @@ def self_calibrate_subsets(model,
         results.append(
             self_calibrate(model, cache, evaluate=ev, indices=idx, **kwargs))
     return dict(
-        subsets=subsets,
+        subsets=list(partitions),
         results=results,
         mean=mean_history([r.history for r in results]))

@@ -18,21 +18,13 @@ from ..priors import (batch_prior, flat_prior, flip_prior, load_prior,
                       sample_prior)
 from ..utils.prior_source import load_prior_source
 from .cache import HiddenStateCache
-from .coco import METRICS
 from .scoring import PriorArg, Rescorer
 
 #: the paper's priors, from the most misleading to the most accurate
 STANDARD_PRIORS = ('flip_E_x', 'E0', 'E_t', 'E_v', 'E_b', 'E_x')
 
-#: how tables print them
-PRIOR_LABELS = {
-    'flip_E_x': 'flip(E_x)',
-    'E0': 'E0',
-    'E_t': 'E_t',
-    'E_v': 'E_v',
-    'E_b': 'E_b',
-    'E_x': 'E_x',
-}
+#: how tables print them (the others as their key)
+PRIOR_LABELS = {'flip_E_x': 'flip(E_x)'}
 
 PRIOR_NOTES = {
     'flip_E_x': 'E_x of each image with 0 and 1 swapped (misleading)',
@@ -187,8 +179,8 @@ def build_priors(names: Sequence[str],
         else:
             prior = per_image_priors([flip_prior(p) for p in per_image])
         specs.append(
-            PriorSpec(name, PRIOR_LABELS[name], name in ORACLE, prior,
-                      PRIOR_NOTES[name]))
+            PriorSpec(name, PRIOR_LABELS.get(name, name), name in ORACLE,
+                      prior, PRIOR_NOTES[name]))
     return specs
 
 
@@ -347,8 +339,3 @@ def format_order_verdict(order: Dict) -> str:
     elif order['holds']:
         verdict += f' (spread {100 * order["spread"]:.2f})'
     return verdict
-
-
-def metric_columns(spec: str = 'pct') -> list:
-    """Table columns of the COCO metrics."""
-    return [(m, m, spec) for m in METRICS]

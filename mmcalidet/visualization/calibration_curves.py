@@ -245,7 +245,7 @@ def plot_site_results(
         metric: str = 'AP',
         title: str = 'Deployment sites: E_t vs the site prior') -> str:
     """Write a grouped bar chart of a metric per site and method / prior
-    (the rows of :func:`mmcalidet.evaluation.sites.evaluate_groups`),
+    (the rows of :func:`mmcalidet.evaluation.evaluate_groups`),
     labelled with each site's epsilon.
 
     Args:

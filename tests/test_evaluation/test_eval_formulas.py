@@ -336,3 +336,30 @@ def test_batch_step_with_zero_predictions_keeps_prior_valid():
     assert np.isfinite(new).all() and new.min() >= 0 and new.max() <= 1
     np.testing.assert_array_equal(np.diagonal(new), 1)
     np.testing.assert_array_equal(new, e_c)
+
+
+def test_is_calibratable_needs_the_prior_api_and_a_calibrating_head():
+    from mmcalidet.apis import is_calibratable as api_is_calibratable
+    from mmcalidet.evaluation import is_calibratable
+    assert is_calibratable is api_is_calibratable  # one definition
+
+    class Head:
+
+        def calibrate_cls_scores(self):
+            pass
+
+    def model(*drop):
+        attrs = dict(
+            set_prior=lambda p: None,
+            resolve_prior=lambda p: p,
+            bbox_head=Head())
+        for key in drop:
+            attrs.pop(key)
+        return type('Model', (), attrs)()
+
+    assert is_calibratable(model())
+    for key in ('set_prior', 'resolve_prior', 'bbox_head'):
+        assert not is_calibratable(model(key)), key
+    plain = model()
+    plain.bbox_head = object()  # a head that does not calibrate
+    assert not is_calibratable(plain)

@@ -20,10 +20,12 @@ from mmengine.runner import Runner
 from mmcalidet.evaluation import (METRICS, CocoEvaluator, OnlineSelfCalibrator,
                                   Rescorer, build_priors, cache_evaluator,
                                   cache_hidden_states, calibration_step,
-                                  evaluate_priors, evaluate_subsets,
-                                  prediction_statistics, self_calibrate,
-                                  self_calibrate_subsets, split_subsets)
-from mmcalidet.evaluation.sites import evaluate_groups, read_image_groups
+                                  calibration_subsets, evaluate_groups,
+                                  evaluate_partitions, evaluate_priors,
+                                  evaluate_subsets, is_calibratable,
+                                  prediction_statistics, read_image_groups,
+                                  self_calibrate, self_calibrate_partitions,
+                                  split_subsets)
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import batch_prior, prior_mae
 from mmcalidet.testing import get_config, set_known_scores
@@ -48,6 +50,7 @@ def setup():
     loader = Runner.build_dataloader(cfg.test_dataloader)
     model.dataset_meta = dict(loader.dataset.metainfo)
     model.eval()
+    assert is_calibratable(model)
     cache = cache_hidden_states(model, loader, progress=False)
     evaluator = CocoEvaluator(cfg.test_evaluator.ann_file,
                               loader.dataset.metainfo['classes'])
@@ -164,12 +167,14 @@ def test_prior_table_and_subsets(setup):
 
 def test_self_calibrate_subsets(setup):
     model, _, cache, evaluator = setup
-    out = self_calibrate_subsets(
+    subsets = calibration_subsets(len(cache), 2, num_images=4, seed=0)
+    assert [list(s) for s in subsets] == [
+        list(s) for s in split_subsets(4, 2, seed=0)
+    ]
+    out = self_calibrate_partitions(
         model,
         cache,
-        2,
-        num_images=4,
-        seed=0,
+        subsets,
         evaluate=cache_evaluator(evaluator),
         progress=False,
         iters=2,
@@ -179,7 +184,10 @@ def test_self_calibrate_subsets(setup):
     assert out['mean'][2]['step_max'] == pytest.approx(
         np.mean([r.history[2]['step_max'] for r in out['results']]))
     with pytest.raises(ValueError, match='no subset'):
-        self_calibrate_subsets(model, cache, 8, progress=False)
+        calibration_subsets(len(cache), 8)
+    assert [list(s) for s in calibration_subsets(4, 0, num_images=3)] == [
+        [0, 1, 2]
+    ]
 
 
 def online_reference(prior, image_scores, momentum, eta, interval,
@@ -312,6 +320,28 @@ def test_site_table_matches_per_site_evaluation(setup):
         evaluate_groups([method], evaluate, e_t, groups[:3])
     with pytest.raises(ValueError, match='missing from order'):
         evaluate_groups([method], evaluate, e_t, groups, order=['a'])
+
+
+def test_partitions_score_e_t_once_or_per_partition(setup):
+    model, _, cache, evaluator = setup
+    evaluate = cache_evaluator(evaluator)
+    e_t = model.get_prior()
+    labels = cache.gt_label_lists()
+    # re-scoring batches of 3 straddle the partitions
+    method = Method('CaliDINO', Rescorer(model, cache, batch_size=3))
+    parts = [np.array([0, 2]), np.array([3, 1])]
+    per = evaluate_partitions([method], evaluate, e_t, parts)
+    base = {}
+    once = evaluate_partitions([method], evaluate, e_t, parts, base)
+    assert len(base['CaliDINO']) == len(cache)
+    assert [(r['index'], r['num_images']) for r in per] == [(0, 2), (1, 2)]
+    for a, b, idx in zip(per, once, parts):
+        a.pop('seconds'), b.pop('seconds')
+        np.testing.assert_equal(a, b)  # nan == nan here
+        own = batch_prior(K, [labels[i] for i in idx])
+        assert a['epsilon'] == pytest.approx(prior_mae(own, e_t))
+        assert a['own'] == evaluate(cache, method.rescorer.predict(own, idx),
+                                    idx)
 
 
 def test_read_image_groups(tmp_path):

@@ -154,11 +154,13 @@ def evaluate(args: argparse.Namespace, config: str,
     from mmcalidet.evaluation.scoring import Rescorer
     from mmcalidet.evaluation.sensitivity import prior_sensitivity
     from mmcalidet.evaluation.sweep import Method
-    from mmcalidet.evaluation.tool_utils import (build_detector,
-                                                 build_test_loader,
-                                                 load_config,
-                                                 load_train_prior,
-                                                 quiet_mmengine)
+    from mmcalidet.evaluation.methods import (build_detector,
+                                              build_test_loader, load_config,
+                                              quiet_mmengine,
+                                              resolve_train_prior)
+    from mmengine.config import DictAction
+    opts = argparse.Namespace()
+    DictAction([], 'cfg')(None, opts, list(args.cfg_options))
     quiet_mmengine()
     progress = not args.no_progress
     dcfg = load_config(args.dino_config, max_images=args.max_images)
@@ -167,8 +169,8 @@ def evaluate(args: argparse.Namespace, config: str,
     dino = build_detector(dcfg, args.dino_checkpoint)
     cache = cache_hidden_states(dino, loader, progress=progress)
     score = cache_evaluator(coco_evaluator_from_cfg(dcfg, classes))
-    ccfg = load_config(config, args.cfg_options, args.max_images)
-    e_t, meta = load_train_prior(None, None, ccfg, classes)
+    ccfg = load_config(config, opts.cfg, args.max_images)
+    e_t, meta = resolve_train_prior(None, None, ccfg, classes)
     labels = cache.gt_label_lists()
     specs = build_priors(PRIORS, labels, e_t, cache.batch_ids, None, classes)
     reweight = build_correction('reweight', e_t,

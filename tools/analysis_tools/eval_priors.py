@@ -17,18 +17,22 @@ of each other, e.g. an untrained model's all-zero APs).
 """
 import argparse
 import os.path as osp
+import sys
 import time
 
 from mmcalidet.evaluation import (STANDARD_PRIORS, build_priors,
                                   cache_evaluator, check_expected_order,
                                   evaluate_priors, format_order_verdict,
-                                  markdown_table, write_report)
+                                  write_report)
 from mmcalidet.evaluation.baselines import describe_corrections
-from mmcalidet.evaluation.sweep import metric_columns, parse_prior_names
-from mmcalidet.evaluation.tool_utils import (EvalSetup, add_model_args,
-                                             ensure_out_dir)
+from mmcalidet.evaluation.report import injection_table
+from mmcalidet.evaluation.sweep import parse_prior_names
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.visualization import plot_prior_sweep
+
+# the options shared with the sibling tools
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from _eval_args import add_model_args, ensure_out_dir, eval_setup  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -64,7 +68,7 @@ def main(argv=None) -> int:
     names, extra = parse_prior_names(args.priors)
     out_dir = ensure_out_dir(args.out_dir)
     start = time.perf_counter()
-    setup = EvalSetup(args)
+    setup = eval_setup(args)
     cached = time.perf_counter()
     specs = build_priors(names, setup.cache.gt_label_lists(),
                          setup.train_prior, setup.cache.batch_ids, extra,
@@ -76,10 +80,7 @@ def main(argv=None) -> int:
         progress=not args.no_progress,
         workers=args.eval_workers)
     done = time.perf_counter()
-    columns = [('method', 'method', ''), ('prior', 'prior', ''),
-               ('oracle', 'oracle', '')] + metric_columns()
-    table = markdown_table(
-        [dict(r, oracle='yes' if r['oracle'] else '') for r in rows], columns)
+    table = injection_table(rows)
     orders, lines = {}, []
     for method in setup.methods:
         if not method.takes_prior:

@@ -20,6 +20,7 @@ Writes ``subsets.md``, ``subsets.json`` and ``subsets.png``.
 """
 import argparse
 import os.path as osp
+import sys
 import time
 
 from mmcalidet.evaluation import (METRICS, SUBSET_SIZES, cache_evaluator,
@@ -27,14 +28,16 @@ from mmcalidet.evaluation import (METRICS, SUBSET_SIZES, cache_evaluator,
                                   read_evaluation_labels, subset_epsilon,
                                   write_report)
 from mmcalidet.evaluation.report import fmt_value
-from mmcalidet.evaluation.tool_utils import (EvalSetup, add_model_args,
-                                             ensure_out_dir)
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.visualization import plot_subset_results
 
 SPLIT = ('perm = numpy.random.default_rng({seed}).permutation(N); the '
          'subsets of size s are perm[k*s:(k+1)*s] for k < N // s (the '
          'remainder is left out).')
+
+# the options shared with the sibling tools
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from _eval_args import add_model_args, ensure_out_dir, eval_setup  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -77,13 +80,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def epsilon_only(args) -> int:
-    from mmcalidet.priors import default_prior_path, load_prior
+    from mmcalidet.utils.prior_source import load_prior_source
     label_lists, names, classes = read_evaluation_labels(
         args.labels, args.classes, args.image_list)
     src = args.train_prior or 'coco2017_train'
-    if not osp.exists(src):
-        src = default_prior_path(src)
-    train_prior = load_prior(src, classes=classes, num_classes=len(classes))
+    train_prior = load_prior_source(src, classes, len(classes))
     rows = subset_epsilon(
         label_lists,
         train_prior,
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
         return epsilon_only(args)
     out_dir = ensure_out_dir(args.out_dir)
     start = time.perf_counter()
-    setup = EvalSetup(args)
+    setup = eval_setup(args)
     if not any(m.takes_prior for m in setup.methods):
         raise ValueError('no detector takes a prior: pass a CaliDet '
                          'checkpoint or post-hoc corrections')

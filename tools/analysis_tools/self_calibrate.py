@@ -14,15 +14,19 @@ compares thresholds. Writes ``self_calibration.md``, ``.json`` and
 """
 import argparse
 import os.path as osp
+import sys
 import time
 
 from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_SCORE_THR,
-                                  cache_evaluator, markdown_table,
-                                  self_calibrate_subsets, write_report)
-from mmcalidet.evaluation.tool_utils import (EvalSetup, add_model_args,
-                                             ensure_out_dir)
+                                  cache_evaluator, calibration_subsets,
+                                  markdown_table, self_calibrate_partitions,
+                                  write_report)
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.visualization import plot_self_calibration
+
+# the options shared with the sibling tools
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from _eval_args import add_model_args, ensure_out_dir, eval_setup  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -81,7 +85,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     out_dir = ensure_out_dir(args.out_dir)
     start = time.perf_counter()
-    setup = EvalSetup(args)
+    setup = eval_setup(args)
     methods = [m for m in setup.methods if m.takes_prior]
     if not methods:
         raise ValueError('no detector takes a prior: pass a CaliDet '
@@ -92,12 +96,11 @@ def main(argv=None) -> int:
     for method in methods:
         for size in args.sizes:
             for thr in args.score_thrs:
-                out = self_calibrate_subsets(
+                out = self_calibrate_partitions(
                     method.rescorer.model,
                     method.cache,
-                    size,
-                    args.num_images,
-                    args.seed,
+                    calibration_subsets(
+                        len(method.cache), size, args.num_images, args.seed),
                     evaluate=evaluate,
                     progress=not args.no_progress,
                     eta=args.eta,

@@ -1,0 +1,249 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""The detectors of an evaluation run and the methods (table rows) they
+give: each detector is built from its config and checkpoint, its decoder
+outputs are cached once, and a plain detector adds its post-hoc
+corrections. The tools parse their options in ``tools/analysis_tools/
+_eval_args.py`` and pass them here as plain arguments.
+"""
+import logging
+import os.path as osp
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from .baselines import (CORRECTION_NAMES, CORRECTIONS, build_correction,
+                        class_frequencies)
+from .cache import cache_hidden_states
+from .coco import CocoEvaluator, coco_evaluator_from_cfg
+from .scoring import Rescorer, is_calibratable
+from .sweep import Method
+
+
+def quiet_mmengine() -> None:
+    """Keep mmengine's INFO logs (weight loading, init) off the console."""
+    from mmengine.logging import MMLogger
+    MMLogger.get_current_instance().setLevel(logging.WARNING)
+
+
+def load_config(config: str,
+                cfg_options: Optional[Dict] = None,
+                max_images: Optional[int] = None,
+                batch_size: Optional[int] = None):
+    """Load a config with the evaluation's overrides.
+
+    Args:
+        config (str): the config file.
+        cfg_options (dict, optional): overrides (``merge_from_dict``).
+        max_images (int, optional): evaluate the first N test images.
+        batch_size (int, optional): the test batch size (the E_b batches).
+
+    Returns:
+        Config: the config (at most 2 test data loader workers).
+    """
+    from mmengine.config import Config
+    if not osp.isfile(config):
+        raise ValueError(f'config not found: {config}')
+    cfg = Config.fromfile(config)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    if max_images is not None:
+        if max_images < 1:
+            raise ValueError('--max-images must be >= 1')
+        cfg.test_dataloader.dataset.indices = int(max_images)
+    if batch_size is not None:
+        if batch_size < 1:
+            raise ValueError('--batch-size must be >= 1')
+        cfg.test_dataloader.batch_size = int(batch_size)
+    cfg.test_dataloader.num_workers = min(
+        cfg.test_dataloader.get('num_workers', 0), 2)
+    if not cfg.test_dataloader.num_workers:
+        cfg.test_dataloader.persistent_workers = False
+    return cfg
+
+
+def build_detector(cfg, checkpoint: Optional[str], device: str = 'cpu'):
+    """:func:`mmcalidet.apis.init_detector` (mmdet's, with the strict
+    checkpoint check) for a loaded config; ``checkpoint`` ``None`` or
+    ``'none'`` keeps random weights (smoke tests and benchmarks only)."""
+    from ..apis import init_detector
+    if checkpoint in (None, 'none'):
+        checkpoint = None
+    elif not osp.isfile(checkpoint):
+        raise ValueError(f'checkpoint not found: {checkpoint}')
+    return init_detector(cfg, checkpoint, device=device)
+
+
+def build_test_loader(cfg):
+    """The config's test data loader (single process)."""
+    from mmengine.runner import Runner
+    return Runner.build_dataloader(cfg.test_dataloader)
+
+
+def resolve_train_prior(src, model, cfg, classes: Sequence[str]):
+    """E_t and its file's metadata (class frequencies for re-weighting).
+
+    Args:
+        src (optional): a prior source (file, shipped name, matrix, see
+            :func:`~mmcalidet.utils.prior_source.load_prior_source`);
+            default the config's ``prior`` (or ``model.prior``), else the
+            model's deployment prior.
+        model (nn.Module): the detector.
+        cfg (Config): its config.
+        classes (Sequence[str]): class order.
+
+    Returns:
+        tuple[np.ndarray, dict]: E_t and the file's extra keys.
+    """
+    from ..utils.prior_source import load_prior_source
+    if src is None:
+        src = cfg.get('prior', None) or cfg.model.get('prior', None)
+    if src is None:
+        if hasattr(model, 'get_prior'):
+            return model.get_prior(), {}
+        raise ValueError('pass --train-prior (E_t): the detector has no '
+                         'deployment prior')
+    return load_prior_source(src, classes, len(classes), return_meta=True)
+
+
+def shares_trunk(model: torch.nn.Module, baseline: torch.nn.Module) -> bool:
+    """Whether every weight of ``baseline`` is in ``model``, unchanged
+    (a CaliDet model calibrated on the baseline's cached decoder outputs):
+    then both have the same decoder outputs and one cache serves both."""
+    if type(model.backbone) is not type(baseline.backbone):
+        return False
+    mine = model.state_dict()
+    for key, value in baseline.state_dict().items():
+        other = mine.get(key)
+        if other is None or other.shape != value.shape or \
+                not torch.equal(other, value):
+            return False
+    return True
+
+
+class EvalSetup:
+    """The detectors of an evaluation run, cached once on the same images.
+
+    Args:
+        config (str): the main detector's config (CaliDet or plain).
+        checkpoint (str): its checkpoint (``'none'``: random weights).
+        baseline_config (str, optional): a plain detector to compare with.
+        baseline_checkpoint (str, optional): its checkpoint.
+        posthoc (Sequence[str], optional): post-hoc corrections of a plain
+            detector (:data:`CORRECTIONS`); ``None``: both, the marginal
+            re-weighting only when E_t's file has class frequencies.
+        cooc_beta (float): strength of the co-occurrence rescoring.
+        train_prior (optional): E_t (see :func:`train_prior`).
+        max_images (int, optional): evaluate the first N test images.
+        batch_size (int, optional): the test batch size (the E_b batches).
+        rescore_batch_size (int): images per re-scoring step.
+        cache_dir (str, optional): spill the decoder caches there.
+        cache_dtype (str): ``'float32'`` or ``'float16'`` (approximate).
+        device (str): the device.
+        cfg_options (dict, optional): overrides of both configs.
+        progress (bool): show progress bars.
+        baselines (bool): add the post-hoc corrections of plain detectors.
+        need_calibratable (bool): the main detector must be a CaliDet.
+
+    Attributes:
+        methods (list[Method]): the rows of the tables.
+        cache (HiddenStateCache): the main model's cache.
+        evaluator (CocoEvaluator): COCO metrics of the test set.
+        train_prior (np.ndarray): E_t; ``train_meta`` its file's keys.
+        classes (list[str]): class names.
+        model: the main detector.
+        info (dict): what was run (for the JSON reports).
+    """
+
+    def __init__(self,
+                 config: str,
+                 checkpoint: str,
+                 baseline_config: Optional[str] = None,
+                 baseline_checkpoint: Optional[str] = None,
+                 posthoc: Optional[Sequence[str]] = None,
+                 cooc_beta: float = 1.0,
+                 train_prior=None,
+                 max_images: Optional[int] = None,
+                 batch_size: Optional[int] = None,
+                 rescore_batch_size: int = 64,
+                 cache_dir: Optional[str] = None,
+                 cache_dtype: str = 'float32',
+                 device: str = 'cpu',
+                 cfg_options: Optional[Dict] = None,
+                 progress: bool = True,
+                 baselines: bool = True,
+                 need_calibratable: bool = False) -> None:
+        if bool(baseline_config) != bool(baseline_checkpoint):
+            raise ValueError('pass both --baseline-config and '
+                             '--baseline-checkpoint')
+        quiet_mmengine()
+        self.posthoc, self.cooc_beta = posthoc, cooc_beta
+        self.rescore_batch_size = rescore_batch_size
+        self.methods: List[Method] = []
+        self.info = dict(config=config, checkpoint=checkpoint)
+
+        def build(config, checkpoint, name):
+            cfg = load_config(config, cfg_options, max_images, batch_size)
+            loader = build_test_loader(cfg)
+            model = build_detector(cfg, checkpoint, device)
+            model.dataset_meta = dict(loader.dataset.metainfo)
+            if name == 'model':
+                self.classes = list(loader.dataset.metainfo['classes'])
+                self.info['eval_batch_size'] = loader.batch_size
+                self.train_prior, self.train_meta = resolve_train_prior(
+                    train_prior, model, cfg, self.classes)
+                self.evaluator: CocoEvaluator = coco_evaluator_from_cfg(
+                    cfg, self.classes)
+                if need_calibratable and not is_calibratable(model):
+                    raise ValueError(f'{type(model).__name__} is not a '
+                                     'CaliDet detector (it takes no prior)')
+            elif shares_trunk(self.model, model):
+                # a calibrator trained on the baseline's cached outputs:
+                # the same decoder outputs, one cache
+                return model, self.cache
+            return model, cache_hidden_states(
+                model,
+                loader,
+                spill_dir=None if cache_dir is None else osp.join(
+                    cache_dir, name),
+                dtype=getattr(torch, cache_dtype),
+                progress=progress)
+
+        self.model, self.cache = build(config, checkpoint, 'model')
+        self.info.update(
+            num_images=len(self.cache),
+            cache_bytes_per_image=self.cache.bytes_per_image,
+            cache_dtype=cache_dtype,
+            device=str(device))
+        self._add(self.model, self.cache, baselines)
+        if baseline_config:
+            bmodel, bcache = build(baseline_config, baseline_checkpoint,
+                                   'baseline')
+            self.info['shared_cache'] = bcache is self.cache
+            if bcache.img_ids() != self.cache.img_ids():
+                raise ValueError('the baseline config evaluates other images '
+                                 '(or another order) than the main config')
+            self._add(bmodel, bcache, baselines)
+            self.info.update(
+                baseline_config=baseline_config,
+                baseline_checkpoint=baseline_checkpoint)
+
+    def _add(self, model, cache, baselines: bool) -> None:
+        name = type(model).__name__
+        batch = self.rescore_batch_size
+        self.methods.append(
+            Method(name, Rescorer(model, cache, batch_size=batch)))
+        if is_calibratable(model) or not baselines:
+            return
+        for corr in (CORRECTIONS if self.posthoc is None else self.posthoc):
+            freq = None
+            if corr == 'reweight':
+                if self.posthoc is None and \
+                        'images_per_class' not in self.train_meta:
+                    continue  # not asked for, and no class frequencies
+                freq = class_frequencies(self.train_meta, self.classes)
+            kwargs = dict(beta=self.cooc_beta) if corr == 'cooccurrence' \
+                else {}
+            fn = build_correction(corr, self.train_prior, freq, **kwargs)
+            self.methods.append(
+                Method(f'{name} + {CORRECTION_NAMES[corr]}',
+                       Rescorer(model, cache, fn, batch)))

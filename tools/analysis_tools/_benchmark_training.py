@@ -1,0 +1,286 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""The trainings of ``context_shift_benchmark.py``: the data, the schedules
+of the plain DINO and the CaliDINO, and one ``tools/train.py`` run per work
+folder, skipped when its last checkpoint exists and the config that
+training dumped has the same model, optimizer, schedule and init."""
+import argparse
+import json
+import os
+import os.path as osp
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+
+#: (plain DINO, CaliDINO fine-tune, CaliDINO calibrator) configs and the
+#: default data folder of each data variant
+VARIANTS = {
+    'digits':
+    dict(
+        dino='configs/context_shift/dino_tiny_context-shift.py',
+        calidet='configs/context_shift/calidet_dino_tiny_context-shift.py',
+        cached='configs/context_shift/'
+        'calidet_dino_tiny_context-shift_cached.py',
+        data='data/context_shift'),
+    'many-class':
+    dict(
+        dino='configs/context_shift/dino_tiny_context-shift_many-class.py',
+        calidet='configs/context_shift/'
+        'calidet_dino_tiny_context-shift_many-class.py',
+        cached='configs/context_shift/'
+        'calidet_dino_tiny_context-shift_many-class_cached.py',
+        data='data/context_shift_many-class'),
+}
+#: (dino iterations, fine-tune iterations, calibrator updates) per mode
+SCHEDULES = dict(full=(3000, 1000, 10000), quick=(900, 300, 3000))
+
+
+#: the config parts that decide what a training produces
+TRAINING_KEYS = ('model', 'optim_wrapper', 'param_scheduler', 'load_from')
+
+
+def training_settings(config: str,
+                      options: Sequence[str] = (),
+                      data: Optional[str] = None) -> str:
+    """The parts of a config (with ``--cfg-options`` applied) that decide
+    what a training produces (:data:`TRAINING_KEYS`), as canonical JSON.
+
+    Args:
+        config (str): a config file (or the copy a training dumped).
+        options (Sequence[str]): ``KEY=VALUE`` overrides.
+        data (str, optional): the benchmark data folder
+            (``MMCALIDET_CS_DATA``).
+
+    Returns:
+        str: JSON with sorted keys (tuples as lists).
+    """
+    from mmengine.config import Config, DictAction
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--o', nargs='*', action=DictAction, default={})
+    overrides = parser.parse_args(['--o'] + list(options)).o
+    old = os.environ.get('MMCALIDET_CS_DATA')
+    if data is not None:
+        os.environ['MMCALIDET_CS_DATA'] = osp.abspath(data)
+    try:
+        cfg = Config.fromfile(config)
+    finally:
+        if old is None:
+            os.environ.pop('MMCALIDET_CS_DATA', None)
+        else:
+            os.environ['MMCALIDET_CS_DATA'] = old
+    cfg.merge_from_dict(overrides)
+    picked = {k: cfg.get(k) for k in TRAINING_KEYS}
+    return json.dumps(
+        json.loads(json.dumps(picked, default=str)), sort_keys=True)
+
+
+class Training:
+    """One tools/train.py run, skipped when ``iter_<max_iters>.pth``
+    exists and the config that training dumped has the same
+    :func:`training_settings` as this run (unless ``retrain``).
+
+    Args:
+        config (str): the config.
+        work_dir (str): its work folder.
+        max_iters (int): the last iteration (names the last checkpoint).
+        options (list[str]): ``--cfg-options``.
+        retrain (bool): train even if the last checkpoint exists.
+        data (str): the benchmark data folder.
+        threads (int, optional): torch threads (trainings side by side).
+    """
+
+    def __init__(self, config: str, work_dir: str, max_iters: int,
+                 options: List[str], retrain: bool, data: str,
+                 threads: Optional[int] = None) -> None:
+        self.config, self.work_dir = config, work_dir
+        self.last = osp.join(work_dir, f'iter_{max_iters}.pth')
+        self.proc = None
+        self.start = time.perf_counter()
+        self.seconds = 0.0
+        if osp.isfile(self.last) and not retrain:
+            dumped = trained_config(work_dir, config)
+            if dumped == config:
+                print(f'[train] reusing {self.last} (no config dumped '
+                      'beside it to compare)')
+                return
+            if training_settings(dumped) == training_settings(
+                    config, options, data):
+                print(f'[train] reusing {self.last}')
+                return
+            print(f'[train] {work_dir} was trained with other settings '
+                  f'(model, optimizer, schedule or init; see {dumped}): '
+                  'training again')
+        cmd = [
+            sys.executable,
+            osp.join(ROOT, 'tools', 'train.py'), config, '--work-dir',
+            work_dir, '--cfg-options'
+        ] + options
+        print('[train] ' + ' '.join(cmd[1:]), flush=True)
+        env = dict(os.environ, MMCALIDET_CS_DATA=osp.abspath(data))
+        env.pop('MMCALIDET_LIGHT', None)
+        if threads:
+            env.update(OMP_NUM_THREADS=str(threads),
+                       MKL_NUM_THREADS=str(threads))
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+
+    @property
+    def reused(self) -> bool:
+        return self.proc is None
+
+    def wait(self) -> float:
+        """Wait for the run; returns its wall-clock seconds (0: reused)."""
+        if self.proc is None:
+            return 0.0
+        code = self.proc.wait()
+        if code != 0:
+            raise RuntimeError(f'training {self.config} failed (exit '
+                               f'{code}); see {self.work_dir}')
+        if not osp.isfile(self.last):
+            raise RuntimeError(f'training {self.config} wrote no '
+                               f'{self.last}')
+        self.seconds = time.perf_counter() - self.start
+        return self.seconds
+
+
+def trained_config(work_dir: str, config: str) -> str:
+    """The config a training in ``work_dir`` ran with: the copy that
+    mmengine dumps there (with every ``--cfg-options``/``--calidet-options``
+    applied, e.g. a changed CaliFormer depth), else ``config``."""
+    dumped = osp.join(work_dir, osp.basename(config))
+    return dumped if osp.isfile(dumped) else config
+
+
+def schedule(args: argparse.Namespace) -> Dict:
+    """The iterations of both trainings (checked).
+
+    Returns:
+        dict: ``dino`` (iterations), ``decay`` (its lr x0.1 iteration),
+        ``init`` (``--calidet-init``), ``start`` (the DINO checkpoint the
+        CaliDINO starts from; 0: none), ``calidet`` (CaliDINO iterations,
+        or CaliFormer updates when ``cached``) and ``calidet_decay`` (its
+        lr x0.1 iteration).
+    """
+    dino, ft, updates = SCHEDULES['quick' if args.quick else 'full']
+    dino = args.dino_iters or dino
+    ft = args.finetune_iters or ft
+    updates = args.calibrator_updates or updates
+    if dino < 1 or ft < 1 or updates < 1:
+        raise ValueError('--dino-iters, --finetune-iters and '
+                         '--calibrator-updates must be >= 1')
+    decay = int(round(dino * args.decay_at))
+    init = args.calidet_init
+    if init == 'cached':  # the CaliFormer alone, on the final DINO
+        return dict(dino=dino, decay=decay, init=init, start=dino,
+                    calidet=updates,
+                    calidet_decay=int(round(updates * args.decay_at)))
+    if init == 'finetune':  # the paper's: from the final DINO
+        return dict(dino=dino, decay=decay, init=init, start=dino,
+                    calidet=ft, calidet_decay=int(round(ft * args.decay_at)))
+    if init == 'scratch':
+        return dict(dino=dino, decay=decay, init=init, start=0,
+                    calidet=dino, calidet_decay=decay)
+    if not ft < dino or dino % ft:
+        raise ValueError(f'--finetune-iters ({ft}) must divide '
+                         f'--dino-iters ({dino}) and be smaller')
+    if not dino - ft < decay <= dino:
+        raise ValueError(f'the lr decay (iteration {decay}) must fall in '
+                         'the fine-tune window')
+    return dict(dino=dino, decay=decay, init=init, start=dino - ft,
+                calidet=ft, calidet_decay=decay - dino + ft)
+
+
+def ensure_data(args: argparse.Namespace) -> Dict:
+    """Generate the benchmark data unless the folder exists."""
+    from mmcalidet.datasets.context_shift import make_context_shift
+    meta_file = osp.join(args.data, 'meta.json')
+    if osp.isfile(meta_file):
+        print(f'[data] reusing {args.data}')
+        with open(meta_file) as f:
+            return json.load(f)
+    print(f'[data] generating {args.data} (seed {args.seed}, '
+          f'{args.variant})')
+    return make_context_shift(
+        args.data,
+        seed=args.seed,
+        progress=not args.no_progress,
+        variant=args.variant)
+
+
+def train_both(args, sched: Dict, work_dir: str) -> Dict:
+    """Train the plain DINO and the CaliDINO (see :func:`schedule`)."""
+    configs = VARIANTS[args.variant]
+    dino_config, calidet_config, cached_config = (configs['dino'],
+                                                  configs['calidet'],
+                                                  configs['cached'])
+    dino_dir = args.dino_work_dir or osp.join(work_dir, 'dino')
+    cali_dir = osp.join(work_dir, 'calidet')
+    common = ['default_hooks.logger.interval=50'] + list(args.cfg_options)
+
+    def opts(iters, decay, interval):
+        return [
+            f'train_cfg.max_iters={iters}', f'train_cfg.val_begin={iters + 1}',
+            f'param_scheduler.0.end={iters}',
+            f'param_scheduler.0.milestones=[{decay}]',
+            f'default_hooks.checkpoint.interval={interval}'
+        ]
+
+    interval = sched['dino'] - sched['start'] if sched['init'] == \
+        'same-budget' else sched['dino']
+    dino_opts = opts(sched['dino'], sched['decay'], interval) + [
+        'default_hooks.checkpoint.max_keep_ckpts=-1'
+    ] + common
+    cali_opts = opts(sched['calidet'], sched['calidet_decay'],
+                     sched['calidet'])
+    if sched['init'] == 'scratch':
+        # the DINO's lr for every part, side by side with the DINO
+        cali_opts += [
+            'load_from=None', 'optim_wrapper.optimizer.lr=2e-4',
+            'optim_wrapper.paramwise_cfg.custom_keys.califormer.lr_mult=1.0'
+        ]
+        threads = max(1, (os.cpu_count() or 2) // 2)
+        dino = Training(dino_config, dino_dir, sched['dino'], dino_opts,
+                        args.retrain, args.data, threads)
+        cali = Training(calidet_config, cali_dir, sched['calidet'],
+                        cali_opts + common + list(args.calidet_options),
+                        args.retrain, args.data, threads)
+        secs = dict(dino=dino.wait(), calidet=cali.wait())
+    elif sched['init'] == 'cached':
+        secs = dict(
+            dino=Training(dino_config, dino_dir, sched['dino'], dino_opts,
+                          args.retrain, args.data).wait())
+        start = osp.join(dino_dir, f'iter_{sched["dino"]}.pth')
+        cali_opts += [
+            f'load_from={start}',
+            f'train_dataloader.dataset.source.checkpoint={start}',
+            f'train_dataloader.dataset.source.config={dino_config}',
+            'train_dataloader.dataset.cache_dir='
+            f'{osp.join(dino_dir, "decoder_cache_train")}',
+            f'default_hooks.logger.interval={max(1, sched["calidet"] // 10)}'
+        ]
+        secs['calidet'] = Training(
+            cached_config, cali_dir, sched['calidet'],
+            cali_opts + list(args.cfg_options) + list(args.calidet_options),
+            args.retrain or secs['dino'] > 0, args.data).wait()
+    else:
+        start = osp.join(dino_dir, f'iter_{sched["start"]}.pth')
+        cali_opts.append(f'load_from={start}')
+        secs = dict(
+            dino=Training(dino_config, dino_dir, sched['dino'], dino_opts,
+                          args.retrain, args.data).wait())
+        # a retrained DINO invalidates the CaliDINO fine-tuned from it
+        secs['calidet'] = Training(
+            calidet_config, cali_dir, sched['calidet'],
+            cali_opts + common + list(args.calidet_options), args.retrain
+            or secs['dino'] > 0, args.data).wait()
+    return dict(
+        dino_dir=dino_dir,
+        calidet_dir=cali_dir,
+        dino_config=dino_config,
+        calidet_config=cached_config
+        if sched['init'] == 'cached' else calidet_config,
+        dino_ckpt=osp.join(dino_dir, f'iter_{sched["dino"]}.pth'),
+        calidet_ckpt=osp.join(cali_dir, f'iter_{sched["calidet"]}.pth'),
+        seconds=secs)

@@ -1,0 +1,110 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""The command-line options shared by the evaluation tools
+(``eval_priors.py``, ``eval_subsets.py``, ``self_calibrate.py``): parsed
+here, passed to :class:`mmcalidet.evaluation.EvalSetup` as plain
+arguments. Imported by the sibling scripts (also from the copy of
+``tools`` that ``setup.py`` installs under ``mmcalidet/.mim``)."""
+import argparse
+import os
+
+import torch
+from mmengine.config import DictAction
+
+from mmcalidet.evaluation.baselines import CORRECTIONS
+
+
+def add_model_args(parser: argparse.ArgumentParser,
+                   baselines: bool = True) -> None:
+    """The options shared by the evaluation tools."""
+    parser.add_argument(
+        '--baseline-config',
+        help='config of a plain detector (e.g. DINO) to compare with')
+    parser.add_argument(
+        '--baseline-checkpoint', help='checkpoint of the plain detector')
+    if baselines:
+        parser.add_argument(
+            '--posthoc',
+            nargs='*',
+            choices=CORRECTIONS,
+            default=None,
+            help='post-hoc prior corrections of the plain detector (default '
+            'both when a baseline is given)')
+        parser.add_argument(
+            '--cooc-beta',
+            type=float,
+            default=1.0,
+            help='strength of the co-occurrence rescoring')
+    parser.add_argument(
+        '--train-prior',
+        help='E_t (prior file or shipped name); default the config\'s '
+        '`prior`, else the checkpoint\'s deployment prior')
+    parser.add_argument(
+        '--max-images',
+        type=int,
+        help='evaluate only the first N images of the test set')
+    parser.add_argument(
+        '--batch-size',
+        type=int,
+        help='evaluation batch size (the E_b batches); default the '
+        'config\'s test_dataloader.batch_size')
+    parser.add_argument(
+        '--rescore-batch-size',
+        type=int,
+        default=64,
+        help='images per re-scoring step')
+    parser.add_argument(
+        '--cache-dir',
+        help='spill the decoder cache to this folder instead of memory')
+    parser.add_argument(
+        '--cache-dtype',
+        choices=['float32', 'float16'],
+        default='float32',
+        help='cache storage (float16: half the memory, approximate)')
+    parser.add_argument(
+        '--eval-workers',
+        type=int,
+        default=0,
+        help='COCO evaluations in parallel processes (eval_priors.py)')
+    parser.add_argument(
+        '--device',
+        default='cuda' if torch.cuda.is_available() else 'cpu',
+        help='device (default cuda when available)')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        metavar='KEY=VALUE',
+        help='override entries of both configs')
+    parser.add_argument(
+        '--out-dir', default='work_dirs/eval', help='where to write results')
+    parser.add_argument(
+        '--no-progress', action='store_true', help='no progress bars')
+
+
+def eval_setup(args: argparse.Namespace, **kwargs):
+    """The :class:`~mmcalidet.evaluation.EvalSetup` of the parsed options
+    (``kwargs``: ``baselines``, ``need_calibratable``)."""
+    from mmcalidet.evaluation import EvalSetup
+    return EvalSetup(
+        args.config,
+        args.checkpoint,
+        baseline_config=args.baseline_config,
+        baseline_checkpoint=args.baseline_checkpoint,
+        posthoc=getattr(args, 'posthoc', None),
+        cooc_beta=getattr(args, 'cooc_beta', 1.0),
+        train_prior=args.train_prior,
+        max_images=args.max_images,
+        batch_size=args.batch_size,
+        rescore_batch_size=args.rescore_batch_size,
+        cache_dir=args.cache_dir,
+        cache_dtype=args.cache_dtype,
+        device=args.device,
+        cfg_options=args.cfg_options,
+        progress=not args.no_progress,
+        **kwargs)
+
+
+def ensure_out_dir(path: str) -> str:
+    """Create the output folder."""
+    os.makedirs(path, exist_ok=True)
+    return path
