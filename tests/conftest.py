@@ -1,8 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 import os
 import os.path as osp
-import subprocess
-import sys
 
 import pytest
 
@@ -24,17 +22,12 @@ def datasets_dir() -> str:
     return path
 
 
-def run_script(script: str, *args: str, cwd: str = ROOT,
-               timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run a tool under the project's Python, capturing its output."""
-    return subprocess.run([sys.executable, osp.join(ROOT, script), *args],
-                          cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
-
-
 @pytest.fixture
 def run_tool():
-    return run_script
+    """:func:`mmcalidet.testing.run_tool`: a project script under this
+    Python with the shared data folder, its output captured."""
+    from mmcalidet.testing import run_tool as run
+    return run
 
 
 @pytest.fixture(autouse=True)

@@ -2,6 +2,8 @@
 import json
 import os
 import os.path as osp
+import subprocess
+import sys
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -19,6 +21,38 @@ def data_root() -> str:
     return os.environ.get(
         'MMCALIDET_DATA',
         osp.normpath(osp.join(PROJECT_ROOT, '..', 'shared', 'datasets')))
+
+
+def run_tool(script: str,
+             *args: str,
+             threads: Optional[int] = None,
+             timeout: int = 600,
+             cwd: str = PROJECT_ROOT) -> subprocess.CompletedProcess:
+    """Run a project script (``tools/...``, ``benchmarks/...``) under this
+    Python with the shared data folder, capturing its output.
+
+    Args:
+        script (str): path relative to the project root (or absolute).
+        *args (str): its command-line arguments.
+        threads (int, optional): ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS``
+            for the run (e.g. 1: the same arithmetic on every machine).
+        timeout (int): seconds before the run is killed.
+        cwd (str): its working folder (default: the project root).
+
+    Returns:
+        subprocess.CompletedProcess: with ``returncode``, ``stdout`` and
+        ``stderr`` (text).
+    """
+    env = dict(os.environ, MMCALIDET_DATA=data_root())
+    if threads is not None:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    return subprocess.run([sys.executable,
+                           osp.join(PROJECT_ROOT, script), *args],
+                          cwd=cwd,
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          timeout=timeout)
 
 
 def get_config(name: str, prior: Optional[str] = None) -> Config:

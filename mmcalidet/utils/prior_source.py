@@ -5,7 +5,6 @@ import os.path as osp
 import re
 from typing import List, Optional, Sequence
 
-import numpy as np
 
 #: a bare name such as ``'coco2017_train'`` (no folder, no extension)
 _SHIPPED_NAME = re.compile(r'[A-Za-z0-9_\-]+')

@@ -2,15 +2,12 @@
 """tools/analysis_tools/calibrator_curve.py on the tiny coco-mini models:
 one training with snapshots, each evaluated on the DINO's cache."""
 import json
-import os
 import os.path as osp
 import runpy
-import subprocess
-import sys
 
 from mmengine.runner import save_checkpoint
 
-from mmcalidet.testing import PROJECT_ROOT, build_detector, data_root
+from mmcalidet.testing import PROJECT_ROOT, build_detector, run_tool
 
 TOOL = 'tools/analysis_tools/calibrator_curve.py'
 CACHED = 'configs/calidet/calidet_dino_tiny_coco-mini_cached.py'
@@ -18,15 +15,7 @@ DINO = 'configs/calidet/dino_tiny_coco-mini.py'
 
 
 def run(args):
-    proc = subprocess.run([sys.executable, TOOL] + args,
-                          cwd=PROJECT_ROOT,
-                          env=dict(
-                              os.environ,
-                              MMCALIDET_DATA=data_root(),
-                              OMP_NUM_THREADS='1'),
-                          capture_output=True,
-                          text=True,
-                          timeout=600)
+    proc = run_tool(TOOL, *args, threads=1)
     return proc.returncode, proc.stdout + proc.stderr
 
 

@@ -2,30 +2,17 @@
 """benchmarks/device_check.py runs on any machine: without CUDA it says so,
 skips the CUDA parts and checks the CPU ones."""
 import json
-import os
-import subprocess
-import sys
 
 import torch
 
-from mmcalidet.testing import PROJECT_ROOT, data_root
+from mmcalidet.testing import run_tool
 
 
 def test_device_check_runs_small(tmp_path):
     out = tmp_path / 'check.json'
-    proc = subprocess.run([
-        sys.executable, 'benchmarks/device_check.py', '--size', '64',
-        '--train-steps', '1', '--iters', '2', '--out',
-        str(out)
-    ],
-                          cwd=PROJECT_ROOT,
-                          env=dict(
-                              os.environ,
-                              MMCALIDET_DATA=data_root(),
-                              OMP_NUM_THREADS='1'),
-                          capture_output=True,
-                          text=True,
-                          timeout=600)
+    proc = run_tool('benchmarks/device_check.py', '--size', '64',
+                    '--train-steps', '1', '--iters', '2', '--out', str(out),
+                    threads=1)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     checks = result['checks']

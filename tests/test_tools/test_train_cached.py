@@ -5,15 +5,13 @@ checkpoint is a normal CaliDINO checkpoint."""
 import os
 import os.path as osp
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 from mmengine.runner import save_checkpoint
 
 from mmcalidet.apis import inference_detector, init_detector
-from mmcalidet.testing import PROJECT_ROOT, build_detector, data_root
+from mmcalidet.testing import build_detector, data_root, run_tool
 
 CACHED = 'configs/calidet/calidet_dino_tiny_coco-mini_cached.py'
 CALI = 'configs/calidet/calidet_dino_tiny_coco-mini.py'
@@ -26,27 +24,18 @@ def calibrated(tmp_path_factory):
     dino = build_detector('calidet/dino_tiny_coco-mini.py', seed=0)
     dino_file = str(work_dir / 'dino.pth')
     save_checkpoint(dict(state_dict=dino.state_dict()), dino_file)
-    proc = subprocess.run(
-        [
-            sys.executable, 'tools/train.py', CACHED, '--work-dir',
-            str(work_dir), '--cfg-options', f'load_from={dino_file}',
-            f'train_dataloader.dataset.source.checkpoint={dino_file}',
-            f'train_dataloader.dataset.cache_dir={work_dir}/cache',
-            'train_dataloader.dataset.source.indices=[0,1,2,3,4,5]',
-            'train_dataloader.dataset.source.progress=False',
-            f'train_cfg.max_iters={ITERS}', 'train_cfg.val_interval=1000',
-            'train_cfg.val_begin=1000',
-            f'default_hooks.checkpoint.interval={ITERS}',
-            'default_hooks.logger.interval=1', 'randomness.seed=0'
-        ],
-        cwd=PROJECT_ROOT,
-        env=dict(
-            os.environ,
-            MMCALIDET_DATA=data_root(),
-            OMP_NUM_THREADS='1'),
-        capture_output=True,
-        text=True,
-        timeout=600)
+    proc = run_tool(
+        'tools/train.py', CACHED, '--work-dir', str(work_dir),
+        '--cfg-options', f'load_from={dino_file}',
+        f'train_dataloader.dataset.source.checkpoint={dino_file}',
+        f'train_dataloader.dataset.cache_dir={work_dir}/cache',
+        'train_dataloader.dataset.source.indices=[0,1,2,3,4,5]',
+        'train_dataloader.dataset.source.progress=False',
+        f'train_cfg.max_iters={ITERS}', 'train_cfg.val_interval=1000',
+        'train_cfg.val_begin=1000',
+        f'default_hooks.checkpoint.interval={ITERS}',
+        'default_hooks.logger.interval=1', 'randomness.seed=0',
+        threads=1)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-5000:]
     return str(work_dir), dino_file, output

@@ -27,7 +27,7 @@ import os.path as osp
 import subprocess
 import sys
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, Sequence
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, ROOT)
