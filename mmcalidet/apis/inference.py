@@ -21,8 +21,7 @@ from mmdet.structures import DetDataSample, SampleList
 from mmdet.utils import get_test_pipeline_cfg
 from mmengine.config import Config
 
-from ..utils.checkpoint import check_checkpoint_file, name_checkpoint
-from ..utils.checkpoint_compat import CheckpointError
+from ..utils.checkpoint import build_with_checked_checkpoint
 
 ImagesType = Union[str, np.ndarray, Sequence[str], Sequence[np.ndarray]]
 #: one prior: a prior file, a shipped name, a dict or a K x K matrix
@@ -173,22 +172,9 @@ def init_detector(config: Union[str, Path, Config],
             device=device,
             cfg_options=cfg_options)
 
-    try:
-        model = build(checkpoint)
-    except CheckpointError as exc:
-        raise name_checkpoint(exc, checkpoint) from exc
-    except ValueError:
-        # a checkpoint that does not fit can fail before it is checked,
-        # e.g. when its dataset_meta (other classes) reaches the model's
-        # priors: then what is wrong with the checkpoint is the error
-        if checkpoint is None:
-            raise
-        check_checkpoint_file(build(None), checkpoint)
-        raise
+    model = build_with_checked_checkpoint(build, checkpoint)
     if checkpoint is None:
         model.init_weights()
-    else:
-        check_checkpoint_file(model, checkpoint)
     if prior is not None:
         if not is_calibratable(model):
             raise ValueError('prior needs a calibratable detector (CaliDet), '

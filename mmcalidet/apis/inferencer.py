@@ -9,9 +9,9 @@ import numpy as np
 from mmdet.apis import DetInferencer
 from mmdet.apis.det_inferencer import InputsType
 from mmdet.structures import DetDataSample
+from torch import nn
 
-from ..utils.checkpoint import check_checkpoint_file, name_checkpoint
-from ..utils.checkpoint_compat import CheckpointError
+from ..utils.checkpoint import build_with_checked_checkpoint
 from .inference import is_calibratable, per_image_priors, resolve_call_priors
 
 
@@ -141,22 +141,12 @@ class CaliDetInferencer(DetInferencer):
         prior or cannot be read is a :class:`CheckpointError` naming the
         file (mmdet only logs the tensors that do not fit)."""
         pristine = copy.deepcopy(cfg)  # mmdet's builder edits it
-        try:
-            model = super()._init_model(cfg, weights, device)
-        except CheckpointError as exc:
-            raise name_checkpoint(exc, weights) from exc
-        except ValueError:
-            # a checkpoint that does not fit can fail before it is checked
-            # (its dataset_meta reaching the model's priors): then what is
-            # wrong with the checkpoint is the error
-            if weights is None:
-                raise
-            check_checkpoint_file(
-                super()._init_model(pristine, None, device), weights)
-            raise
-        if weights is not None:
-            check_checkpoint_file(model, weights)
-        return model
+
+        def build(checkpoint: Optional[str]) -> nn.Module:
+            return super(CaliDetInferencer, self)._init_model(
+                copy.deepcopy(pristine), checkpoint, device)
+
+        return build_with_checked_checkpoint(build, weights)
 
     def _check_calibratable(self) -> None:
         if not is_calibratable(self.model):

@@ -18,7 +18,7 @@ import inspect
 import os
 import os.path as osp
 import pickle
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -207,3 +207,42 @@ def check_checkpoint_file(model: torch.nn.Module, filename: str) -> None:
             allow_missing=False)
     except CheckpointError as exc:
         raise name_checkpoint(exc, filename) from exc
+
+
+def build_with_checked_checkpoint(
+        build: Callable[[Optional[str]], torch.nn.Module],
+        checkpoint: Optional[str]) -> torch.nn.Module:
+    """``build(checkpoint)`` (a model loader such as mmdet's
+    ``init_detector``), then the checks of ``tools/test.py``.
+
+    A checkpoint that does not fit the model (another class count, a plain
+    detector's in a CaliDet model, missing tensors), has an invalid prior
+    or cannot be read is an error naming the file; mmdet's loaders only
+    log the tensors that do not fit. A checkpoint that makes ``build`` fail
+    before it can be checked (e.g. its ``dataset_meta`` of other classes
+    reaching the model's named priors) is checked against a model built
+    without it, so what is wrong with the checkpoint is the error.
+
+    Args:
+        build (Callable): builds the model, loading the checkpoint it is
+            given (``None``: none).
+        checkpoint (str, optional): the checkpoint file.
+
+    Returns:
+        torch.nn.Module: the model ``build(checkpoint)`` returned.
+
+    Raises:
+        CheckpointError: naming the checkpoint file and the problem.
+    """
+    try:
+        model = build(checkpoint)
+    except CheckpointError as exc:
+        raise name_checkpoint(exc, checkpoint) from exc
+    except ValueError:
+        if checkpoint is None:
+            raise
+        check_checkpoint_file(build(None), checkpoint)
+        raise
+    if checkpoint is not None:
+        check_checkpoint_file(model, checkpoint)
+    return model
