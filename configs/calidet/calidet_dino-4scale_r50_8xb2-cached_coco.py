@@ -21,24 +21,21 @@
 # in float16: 20,000 images take 56 GB of disk (read through memory maps);
 # all of train2017 would take 330 GB. More images cost disk, not time per
 # update.
-_base_ = './calidet_dino-4scale_r50_8xb2-6e_coco.py'
+_base_ = ['./calidet_dino-4scale_r50_8xb2-6e_coco.py', '../_base_/calibrator.py']
 
-model = dict(data_preprocessor=dict(type='DecoderCachePreprocessor'))
+model = dict(data_preprocessor=_base_.calibrator_preprocessor)
 
 train_dataloader = dict(
-    _delete_=True,
+    _base_.calibrator_dataloader,
     batch_size=2,  # per GPU, as the paper's mini-batches (E_b over 2)
     num_workers=2,
     persistent_workers=True,
-    sampler=dict(type='DefaultSampler', shuffle=True),
     dataset=dict(
         type='DecoderCacheDataset', cache_dir='data/coco/decoder_cache_train'))
 
 # the CaliFormer alone, at the paper's CaliFormer lr (1e-4)
 optim_wrapper = dict(
-    constructor='CalibratorOptimWrapperConstructor',
-    optimizer=dict(lr=1e-4, fused=True),
-    paramwise_cfg=dict(_delete_=True))
+    _base_.calibrator_optim_wrapper, optimizer=dict(lr=1e-4, fused=True))
 
 # 100k updates of 8 GPUs x 2 (a cached step is a small fraction of a full
 # one; the fine-tune makes 6 x 7,330 = 44k updates), lr x0.1 at 5/6
@@ -61,5 +58,4 @@ default_hooks = dict(
     checkpoint=dict(by_epoch=False, interval=10000, max_keep_ckpts=2),
     logger=dict(interval=500))
 log_processor = dict(by_epoch=False)
-model_wrapper_cfg = dict(
-    type='MMDistributedDataParallel', find_unused_parameters=True)
+model_wrapper_cfg = _base_.calibrator_model_wrapper_cfg

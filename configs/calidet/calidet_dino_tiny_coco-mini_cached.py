@@ -5,19 +5,16 @@
 #   python tools/train.py configs/calidet/calidet_dino_tiny_coco-mini_cached.py \
 #       --cfg-options load_from=DINO.pth \
 #       train_dataloader.dataset.source.checkpoint=DINO.pth
-_base_ = './calidet_dino_tiny_coco-mini.py'
+_base_ = ['./calidet_dino_tiny_coco-mini.py', '../_base_/calibrator.py']
 
 dino_checkpoint = 'work_dirs/dino_tiny_coco-mini/iter_400.pth'
 load_from = dino_checkpoint
 
-model = dict(data_preprocessor=dict(type='DecoderCachePreprocessor'))
+model = dict(data_preprocessor=_base_.calibrator_preprocessor)
 
 train_dataloader = dict(
-    _delete_=True,
+    _base_.calibrator_dataloader,
     batch_size=2,
-    num_workers=0,
-    persistent_workers=False,
-    sampler=dict(type='DefaultSampler', shuffle=True),
     dataset=dict(
         type='DecoderCacheDataset',
         cache_dir='work_dirs/dino_tiny_coco-mini/decoder_cache_train',
@@ -25,10 +22,7 @@ train_dataloader = dict(
             config='configs/calidet/dino_tiny_coco-mini.py',
             checkpoint=dino_checkpoint,
             passes=2)))
-# the CaliFormer alone (see the context-shift calibrator config)
+# the CaliFormer alone, at the tiny schedule's lr (../_base_/calibrator.py)
 optim_wrapper = dict(
-    constructor='CalibratorOptimWrapperConstructor',
-    optimizer=dict(fused=True),
-    paramwise_cfg=dict(_delete_=True))
-model_wrapper_cfg = dict(
-    type='MMDistributedDataParallel', find_unused_parameters=True)
+    _base_.calibrator_optim_wrapper, optimizer=dict(fused=True))
+model_wrapper_cfg = _base_.calibrator_model_wrapper_cfg

@@ -15,20 +15,16 @@
 # A cached step costs a few ms where a full CaliDINO step costs about 0.5 s
 # on 2 CPU cores (benchmarks/bench_cached_calibrator.py), so the CaliFormer
 # gets 10-100x the updates of the 1,000-iteration fine-tune.
-_base_ = './calidet_dino_tiny_context-shift.py'
+_base_ = ['./calidet_dino_tiny_context-shift.py', '../_base_/calibrator.py']
 
 dino_config = 'configs/context_shift/dino_tiny_context-shift.py'
 dino_checkpoint = 'work_dirs/context_shift/dino/iter_3000.pth'
 load_from = dino_checkpoint
 
-model = dict(data_preprocessor=dict(type='DecoderCachePreprocessor'))
+model = dict(data_preprocessor=_base_.calibrator_preprocessor)
 
 train_dataloader = dict(
-    _delete_=True,
-    batch_size=4,
-    num_workers=0,
-    persistent_workers=False,
-    sampler=dict(type='DefaultSampler', shuffle=True),
+    _base_.calibrator_dataloader,
     dataset=dict(
         type='DecoderCacheDataset',
         # made on first use (one pass of the DINO over the 2,000 train
@@ -37,32 +33,12 @@ train_dataloader = dict(
         source=dict(
             config=dino_config, checkpoint=dino_checkpoint, passes=1)))
 
-# 10,000 CaliFormer updates (10x the fine-tune's), lr x0.1 at 5/6; the
-# CaliFormer learns at 2e-4 (base lr 2e-5 x10, as in the fine-tune)
-max_iters = 10000
-train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
-param_scheduler = [
-    dict(
-        type='MultiStepLR',
-        begin=0,
-        end=max_iters,
-        by_epoch=False,
-        milestones=[8333],
-        gamma=0.1)
-]
-default_hooks = dict(
-    logger=dict(interval=500),
-    checkpoint=dict(interval=max_iters, max_keep_ckpts=1))
-# only the CaliFormer gets gradients: the rest of the model is unused by
-# the loss (multi-process training must not wait for its gradients)
-model_wrapper_cfg = dict(
-    type='MMDistributedDataParallel', find_unused_parameters=True)
-# the optimizer holds the CaliFormer only (the frozen trunk would cost
-# hundreds of empty parameter groups per step) and updates its tensors with
-# torch's fused AdamW (CPU too: 1.9 ms per step for the 1.6M parameters of
-# the 3-layer CaliFormer, against 6.5 ms one tensor at a time); it learns at
-# 2e-4, the fine-tune's CaliFormer lr
-optim_wrapper = dict(
-    constructor='CalibratorOptimWrapperConstructor',
-    optimizer=dict(lr=2e-4, fused=True),
-    paramwise_cfg=dict(_delete_=True))
+# the calibrator schedule, optimizer and wrapper of ../_base_/calibrator.py:
+# 10,000 CaliFormer updates at 2e-4 (the fine-tune's CaliFormer lr), x0.1
+# at 5/6, fused AdamW over the CaliFormer only
+max_iters = _base_.calibrator_max_iters
+train_cfg = _base_.calibrator_train_cfg
+param_scheduler = _base_.calibrator_param_scheduler
+default_hooks = _base_.calibrator_default_hooks
+model_wrapper_cfg = _base_.calibrator_model_wrapper_cfg
+optim_wrapper = _base_.calibrator_optim_wrapper
