@@ -151,14 +151,18 @@ def test_benchmark_same_budget_starts_from_an_earlier_checkpoint(
 def test_benchmark_retrains_when_the_settings_changed(bench, tmp_path):
     root, _, _ = bench
     work = tmp_path / 'work'
+    # the fixture's DINO (4 iterations on the same data) is reused
     args = [
         '--data',
         str(root / 'data'), '--work-dir',
-        str(work), '--dino-iters', '2', '--finetune-iters', '1',
-        '--calidet-init', 'finetune', '--train-only', '--no-progress'
+        str(work), '--dino-work-dir',
+        str(root / 'work' / 'dino'), '--dino-iters', '4',
+        '--finetune-iters', '1', '--calidet-init', 'finetune',
+        '--train-only', '--no-progress'
     ]
     code, log = _run(args, timeout=300)
     assert code == 0, log[-3000:]
+    assert log.count('[train] reusing') == 1
     # another rho: the DINO is reused, the CaliDINO trained again
     code, log = _run(
         args + ['--calidet-options', 'model.bbox_head.rho=0.5'], timeout=300)
