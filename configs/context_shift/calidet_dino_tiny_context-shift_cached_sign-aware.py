@@ -29,11 +29,8 @@ max_iters = 3000
 train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
 param_scheduler = [
     dict(
-        type='MultiStepLR',
-        begin=0,
+        _base_.calibrator_param_scheduler[0],
         end=max_iters,
-        by_epoch=False,
-        milestones=[2500],
-        gamma=0.1)
+        milestones=[2500])
 ]
 default_hooks = dict(checkpoint=dict(interval=max_iters))
