@@ -35,7 +35,8 @@ train_dataloader = dict(
 
 # the CaliFormer alone, at the paper's CaliFormer lr (1e-4)
 optim_wrapper = dict(
-    _base_.calibrator_optim_wrapper, optimizer=dict(lr=1e-4, fused=True))
+    _base_.calibrator_optim_wrapper,
+    optimizer=dict(_base_.calibrator_optim_wrapper.optimizer, lr=1e-4))
 
 # 100k updates of 8 GPUs x 2 (a cached step is a small fraction of a full
 # one; the fine-tune makes 6 x 7,330 = 44k updates), lr x0.1 at 5/6
@@ -47,12 +48,9 @@ train_cfg = dict(
     val_interval=max_iters)
 param_scheduler = [
     dict(
-        type='MultiStepLR',
-        begin=0,
+        _base_.calibrator_param_scheduler[0],
         end=max_iters,
-        by_epoch=False,
-        milestones=[83333],
-        gamma=0.1)
+        milestones=[83333])
 ]
 default_hooks = dict(
     checkpoint=dict(by_epoch=False, interval=10000, max_keep_ckpts=2),

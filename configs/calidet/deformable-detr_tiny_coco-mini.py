@@ -47,7 +47,7 @@ test_evaluator = val_evaluator
 
 # schedule: 400 iterations, atomic checkpoints, per-iteration seeds
 # (../_base_/schedules/tiny.py); the optimizer stays the detector's
-train_cfg = dict(_base_.tiny_train_cfg, _delete_=True)
+train_cfg = _base_.tiny_train_cfg
 param_scheduler = _base_.tiny_param_scheduler
 default_hooks = _base_.tiny_default_hooks
 custom_hooks = _base_.tiny_custom_hooks

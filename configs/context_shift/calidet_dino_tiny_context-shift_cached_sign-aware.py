@@ -15,15 +15,14 @@
 #       --work-dir work_dirs/context_shift/calidet_sign-aware
 _base_ = './calidet_dino_tiny_context-shift_cached.py'
 
+edge_sampler = dict(
+    _base_.edge_sampler,
+    mode_probs=dict(sample=1.0, batch=1.0, dataset=1.0, flat=1.0, flip=1.0))
+loss_loma = dict(_base_.loss_loma, loss_weight=5.0)
 model = dict(
     # a list is replaced, not merged: the whole sampler
-    data_preprocessor=dict(batch_augments=[
-        dict(
-            _base_.edge_sampler,
-            mode_probs=dict(
-                sample=1.0, batch=1.0, dataset=1.0, flat=1.0, flip=1.0))
-    ]),
-    bbox_head=dict(loss_loma=dict(loss_weight=5.0)))
+    data_preprocessor=dict(batch_augments=[edge_sampler]),
+    bbox_head=dict(loss_loma=loss_loma))
 
 max_iters = 3000
 train_cfg = dict(max_iters=max_iters, val_interval=max_iters)

@@ -1,7 +1,8 @@
 # CaliDINO twin of dino_tiny_context-shift_many-class.py: the recipe of
 # calidet_dino_tiny_context-shift.py on the many-class variant (40 classes,
 # 2-4 per image; docs/user_guides/context_shift.md). Only the classes, the
-# data folder (and with it E_t) and the EdgeSampler's K differ.
+# data folder (and with it E_t) and the head's K (the EdgeSampler takes it)
+# differ.
 #   python tools/train.py \
 #       configs/context_shift/dino_tiny_context-shift_many-class.py \
 #       --work-dir work_dirs/context_shift_many-class/dino

@@ -10,7 +10,7 @@
 # (whose schedule keys it would otherwise duplicate): a config that lists it
 # assigns them,
 #
-#   train_cfg = dict(_base_.tiny_train_cfg, _delete_=True)
+#   train_cfg = _base_.tiny_train_cfg
 #   param_scheduler = _base_.tiny_param_scheduler
 #   default_hooks = _base_.tiny_default_hooks
 #   custom_hooks = _base_.tiny_custom_hooks
@@ -21,7 +21,10 @@
 # it.
 max_iters = 400
 tiny_train_cfg = dict(
-    type='IterBasedTrainLoop', max_iters=max_iters, val_interval=200)
+    _delete_=True,
+    type='IterBasedTrainLoop',
+    max_iters=max_iters,
+    val_interval=200)
 tiny_param_scheduler = [
     dict(
         type='MultiStepLR',
