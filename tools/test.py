@@ -25,7 +25,9 @@ from mmengine.runner import Runner
 
 import mmcalidet  # noqa: F401  (registers the modules and checkpoint types)
 import mmcalidet.engine.checkpoint_hooks  # noqa: F401  (registers hooks)
-from mmcalidet.utils.checkpoint import load_checkpoint_file, name_checkpoint
+from mmcalidet.apis import is_calibratable
+from mmcalidet.utils.checkpoint import (check_checkpoint_readable,
+                                       name_checkpoint)
 from mmcalidet.utils.checkpoint_compat import CheckpointError
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.utils.cpu_dist import init_cpu_distributed
@@ -70,9 +72,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse_args(argv)
     if '://' not in args.checkpoint:
-        # an unreadable local checkpoint fails here, in one line, before
-        # the datasets and the model are built
-        load_checkpoint_file(args.checkpoint, map_location='cpu')
+        # a missing, empty or non-regular local checkpoint fails here, in
+        # one line, before the datasets and the model are built (the
+        # runner's load reports a corrupt one)
+        check_checkpoint_readable(args.checkpoint)
     cfg = Config.fromfile(args.config)
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
@@ -119,7 +122,7 @@ def main(argv=None) -> None:
         if args.prior is not None:
             runner.load_or_resume()  # the checkpoint's prior, then the new
             model = getattr(runner.model, 'module', runner.model)
-            if not hasattr(model, 'set_prior'):
+            if not is_calibratable(model):
                 raise SystemExit(
                     f'tools/test.py: error: --prior needs a calibratable '
                     f'detector, got {type(model).__name__}')

@@ -100,6 +100,27 @@ def _one_line(exc: BaseException) -> str:
     return f'{type(exc).__name__}: {text}' if text else type(exc).__name__
 
 
+def check_checkpoint_readable(filename: str) -> str:
+    """Refuse a missing, empty or non-regular (FIFO, device) checkpoint
+    file without reading it.
+
+    Args:
+        filename (str): the checkpoint file (``~`` is expanded).
+
+    Returns:
+        str: the expanded file name.
+
+    Raises:
+        CheckpointReadError: naming the file and the problem.
+    """
+    filename = osp.expanduser(os.fspath(filename))
+    try:
+        check_readable_file(filename, max_bytes=1 << 62, what='checkpoint')
+    except ValueError as exc:
+        raise CheckpointReadError(str(exc)) from exc
+    return filename
+
+
 def load_checkpoint_file(filename: str,
                          map_location: Optional[Any] = None) -> Any:
     """``torch.load`` a local checkpoint, with errors that name the file.
@@ -122,11 +143,7 @@ def load_checkpoint_file(filename: str,
     Raises:
         CheckpointReadError: naming the file and the problem.
     """
-    filename = osp.expanduser(os.fspath(filename))
-    try:
-        check_readable_file(filename, max_bytes=1 << 62, what='checkpoint')
-    except ValueError as exc:
-        raise CheckpointReadError(str(exc)) from exc
+    filename = check_checkpoint_readable(filename)
     try:
         return torch.load(filename, map_location=map_location)
     except (MemoryError, KeyboardInterrupt):
