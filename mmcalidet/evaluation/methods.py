@@ -141,8 +141,6 @@ class EvalSetup:
         device (str): the device.
         cfg_options (dict, optional): overrides of both configs.
         progress (bool): show progress bars.
-        baselines (bool): add the post-hoc corrections of plain detectors.
-        need_calibratable (bool): the main detector must be a CaliDet.
 
     Attributes:
         methods (list[Method]): the rows of the tables.
@@ -169,9 +167,7 @@ class EvalSetup:
                  cache_dtype: str = 'float32',
                  device: str = 'cpu',
                  cfg_options: Optional[Dict] = None,
-                 progress: bool = True,
-                 baselines: bool = True,
-                 need_calibratable: bool = False) -> None:
+                 progress: bool = True) -> None:
         if bool(baseline_config) != bool(baseline_checkpoint):
             raise ValueError('pass both --baseline-config and '
                              '--baseline-checkpoint')
@@ -193,9 +189,6 @@ class EvalSetup:
                     train_prior, model, cfg, self.classes)
                 self.evaluator: CocoEvaluator = coco_evaluator_from_cfg(
                     cfg, self.classes)
-                if need_calibratable and not is_calibratable(model):
-                    raise ValueError(f'{type(model).__name__} is not a '
-                                     'CaliDet detector (it takes no prior)')
             elif shares_trunk(self.model, model):
                 # a calibrator trained on the baseline's cached outputs:
                 # the same decoder outputs, one cache
@@ -214,7 +207,7 @@ class EvalSetup:
             cache_bytes_per_image=self.cache.bytes_per_image,
             cache_dtype=cache_dtype,
             device=str(device))
-        self._add(self.model, self.cache, baselines)
+        self._add(self.model, self.cache)
         if baseline_config:
             bmodel, bcache = build(baseline_config, baseline_checkpoint,
                                    'baseline')
@@ -222,17 +215,17 @@ class EvalSetup:
             if bcache.img_ids() != self.cache.img_ids():
                 raise ValueError('the baseline config evaluates other images '
                                  '(or another order) than the main config')
-            self._add(bmodel, bcache, baselines)
+            self._add(bmodel, bcache)
             self.info.update(
                 baseline_config=baseline_config,
                 baseline_checkpoint=baseline_checkpoint)
 
-    def _add(self, model, cache, baselines: bool) -> None:
+    def _add(self, model, cache) -> None:
         name = type(model).__name__
         batch = self.rescore_batch_size
         self.methods.append(
             Method(name, Rescorer(model, cache, batch_size=batch)))
-        if is_calibratable(model) or not baselines:
+        if is_calibratable(model):
             return
         for corr in (CORRECTIONS if self.posthoc is None else self.posthoc):
             freq = None

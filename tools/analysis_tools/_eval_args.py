@@ -13,27 +13,25 @@ from mmengine.config import DictAction
 from mmcalidet.evaluation.baselines import CORRECTIONS
 
 
-def add_model_args(parser: argparse.ArgumentParser,
-                   baselines: bool = True) -> None:
+def add_model_args(parser: argparse.ArgumentParser) -> None:
     """The options shared by the evaluation tools."""
     parser.add_argument(
         '--baseline-config',
         help='config of a plain detector (e.g. DINO) to compare with')
     parser.add_argument(
         '--baseline-checkpoint', help='checkpoint of the plain detector')
-    if baselines:
-        parser.add_argument(
-            '--posthoc',
-            nargs='*',
-            choices=CORRECTIONS,
-            default=None,
-            help='post-hoc prior corrections of the plain detector (default '
-            'both when a baseline is given)')
-        parser.add_argument(
-            '--cooc-beta',
-            type=float,
-            default=1.0,
-            help='strength of the co-occurrence rescoring')
+    parser.add_argument(
+        '--posthoc',
+        nargs='*',
+        choices=CORRECTIONS,
+        default=None,
+        help='post-hoc prior corrections of the plain detector (default '
+        'both when a baseline is given)')
+    parser.add_argument(
+        '--cooc-beta',
+        type=float,
+        default=1.0,
+        help='strength of the co-occurrence rescoring')
     parser.add_argument(
         '--train-prior',
         help='E_t (prior file or shipped name); default the config\'s '
@@ -81,17 +79,17 @@ def add_model_args(parser: argparse.ArgumentParser,
         '--no-progress', action='store_true', help='no progress bars')
 
 
-def eval_setup(args: argparse.Namespace, **kwargs):
-    """The :class:`~mmcalidet.evaluation.EvalSetup` of the parsed options
-    (``kwargs``: ``baselines``, ``need_calibratable``)."""
+def eval_setup(args: argparse.Namespace):
+    """The :class:`~mmcalidet.evaluation.EvalSetup` of the parsed
+    options."""
     from mmcalidet.evaluation import EvalSetup
     return EvalSetup(
         args.config,
         args.checkpoint,
         baseline_config=args.baseline_config,
         baseline_checkpoint=args.baseline_checkpoint,
-        posthoc=getattr(args, 'posthoc', None),
-        cooc_beta=getattr(args, 'cooc_beta', 1.0),
+        posthoc=args.posthoc,
+        cooc_beta=args.cooc_beta,
         train_prior=args.train_prior,
         max_images=args.max_images,
         batch_size=args.batch_size,
@@ -100,8 +98,7 @@ def eval_setup(args: argparse.Namespace, **kwargs):
         cache_dtype=args.cache_dtype,
         device=args.device,
         cfg_options=args.cfg_options,
-        progress=not args.no_progress,
-        **kwargs)
+        progress=not args.no_progress)
 
 
 def ensure_out_dir(path: str) -> str:
