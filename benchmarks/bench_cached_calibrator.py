@@ -61,9 +61,7 @@ def build(cfg, full_cfg):
     rng = np.random.default_rng(0)
     prior = rng.uniform(size=(k, k))
     np.fill_diagonal(prior, 1.0)
-    cfg.model.prior = prior
-    for aug in cfg.model.data_preprocessor.get('batch_augments') or []:
-        aug.prior = prior
+    cfg.model.prior = prior  # the EdgeSampler's E_t too
     torch.manual_seed(0)
     model = MODELS.build(cfg.model)
     model.init_weights()

@@ -140,11 +140,10 @@ class CaliDetInferencer(DetInferencer):
         detector's in a CaliDet model, missing tensors), has an invalid
         prior or cannot be read is a :class:`CheckpointError` naming the
         file (mmdet only logs the tensors that do not fit)."""
-        pristine = copy.deepcopy(cfg)  # mmdet's builder edits it
-
         def build(checkpoint: Optional[str]) -> nn.Module:
+            # a copy each time: mmdet's builder edits the config
             return super(CaliDetInferencer, self)._init_model(
-                copy.deepcopy(pristine), checkpoint, device)
+                copy.deepcopy(cfg), checkpoint, device)
 
         return build_with_checked_checkpoint(build, weights)
 

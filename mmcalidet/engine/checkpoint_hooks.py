@@ -283,11 +283,6 @@ class AtomicCheckpointHook(CheckpointHook):
         with self._removals_after_saving():
             super().after_val_epoch(runner, metrics)
 
-    def after_train(self, runner) -> None:
-        """mmengine's, with its removals after the save (see the class)."""
-        with self._removals_after_saving():
-            super().after_train(runner)
-
 
 def iteration_seed(seed: int, iteration: int, stream: int = 0) -> int:
     """A 32-bit seed mixed from a run seed and an iteration (numpy's

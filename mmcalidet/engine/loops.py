@@ -25,8 +25,8 @@ from mmengine.dist import get_world_size
 from mmengine.model import is_model_wrapper
 from mmengine.runner import TestLoop
 
-from ..evaluation import (METRICS, CocoEvaluator, Rescorer, build_priors,
-                          cache_evaluator, cache_hidden_states,
+from ..evaluation import (METRICS, SUBSET_SIZES, CocoEvaluator, Rescorer,
+                          build_priors, cache_evaluator, cache_hidden_states,
                           calibration_subsets, check_expected_order,
                           evaluate_subsets, format_order_verdict,
                           markdown_table, self_calibrate_partitions)
@@ -226,7 +226,7 @@ class SubsetEvalTestLoop(CachedTestLoop):
                  runner,
                  dataloader,
                  evaluator,
-                 sizes: Sequence[int] = (8, 16, 32, 64, 128, 256),
+                 sizes: Sequence[int] = SUBSET_SIZES,
                  seed: int = 0,
                  **kwargs) -> None:
         super().__init__(runner, dataloader, evaluator, **kwargs)

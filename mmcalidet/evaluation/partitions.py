@@ -118,7 +118,7 @@ def partition_priors(label_lists: Sequence[np.ndarray],
 def _read_image_list(path: str) -> List[str]:
     """Image names from a JSON object / list (e.g.
     ``val2017_image_sizes.json``) or a text file, one per line."""
-    from ..utils.file_io import check_readable_file, load_json
+    from ..utils.file_io import load_json
     if path.endswith('.json'):
         data = load_json(path, 'image list')
         if isinstance(data, dict):

@@ -69,11 +69,7 @@ def get_config(name: str, prior: Optional[str] = None) -> Config:
     os.environ.setdefault('MMCALIDET_DATA', data_root())
     cfg = Config.fromfile(osp.join(PROJECT_ROOT, 'configs', name))
     if prior is not None and 'prior' in cfg.model:
-        cfg.model.prior = prior
-        for aug in cfg.model.data_preprocessor.get('batch_augments') or []:
-            # a sampler without its own E_t takes the detector's
-            if aug.get('type') == 'EdgeSampler' and aug.get('prior'):
-                aug.prior = prior
+        cfg.model.prior = prior  # the EdgeSampler takes the detector's
     return cfg
 
 

@@ -27,7 +27,7 @@ from mmcalidet.evaluation import (METRICS, SUBSET_SIZES, cache_evaluator,
                                   evaluate_subsets, markdown_table,
                                   read_evaluation_labels, subset_epsilon,
                                   write_report)
-from mmcalidet.evaluation.report import fmt_value
+from mmcalidet.evaluation.report import fmt_value, metric_columns
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.visualization import plot_subset_results
 
@@ -151,8 +151,7 @@ def main(argv=None) -> int:
                        for m in METRICS}))
     columns = [('size', 'size', ''), ('num_subsets', 'subsets', ''),
                ('method', 'method', ''), ('prior', 'prior', ''),
-               ('epsilon', 'epsilon', '.3f')] + [(m, m, 'pct')
-                                                 for m in METRICS]
+               ('epsilon', 'epsilon', '.3f')] + metric_columns()
     table = markdown_table(display, columns)
     skipped = [s for s in args.sizes if s > len(setup.cache)]
     how = (f'{len(setup.cache)} images of the test set in dataset order. ' +
