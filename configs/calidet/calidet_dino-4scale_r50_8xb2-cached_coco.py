@@ -21,7 +21,9 @@
 # in float16: 20,000 images take 56 GB of disk (read through memory maps);
 # all of train2017 would take 330 GB. More images cost disk, not time per
 # update.
-_base_ = ['./calidet_dino-4scale_r50_8xb2-6e_coco.py', '../_base_/calibrator.py']
+_base_ = [
+    './calidet_dino-4scale_r50_8xb2-6e_coco.py', '../_base_/calibrator.py'
+]
 
 model = dict(data_preprocessor=_base_.calibrator_preprocessor)
 

@@ -44,9 +44,8 @@ import numpy as np
 import torch
 from mmdet.registry import HOOKS
 from mmengine.dist import is_main_process
-from mmengine.fileio import LocalBackend, register_backend
+from mmengine.fileio import BaseStorageBackend, LocalBackend, register_backend
 from mmengine.fileio.backends.registry_utils import backends
-from mmengine.fileio import BaseStorageBackend
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.model import is_model_wrapper
 
@@ -132,6 +131,11 @@ class _DeferredRemovals:
         return getattr(self.backend, name)
 
 
+def _is_remote(out_dir: Optional[str]) -> bool:
+    """Whether a checkpoint folder is a URI (``s3://...``), not a path."""
+    return out_dir is not None and '://' in str(out_dir)
+
+
 @HOOKS.register_module()
 class AtomicCheckpointHook(CheckpointHook):
     """``CheckpointHook`` that never leaves a truncated or missing latest
@@ -169,7 +173,7 @@ class AtomicCheckpointHook(CheckpointHook):
                  file_client_args: Optional[dict] = None,
                  **kwargs) -> None:
         if backend_args is None and file_client_args is None and \
-                (out_dir is None or '://' not in str(out_dir)):
+                not _is_remote(out_dir):
             backend_args = dict(backend=ATOMIC_BACKEND)
         super().__init__(
             *args,
@@ -178,13 +182,17 @@ class AtomicCheckpointHook(CheckpointHook):
             file_client_args=file_client_args,
             **kwargs)
 
+    def _checkpoint_pattern(self) -> str:
+        """A glob pattern of this hook's checkpoint file names."""
+        return glob.escape(self.filename_tmpl).replace('{}', '*')
+
     def _local_out_dir(self, runner) -> Optional[str]:
         """The folder checkpoints go to, as ``before_train`` will set it
         (the work dir, or ``out_dir/<work dir's name>``); ``None`` for a
         remote ``out_dir``."""
         if self.out_dir is None:
             return runner.work_dir
-        if '://' in str(self.out_dir):
+        if _is_remote(self.out_dir):
             return None
         return osp.join(
             str(self.out_dir), osp.basename(runner.work_dir.rstrip(osp.sep)))
@@ -206,7 +214,7 @@ class AtomicCheckpointHook(CheckpointHook):
             named = f.read().strip()
         if named and osp.exists(named):
             return
-        pattern = glob.escape(self.filename_tmpl).replace('{}', '*')
+        pattern = self._checkpoint_pattern()
         prefix, _, suffix = self.filename_tmpl.partition('{}')
         steps = []
         for path in glob.glob(osp.join(glob.escape(out_dir), pattern)):
@@ -234,15 +242,14 @@ class AtomicCheckpointHook(CheckpointHook):
         Args:
             runner (Runner): the runner.
         """
-        super().before_train(runner)
-        if not isinstance(self.file_backend, _DeferredRemovals):
-            self.file_backend = _DeferredRemovals(self.file_backend)
+        super().before_train(runner)  # a new file backend each time
+        self.file_backend = _DeferredRemovals(self.file_backend)
         if not is_main_process() or \
                 not isinstance(self.file_backend.backend, AtomicLocalBackend):
             return
         # atomic_write names its temporary files
         # <name>.incomplete-<random>.tmp (before: .<name>.<random>.tmp)
-        name = glob.escape(self.filename_tmpl).replace('{}', '*')
+        name = self._checkpoint_pattern()
         out_dir = glob.escape(self.out_dir)
         for path in sorted(
                 glob.glob(osp.join(out_dir, f'{incomplete_prefix(name)}*'
