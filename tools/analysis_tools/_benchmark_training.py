@@ -99,7 +99,6 @@ class Training:
         self.last = osp.join(work_dir, f'iter_{max_iters}.pth')
         self.proc = None
         self.start = time.perf_counter()
-        self.seconds = 0.0
         if osp.isfile(self.last) and not retrain:
             dumped = trained_config(work_dir, config)
             if dumped == config:
@@ -126,10 +125,6 @@ class Training:
                        MKL_NUM_THREADS=str(threads))
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
 
-    @property
-    def reused(self) -> bool:
-        return self.proc is None
-
     def wait(self) -> float:
         """Wait for the run; returns its wall-clock seconds (0: reused)."""
         if self.proc is None:
@@ -141,8 +136,7 @@ class Training:
         if not osp.isfile(self.last):
             raise RuntimeError(f'training {self.config} wrote no '
                                f'{self.last}')
-        self.seconds = time.perf_counter() - self.start
-        return self.seconds
+        return time.perf_counter() - self.start
 
 
 def trained_config(work_dir: str, config: str) -> str:

@@ -93,14 +93,19 @@ def main(argv=None) -> int:
     cached = time.perf_counter()
     evaluate = cache_evaluator(setup.evaluator)
     curves, rows, summary, final = {}, [], [], None
+    # every method shares the main model's images (EvalSetup checks it)
+    splits = {
+        size: calibration_subsets(
+            len(setup.cache), size, args.num_images, args.seed)
+        for size in args.sizes
+    }
     for method in methods:
         for size in args.sizes:
             for thr in args.score_thrs:
                 out = self_calibrate_partitions(
                     method.rescorer.model,
                     method.cache,
-                    calibration_subsets(
-                        len(method.cache), size, args.num_images, args.seed),
+                    splits[size],
                     evaluate=evaluate,
                     progress=not args.no_progress,
                     eta=args.eta,
