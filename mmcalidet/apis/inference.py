@@ -21,6 +21,7 @@ from mmdet.structures import DetDataSample, SampleList
 from mmdet.utils import get_test_pipeline_cfg
 from mmengine.config import Config
 
+from ..models.detectors import defer_class_matching
 from ..utils.checkpoint import build_with_checked_checkpoint
 
 ImagesType = Union[str, np.ndarray, Sequence[str], Sequence[np.ndarray]]
@@ -124,6 +125,26 @@ def resolve_call_priors(model: nn.Module, prior: Any,
     return priors
 
 
+def config_classes(cfg: Config) -> Optional[List[str]]:
+    """The class names a config's datasets state (``metainfo.classes`` of
+    the test, val or train dataset, the first that has them), or ``None``.
+
+    Args:
+        cfg (Config): a detector config.
+
+    Returns:
+        list[str] | None: the class names.
+    """
+    for split in ('test', 'val', 'train'):
+        dataset = (cfg.get(f'{split}_dataloader') or {}).get('dataset')
+        while isinstance(dataset, dict):
+            classes = (dataset.get('metainfo') or {}).get('classes')
+            if classes:
+                return list(classes)
+            dataset = dataset.get('dataset')  # wrappers (RepeatDataset)
+    return None
+
+
 def init_detector(config: Union[str, Path, Config],
                   checkpoint: Optional[str] = None,
                   palette: str = 'none',
@@ -165,12 +186,21 @@ def init_detector(config: Union[str, Path, Config],
     """
     def build(ckpt):
         # a copy each time: mmdet's builder edits model configs
-        return mmdet_init_detector(
-            copy.deepcopy(config) if isinstance(config, Config) else config,
-            ckpt,
-            palette=palette,
-            device=device,
-            cfg_options=cfg_options)
+        cfg = copy.deepcopy(config) if isinstance(config, Config) else config
+        if ckpt is not None:
+            return mmdet_init_detector(
+                cfg, ckpt, palette=palette, device=device,
+                cfg_options=cfg_options)
+        # mmdet names COCO's classes when there is no checkpoint: take the
+        # config's dataset classes instead where it names them
+        with defer_class_matching():
+            model = mmdet_init_detector(
+                cfg, None, palette=palette, device=device,
+                cfg_options=cfg_options)
+        classes = config_classes(model.cfg)
+        model.dataset_meta = dict(model.dataset_meta, classes=classes) \
+            if classes else model.dataset_meta
+        return model
 
     model = build_with_checked_checkpoint(build, checkpoint)
     if checkpoint is None:

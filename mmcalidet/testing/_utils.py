@@ -184,7 +184,9 @@ def train_steps(model: torch.nn.Module,
 
 
 def build_detector(name: str, seed: int = 0, **model) -> torch.nn.Module:
-    """Build and initialise the detector of ``configs/<name>``.
+    """The detector of ``configs/<name>`` with seeded initial weights, on
+    the CPU, in training mode: :func:`mmcalidet.apis.init_detector` without
+    a checkpoint (``dataset_meta`` names the config's classes).
 
     Args:
         name (str): config path relative to ``configs/``.
@@ -194,13 +196,11 @@ def build_detector(name: str, seed: int = 0, **model) -> torch.nn.Module:
     Returns:
         nn.Module: the detector.
     """
-    from mmdet.registry import MODELS
+    from ..apis import init_detector
     cfg = get_config(name)
     cfg.model.update(model)
     torch.manual_seed(seed)
-    detector = MODELS.build(cfg.model)
-    detector.init_weights()
-    return detector
+    return init_detector(cfg, None, device='cpu').train()
 
 
 def set_known_scores(model: torch.nn.Module,

@@ -9,20 +9,16 @@ import torch
 from mmdet.apis import inference_detector as mmdet_inference_detector
 from mmdet.datasets import CocoDataset
 from mmdet.registry import MODELS
+from mmengine.config import Config
 
-from mmcalidet.apis import (inference_detector, init_detector,
+from mmcalidet.apis import (config_classes, inference_detector, init_detector,
                             per_image_priors, resolve_call_priors)
-from mmcalidet.priors import default_prior_path, load_prior, save_prior
-from mmcalidet.testing import get_config
+from mmcalidet.priors import (default_prior_path, load_prior, reorder_prior,
+                              save_prior)
+from mmcalidet.testing import get_config, random_prior
 
 K = 80
 CLASSES = list(CocoDataset.METAINFO['classes'])
-
-
-def random_prior(seed: int) -> np.ndarray:
-    prior = np.random.default_rng(seed).uniform(size=(K, K))
-    np.fill_diagonal(prior, 1.0)
-    return prior
 
 
 def assert_same(a, b):
@@ -263,3 +259,33 @@ def test_init_detector_without_a_checkpoint_initialises_the_weights(config):
     assert model.level_embed.numel() == 4 * 256
     assert 0.8 < float(model.level_embed.std()) < 1.2
     assert float(model.level_embed.abs().max()) < 6
+
+
+def test_init_detector_without_a_checkpoint_names_the_configs_classes():
+    # mmdet names COCO's 80 classes when there is no checkpoint; a 10-class
+    # CaliDet config with a named prior failed to build ("class 'person' is
+    # not in the prior file"). Now its dataset_meta names the config's
+    # classes and the prior (class names in another order) is reordered.
+    cfg = get_config('context_shift/calidet_dino_tiny_context-shift.py')
+    names = list(reversed(cfg.classes))
+    matrix = random_prior(3, 10)
+    cfg.model.prior = dict(classes=names, matrix=matrix.tolist())
+    model = init_detector(cfg, None, device='cpu')
+    assert model.dataset_meta['classes'] == list(cfg.classes)
+    assert config_classes(cfg) == list(cfg.classes)
+    np.testing.assert_allclose(
+        model.get_prior(),
+        reorder_prior(matrix, names, list(cfg.classes)),
+        atol=1e-6)
+    assert not np.allclose(model.get_prior(), matrix, atol=1e-3)
+
+
+def test_config_classes_reads_wrapped_datasets_and_may_find_none():
+    cfg = Config(
+        dict(
+            train_dataloader=dict(
+                dataset=dict(
+                    type='RepeatDataset',
+                    dataset=dict(metainfo=dict(classes=('a', 'b')))))))
+    assert config_classes(cfg) == ['a', 'b']
+    assert config_classes(Config(dict(test_dataloader=dict()))) is None

@@ -1,5 +1,7 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Prior plumbing shared by the CaliDet detectors."""
+import contextlib
+import contextvars
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -13,6 +15,24 @@ from ...utils.prior_source import (describe_prior_source, load_prior_source,
                                    training_dataset_classes)
 from ..data_preprocessors import EdgeSampler, is_cached_batch
 from ..non_finite import check_finite_losses
+
+# set inside defer_class_matching(): dataset_meta is stored, not matched
+_DEFER_CLASS_MATCHING = contextvars.ContextVar(
+    'mmcalidet_defer_class_matching', default=False)
+
+
+@contextlib.contextmanager
+def defer_class_matching():
+    """Within this block, setting a CaliDet detector's ``dataset_meta``
+    does not match its named priors to the classes (the first
+    ``dataset_meta`` set after the block does). For a builder that sets
+    placeholder classes, as mmdet's ``init_detector`` sets COCO's when no
+    checkpoint is given."""
+    token = _DEFER_CLASS_MATCHING.set(True)
+    try:
+        yield
+    finally:
+        _DEFER_CLASS_MATCHING.reset(token)
 
 
 class CalibratableDetectorMixin:
@@ -126,7 +146,7 @@ class CalibratableDetectorMixin:
     @dataset_meta.setter
     def dataset_meta(self, meta: dict) -> None:
         classes = meta.get('classes') if isinstance(meta, dict) else None
-        if classes:
+        if classes and not _DEFER_CLASS_MATCHING.get():
             self._match_prior_classes(list(classes))
         self.__dict__['_dataset_meta'] = meta
 
