@@ -37,6 +37,7 @@ from mmdet.utils import register_all_modules
 from mmengine.optim import build_optim_wrapper
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+from mmcalidet.evaluation.cache import run_decoder  # noqa: E402
 from mmcalidet.testing import demo_batch, get_config  # noqa: E402
 
 TARGET = 50.0
@@ -101,17 +102,14 @@ def main() -> None:
 
     # the cached outputs of this batch (eval mode, as the cache is made)
     model.eval()
-    data = model.data_preprocessor(copy.deepcopy(images), False)
     with torch.no_grad():
-        head_inputs = model.forward_transformer(
-            model.extract_feat(data['inputs']), data['data_samples'])
-        _, boxes = model.bbox_head(head_inputs['hidden_states'],
-                                   head_inputs['references'])
+        samples, hidden, (_, boxes) = run_decoder(model,
+                                                  copy.deepcopy(images))
     cached = dict(
         inputs=dict(
-            hidden_states=list(head_inputs['hidden_states'].transpose(0, 1)),
+            hidden_states=list(hidden.transpose(0, 1)),
             bbox_preds=list(boxes.transpose(0, 1))),
-        data_samples=data['data_samples'])
+        data_samples=samples)
     model.train()
 
     def step(batch, optim):

@@ -134,7 +134,7 @@ def build_decoder_cache(config: str,
     from tqdm import tqdm
 
     from ..apis.inference import init_detector
-    from ..evaluation.cache import _head_inputs
+    from ..evaluation.cache import run_decoder
     if passes < 1:
         raise ValueError(f'passes must be >= 1, got {passes}')
     if dtype not in ('float32', 'float16'):
@@ -161,7 +161,6 @@ def build_decoder_cache(config: str,
         gt_bboxes: List[np.ndarray] = []
         gt_labels: List[np.ndarray] = []
         metainfo: List[Dict] = []
-        head = model.bbox_head
         bar = tqdm(
             total=len(entries),
             desc='decoder cache (train)',
@@ -173,12 +172,8 @@ def build_decoder_cache(config: str,
                 items = [
                     dataset[i] for i in entries[start:start + batch_size]
                 ]
-                batch = model.data_preprocessor(pseudo_collate(items), False)
-                samples = batch['data_samples']
-                head_inputs = model.forward_transformer(
-                    model.extract_feat(batch['inputs']), samples)
-                _, boxes = head(**_head_inputs(head_inputs))
-                hidden = head_inputs['hidden_states']  # (L, B, Q, d)
+                samples, hidden, (_, boxes) = run_decoder(
+                    model, pseudo_collate(items))  # hidden: (L, B, Q, d)
                 if hidden_map is None:
                     num_layers, _, num_queries, dims = hidden.shape
                     hidden_map = np.lib.format.open_memmap(
@@ -232,7 +227,7 @@ def build_decoder_cache(config: str,
                     format=CACHE_FORMAT,
                     source=settings,
                     num_entries=len(entries),
-                    num_layers=int(head_inputs['hidden_states'].shape[0]),
+                    num_layers=int(hidden.shape[0]),
                     classes=list(classes) if classes else None),
                 f,
                 indent=1)

@@ -227,9 +227,31 @@ class HiddenStateCache:
         return [ds.metainfo.get('img_id') for ds in self.data_samples]
 
 
-def _head_inputs(head_inputs: dict) -> dict:
+def run_decoder(model: torch.nn.Module, batch: dict) -> tuple:
+    """Preprocess a batch (test mode) and run the backbone, the
+    transformer and the head: what the decoder caches hold.
+
+    Args:
+        model (nn.Module): a DETR-family detector whose
+            ``forward_transformer`` returns ``hidden_states`` and
+            ``references`` (DINO, Deformable DETR, their CaliDet versions).
+        batch (dict): ``dict(inputs=[...], data_samples=[...])`` as a data
+            loader yields it.
+
+    Returns:
+        tuple: the preprocessed data samples, the hidden states of every
+        decoder layer (L, B, Q, d) and the head's outputs (every layer's
+        class logits and normalised boxes).
+    """
+    data = model.data_preprocessor(batch, False)
+    samples = data['data_samples']
+    head_inputs = model.forward_transformer(
+        model.extract_feat(data['inputs']), samples)
     keys = ('hidden_states', 'references', 'cali_vectors')
-    return {k: head_inputs[k] for k in keys if k in head_inputs}
+    outs = model.bbox_head(
+        **{k: head_inputs[k]
+           for k in keys if k in head_inputs})
+    return samples, head_inputs['hidden_states'], outs
 
 
 def cache_hidden_states(model: torch.nn.Module,
@@ -275,13 +297,7 @@ def cache_hidden_states(model: torch.nn.Module,
         for batch_id, batch in enumerate(data):
             if before_batch is not None:
                 before_batch(batch_id, batch)
-            batch_inputs = model.data_preprocessor(batch, False)
-            inputs = batch_inputs['inputs']
-            samples = batch_inputs['data_samples']
-            head_inputs = model.forward_transformer(
-                model.extract_feat(inputs), samples)
-            outs = head(**_head_inputs(head_inputs))
-            hidden = head_inputs['hidden_states']
+            samples, hidden, outs = run_decoder(model, batch)
             cache.layer_index = hidden.shape[0] - 1
             cache.add(hidden[-1], outs[1][-1], samples, batch_id)
             if callback is not None:
