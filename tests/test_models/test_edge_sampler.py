@@ -92,6 +92,46 @@ def test_group_mode_gives_group_statistics():
             s.prior.numpy(), batch_prior(K, group), atol=1e-7)
 
 
+def test_subpopulation_mode_gives_the_statistics_of_a_part_of_the_memory():
+    # memory: 3 batches; class 0 in 12 images, class 1 in all, 2 in none
+    sampler = only('subpopulation', min_subpopulation=4, seed=0)
+    batches = [[[0, 1], [1], [0, 1, 3], [1, 4]] * 2 for _ in range(3)]
+    seen = []
+    for labels in batches:
+        samples = run(sampler, labels)
+        prior = samples[0].prior.numpy().astype(np.float64)
+        # one prior for the batch, LoMa keeps each sample's own E_x
+        for s, lab in zip(samples, labels):
+            np.testing.assert_allclose(s.prior.numpy(), prior)
+            np.testing.assert_allclose(s.sample_prior.numpy(),
+                                       sample_prior(K, lab))
+        seen.append(prior)
+    memory = [np.asarray(lab) for labels in batches for lab in labels]
+    assert len(sampler.memory) == len(memory)
+    # each draw (the memory then held 8, 16, 24 images) is E_b of the
+    # images that contain, or lack, a class with at least 4 images that
+    # way ("lack 1" has none: class 1 is in every image)
+    for prior, upto in zip(seen, (8, 16, 24)):
+        part = memory[:upto]
+        options = []
+        for c in range(K):
+            has = np.array([c in lab for lab in part])
+            for keep in (has, ~has):
+                if keep.sum() >= 4:
+                    options.append(
+                        batch_prior(K, [m for m, k in zip(part, keep) if k]))
+        assert any(np.allclose(prior, o, atol=1e-6) for o in options)
+        # not the statistics of the whole memory: a part of it
+        assert not np.allclose(prior, batch_prior(K, part), atol=1e-3)
+    # bounded memory
+    small = only('subpopulation', memory_size=5)
+    run(small, LABELS)
+    run(small, LABELS)
+    assert len(small.memory) == 5
+    with pytest.raises(ValueError, match='memory_size'):
+        only('subpopulation', memory_size=0)
+
+
 @pytest.mark.parametrize('mode', ['sample', 'batch', 'dataset'])
 def test_noise_clip_and_diagonal(mode):
     clean = priors_of(run(only(mode)))

@@ -12,6 +12,7 @@ A batch augment of the detector's data preprocessor::
 In a CaliDet detector, K and E_t come from one place: the sampler takes
 ``num_classes`` from the head and E_t from the detector's ``prior``.
 """
+import collections
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -36,6 +37,9 @@ MODES = {
     'flat': 'E_0, the flat prior',
     'flip': 'flip(E_x), each sample its own E_x with 0 and 1 swapped '
     '(a misleading prior, so the sign of E gets a training signal)',
+    'subpopulation': 'E over the recent training images (`memory_size`) '
+    'that contain, or lack, one random class: the statistics of a '
+    'deployment site that is a part of the training distribution',
 }
 
 
@@ -82,12 +86,19 @@ class EdgeSampler(nn.Module):
             (:meth:`set_classes`) when its ``dataset_meta`` is set.
         mode_probs (dict, optional): probability (any non-negative weights,
             normalised) of each mode among ``'sample'``, ``'batch'``,
-            ``'dataset'``, ``'group'``, ``'flat'`` and ``'flip'`` (not the
-            paper's: flip(E_x), a misleading prior). Defaults to
+            ``'dataset'``, ``'group'``, ``'flat'``, ``'flip'`` and
+            ``'subpopulation'`` (see :data:`MODES`; the last two are not
+            the paper's). Defaults to
             ``dict(sample=1, batch=1, dataset=1)``.
         noise_std (float): sigma of the Gaussian noise. Defaults to 0.16.
         group_size (int): group size of the ``'group'`` mode (the paper's
             E_b(4)). Defaults to 4.
+        memory_size (int): the ``'subpopulation'`` mode draws from the
+            label lists of this many recent training images (this rank's;
+            kept in memory only, refilled after a resume). Defaults to
+            2048.
+        min_subpopulation (int): the fewest images a subpopulation may
+            have; classes that give fewer are not drawn. Defaults to 16.
         seed (int, optional): seed of an own random generator; ``None``
             draws from numpy's global RNG (seeded by mmengine's
             ``randomness`` config).
@@ -106,7 +117,9 @@ class EdgeSampler(nn.Module):
                  noise_std: float = 0.16,
                  group_size: int = 4,
                  seed: Optional[int] = None,
-                 batch_scope: str = 'local') -> None:
+                 batch_scope: str = 'local',
+                 memory_size: int = 2048,
+                 min_subpopulation: int = 16) -> None:
         super().__init__()
         if batch_scope not in self.BATCH_SCOPES:
             raise ValueError(f'EdgeSampler: batch_scope must be one of '
@@ -118,8 +131,14 @@ class EdgeSampler(nn.Module):
             raise ValueError(f'noise_std must be >= 0, got {noise_std}')
         if group_size < 1:
             raise ValueError(f'group_size must be >= 1, got {group_size}')
+        if memory_size < 1 or min_subpopulation < 1:
+            raise ValueError('memory_size and min_subpopulation must be >= '
+                             f'1, got {memory_size}, {min_subpopulation}')
         self.noise_std = noise_std
         self.group_size = group_size
+        self.min_subpopulation = min_subpopulation
+        #: label lists of recent training images (``'subpopulation'``)
+        self.memory = collections.deque(maxlen=memory_size)
         #: E_t as given (``None``: the detector's, or none)
         self.prior_source = prior
         self.dataset_prior = None
@@ -288,10 +307,43 @@ class EdgeSampler(nn.Module):
             noise_seed = np.random.randint(2**32, dtype=np.int64)
         return self.modes[int(mode)], int(noise_seed)
 
+    def subpopulation(self, rng: np.random.Generator) -> List[np.ndarray]:
+        """The label lists of a random subpopulation of :attr:`memory`:
+        the images that contain one class, or (with probability 1/2) those
+        that lack it, the class drawn among those that give at least
+        ``min_subpopulation`` images (all of the memory if none does).
+
+        Args:
+            rng (np.random.Generator): the draw's generator.
+
+        Returns:
+            list[np.ndarray]: the chosen images' label lists.
+        """
+        memory = list(self.memory)
+        present = np.zeros((len(memory), self.num_classes), dtype=bool)
+        for i, labels in enumerate(memory):
+            present[i, labels] = True
+        contain = rng.random() < 0.5
+        for members in (present, ~present) if contain else (~present,
+                                                           present):
+            eligible = np.flatnonzero(
+                members.sum(0) >= self.min_subpopulation)
+            if len(eligible):
+                chosen = members[:, rng.choice(eligible)]
+                return [lab for lab, keep in zip(memory, chosen) if keep]
+        return memory
+
     def _distinct_priors(
-            self, mode: str,
-            label_lists: List[np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
+            self,
+            mode: str,
+            label_lists: List[np.ndarray],
+            seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
         """The noiseless priors of a mode and the index of each sample's.
+
+        Args:
+            mode (str): one of :data:`MODES`.
+            label_lists (list[np.ndarray]): class indices per image.
+            seed (int): seed of the mode's own draws (``'subpopulation'``).
 
         Returns:
             tuple[np.ndarray, np.ndarray]: (G, K, K) priors and (N,) indices
@@ -316,6 +368,10 @@ class EdgeSampler(nn.Module):
             return priors, index
         if mode == 'batch':
             prior = batch_prior(self.num_classes, label_lists)
+        elif mode == 'subpopulation':
+            prior = batch_prior(
+                self.num_classes,
+                self.subpopulation(np.random.default_rng([seed, 1])))
         elif mode == 'dataset':
             prior = self.dataset_prior
         else:
@@ -335,7 +391,7 @@ class EdgeSampler(nn.Module):
         Returns:
             np.ndarray: (N, K, K) float64.
         """
-        priors, index = self._distinct_priors(mode, label_lists)
+        priors, index = self._distinct_priors(mode, label_lists, noise_seed)
         if self.noise_std > 0:
             noise = np.random.default_rng(noise_seed).normal(
                 0.0, self.noise_std, size=priors.shape)
@@ -367,6 +423,7 @@ class EdgeSampler(nn.Module):
             ds.gt_instances.labels.detach().cpu().numpy().astype(np.int64)
             for ds in data_samples
         ]
+        self.memory.extend(labels)
         mode, noise_seed = self._draw()
         label_lists, offset = labels, 0
         if self.batch_scope == 'global' and get_world_size() > 1:
