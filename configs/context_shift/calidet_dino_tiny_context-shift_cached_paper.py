@@ -7,10 +7,11 @@
 # each class 8x the paper's and costs 11-25 AP at E_t, docs/results.md).
 # 10,000 CaliFormer updates, lr x0.1 at 5/6 (the cached default's
 # schedule). Measured on three data seeds in docs/results.md ("The paper's
-# recipe at its per-class LoMa weight"): the largest E0 -> E_x gain of the
-# recipes there (+14 to +17 AP), but E0 collapses to about flip(E_x) and
-# site priors on the crossed site lose about 6 AP, so it is not the
-# default.
+# recipe at its per-class LoMa weight" and the full-length section): on
+# the 900-iteration DINOs the largest E0 -> E_x gain of the recipes there
+# (+14 to +17 AP), but E0 falls to about flip(E_x) and the crossed site's
+# prior loses about 6 AP; on the 3,000-iteration DINO the paper's whole
+# order holds, 2.5 AP under the DINO at E_t. Not the default.
 #
 #   python tools/train.py \
 #       configs/context_shift/calidet_dino_tiny_context-shift_cached_paper.py \
