@@ -44,6 +44,8 @@ from mmengine.dist import barrier, get_rank
 from mmengine.structures import InstanceData
 from torch.utils.data import Dataset
 
+from ..utils.progress import progress_bar
+
 #: bumped when the folder layout changes (older caches are rebuilt)
 CACHE_FORMAT = 1
 #: metainfo keys kept per entry (what the DETR losses and matching read)
@@ -131,7 +133,6 @@ def build_decoder_cache(config: str,
         str: ``cache_dir``.
     """
     from mmengine.dataset import pseudo_collate
-    from tqdm import tqdm
 
     from ..apis.inference import init_detector
     from ..evaluation.cache import run_decoder
@@ -161,12 +162,12 @@ def build_decoder_cache(config: str,
         gt_bboxes: List[np.ndarray] = []
         gt_labels: List[np.ndarray] = []
         metainfo: List[Dict] = []
-        bar = tqdm(
-            total=len(entries),
+        bar = progress_bar(
             desc='decoder cache (train)',
+            enabled=progress,
+            total=len(entries),
             unit='img',
-            disable=not progress,
-            dynamic_ncols=True)
+            leave=True)
         with torch.no_grad(), bar:
             for start in range(0, len(entries), batch_size):
                 items = [

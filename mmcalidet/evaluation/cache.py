@@ -24,19 +24,10 @@ import torch
 from mmdet.structures import DetDataSample
 from torch import Tensor
 
+from ..utils.progress import progress_bar
+
 #: images per spilled ``.npy`` chunk
 SPILL_CHUNK_IMAGES = 64
-
-
-def _progress(total: Optional[int], desc: str, enabled: bool):
-    from tqdm import tqdm
-    return tqdm(
-        total=total,
-        desc=desc,
-        unit='img',
-        disable=not enabled,
-        leave=False,
-        dynamic_ncols=True)
 
 
 def strip_data_sample(data_sample: DetDataSample) -> DetDataSample:
@@ -292,7 +283,8 @@ def cache_hidden_states(model: torch.nn.Module,
     if dataset is not None:
         total = len(dataset)
     head = model.bbox_head
-    with _progress(total, 'decoder cache', progress) as bar, \
+    with progress_bar(desc='decoder cache', enabled=progress, total=total,
+                      unit='img') as bar, \
             torch.no_grad():
         for batch_id, batch in enumerate(data):
             if before_batch is not None:

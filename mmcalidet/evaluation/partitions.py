@@ -26,6 +26,7 @@ import numpy as np
 
 from ..priors import batch_prior, prior_mae
 from ..utils.file_io import check_readable_file
+from ..utils.progress import progress_bar
 from .coco import METRICS
 from .sweep import Method
 
@@ -72,9 +73,8 @@ def subset_epsilon(label_lists: Sequence[np.ndarray],
         list[dict]: per size ``size``, ``num_subsets``, ``epsilon`` (``nan``
         without a subset) and ``epsilon_std`` over subsets.
     """
-    from tqdm import tqdm
     rows = []
-    for size in tqdm(sizes, desc='epsilon', disable=not progress, leave=False):
+    for size in progress_bar(sizes, desc='epsilon', enabled=progress):
         maes = [
             prior_mae(p, train_prior) for p in partition_priors(
                 label_lists, split_subsets(len(label_lists), size, seed),
@@ -288,16 +288,10 @@ def evaluate_subsets(methods: Sequence[Method],
         averaged over subsets (``nan`` subsets, e.g. no small object, are
         left out) and, for E_b, ``gain_<metric>``.
     """
-    from tqdm import tqdm
     if not methods:
         return []
     rows, base = [], {}
-    for size in tqdm(
-            sizes,
-            desc='subsets',
-            disable=not progress,
-            leave=False,
-            dynamic_ncols=True):
+    for size in progress_bar(sizes, desc='subsets', enabled=progress):
         subsets = split_subsets(len(methods[0].cache), size, seed)
         if not subsets:  # the size exceeds the number of images
             continue

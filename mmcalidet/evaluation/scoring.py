@@ -17,7 +17,8 @@ from mmengine.structures import InstanceData
 from torch import Tensor
 
 from ..apis.inference import is_calibratable
-from .cache import HiddenStateCache, _progress, with_predictions
+from ..utils.progress import progress_bar
+from .cache import HiddenStateCache, with_predictions
 
 #: a prior argument: ``None`` (the model's deployment prior), a K x K
 #: matrix shared by all images, an (N, K, K) stack aligned with the images
@@ -147,8 +148,9 @@ class Rescorer:
                 shared = self._check(tensor, None)
         head = self.model.bbox_head
         results: List[InstanceData] = []
-        with torch.no_grad(), _progress(len(indices), 'scoring',
-                                        progress) as bar:
+        with torch.no_grad(), progress_bar(
+                desc='scoring', enabled=progress, total=len(indices),
+                unit='img') as bar:
             cali = None
             if self.calibratable and shared is not None:
                 cali = head.get_cali_vectors(shared)

@@ -19,6 +19,7 @@ import numpy as np
 from mmengine.structures import InstanceData
 
 from ..priors import batch_prior, validate_prior
+from ..utils.progress import progress_bar
 
 #: default score threshold for "class predicted" (see
 #: docs/user_guides/self_calibrate.md for how it was chosen)
@@ -177,17 +178,13 @@ def self_calibrate(model,
                              'deployment prior')
         init_prior = model.get_prior()
     prior = validate_prior(init_prior, num_classes=k)
-    from tqdm import tqdm
     history: List[Dict] = []
     step_mae = step_max = 0.0
     converged = False
     preds: List[InstanceData] = []
-    with tqdm(
-            total=iters + 1,
-            desc='self-calibration',
-            disable=not progress,
-            leave=False,
-            dynamic_ncols=True) as bar:
+    with progress_bar(
+            desc='self-calibration', enabled=progress,
+            total=iters + 1) as bar:
         for it in range(iters + 1):
             preds = rescorer.predict(prior, indices)
             stats, z = prediction_statistics(preds, k, score_thr)
@@ -267,14 +264,9 @@ def self_calibrate_partitions(model,
         (:class:`SelfCalibrationResult` per partition) and ``mean`` (the
         averaged history, :func:`mean_history`).
     """
-    from tqdm import tqdm
     results = []
-    for idx in tqdm(
-            partitions,
-            desc='self-calibration runs',
-            disable=not progress,
-            leave=False,
-            dynamic_ncols=True):
+    for idx in progress_bar(
+            partitions, desc='self-calibration runs', enabled=progress):
         ev = None
         if evaluate is not None:
             ev = (lambda preds, idx=idx: evaluate(cache, preds, idx))

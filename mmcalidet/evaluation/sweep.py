@@ -17,6 +17,7 @@ import numpy as np
 from ..priors import (batch_prior, flat_prior, flip_prior, load_prior,
                       sample_prior)
 from ..utils.prior_source import load_prior_source
+from ..utils.progress import progress_bar
 from .cache import HiddenStateCache
 from .scoring import PriorArg, Rescorer
 
@@ -215,18 +216,12 @@ def evaluate_priors(methods: Sequence[Method],
         (label), ``key``, ``oracle``, the metrics and ``seconds`` (of the
         re-scoring, plus the evaluation when not in workers).
     """
-    from tqdm import tqdm
     jobs = []
     for method in methods:
         for spec in (priors if method.takes_prior else [None]):
             jobs.append((method, spec))
     rows, pending = [], []
-    for method, spec in tqdm(
-            jobs,
-            desc='priors',
-            disable=not progress,
-            leave=False,
-            dynamic_ncols=True):
+    for method, spec in progress_bar(jobs, desc='priors', enabled=progress):
         start = time.perf_counter()
         preds = method.rescorer.predict(None if spec is None else spec.prior)
         metrics = {}
