@@ -197,9 +197,10 @@ def init_detector(config: Union[str, Path, Config],
             model = mmdet_init_detector(
                 cfg, None, palette=palette, device=device,
                 cfg_options=cfg_options)
-        classes = config_classes(model.cfg)
-        model.dataset_meta = dict(model.dataset_meta, classes=classes) \
-            if classes else model.dataset_meta
+        meta = dict(model.dataset_meta)
+        meta['classes'] = config_classes(model.cfg) or meta['classes']
+        # set after the block: a CaliDet matches its named priors to these
+        model.dataset_meta = meta
         return model
 
     model = build_with_checked_checkpoint(build, checkpoint)
