@@ -128,6 +128,10 @@ def test_subpopulation_mode_gives_the_statistics_of_a_part_of_the_memory():
     run(small, LABELS)
     run(small, LABELS)
     assert len(small.memory) == 5
+    # the other modes keep no memory
+    batch_only = only('batch')
+    run(batch_only, LABELS)
+    assert len(batch_only.memory) == 0
     with pytest.raises(ValueError, match='memory_size'):
         only('subpopulation', memory_size=0)
 

@@ -137,7 +137,8 @@ class EdgeSampler(nn.Module):
         self.noise_std = noise_std
         self.group_size = group_size
         self.min_subpopulation = min_subpopulation
-        #: label lists of recent training images (``'subpopulation'``)
+        #: label lists of recent training images (kept only when the
+        #: ``'subpopulation'`` mode has a probability)
         self.memory = collections.deque(maxlen=memory_size)
         #: E_t as given (``None``: the detector's, or none)
         self.prior_source = prior
@@ -423,7 +424,8 @@ class EdgeSampler(nn.Module):
             ds.gt_instances.labels.detach().cpu().numpy().astype(np.int64)
             for ds in data_samples
         ]
-        self.memory.extend(labels)
+        if 'subpopulation' in self.modes:
+            self.memory.extend(labels)
         mode, noise_seed = self._draw()
         label_lists, offset = labels, 0
         if self.batch_scope == 'global' and get_world_size() > 1:
