@@ -104,6 +104,8 @@ def test_gradients_reach_the_calibrator_only(train_cls):
 @pytest.mark.parametrize('name', [
     'calidet/calidet_dino_tiny_coco-mini_cached.py',
     'calidet/calidet_dino-4scale_r50_8xb2-cached_coco.py',
+    'calidet/calidet_deformable-detr_tiny_coco-mini_cached.py',
+    'calidet/calidet_deformable-detr_r50_8xb2-cached_coco.py',
     'context_shift/calidet_dino_tiny_context-shift_cached.py',
 ])
 def test_calibrator_configs(name):
@@ -111,7 +113,7 @@ def test_calibrator_configs(name):
     cache and keeps its parent's model, so its checkpoints are the
     parent's."""
     cfg = get_config(name)
-    assert cfg.model.type == 'CaliDINO'
+    assert cfg.model.type in ('CaliDINO', 'CaliDeformableDETR')
     assert cfg.model.data_preprocessor.type == 'DecoderCachePreprocessor'
     sampler, = cfg.model.data_preprocessor.batch_augments
     assert sampler.type == 'EdgeSampler' and sampler.noise_std == 0.16
@@ -124,3 +126,5 @@ def test_calibrator_configs(name):
     parent = get_config(name.replace('_cached', '').replace(
         '-cached_coco', '-6e_coco'))
     assert cfg.model.bbox_head == parent.model.bbox_head
+    assert cfg.model.type == parent.model.type
+    assert sampler == parent.model.data_preprocessor.batch_augments[0]

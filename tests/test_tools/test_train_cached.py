@@ -1,7 +1,8 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""tools/train.py with a calibrator config (cached decoder outputs): the
-cache is made from the DINO checkpoint, only the CaliFormer learns, and the
-checkpoint is a normal CaliDINO checkpoint."""
+"""tools/train.py with a calibrator config (cached decoder outputs), for
+DINO and Deformable DETR: the cache is made from the baseline's checkpoint,
+only the CaliFormer learns, and the checkpoint is a normal checkpoint of the
+CaliDet detector."""
 import os
 import os.path as osp
 import re
@@ -13,19 +14,30 @@ from mmengine.runner import save_checkpoint
 from mmcalidet.apis import inference_detector, init_detector
 from mmcalidet.testing import build_detector, data_root, run_tool
 
-CACHED = 'configs/calidet/calidet_dino_tiny_coco-mini_cached.py'
-CALI = 'configs/calidet/calidet_dino_tiny_coco-mini.py'
 ITERS = 4
+# (calibrator config, baseline config, CaliDet config), under configs/
+DETECTORS = {
+    'dino': ('calidet/calidet_dino_tiny_coco-mini_cached.py',
+             'calidet/dino_tiny_coco-mini.py',
+             'calidet/calidet_dino_tiny_coco-mini.py'),
+    'deformable-detr': (
+        'calidet/calidet_deformable-detr_tiny_coco-mini_cached.py',
+        'calidet/deformable-detr_tiny_coco-mini.py',
+        'calidet/calidet_deformable-detr_tiny_coco-mini.py'),
+}
 
 
-@pytest.fixture(scope='module')
-def calibrated(tmp_path_factory):
+@pytest.fixture(scope='module', params=sorted(DETECTORS))
+def calibrated(request, tmp_path_factory):
+    """(work dir, baseline checkpoint, train.py's output, CaliDet config)
+    of a 4-update calibrator training on a random baseline's cache."""
+    cached, baseline, cali = DETECTORS[request.param]
     work_dir = tmp_path_factory.mktemp('cached')
-    dino = build_detector('calidet/dino_tiny_coco-mini.py', seed=0)
+    dino = build_detector(baseline, seed=0)
     dino_file = str(work_dir / 'dino.pth')
     save_checkpoint(dict(state_dict=dino.state_dict()), dino_file)
     proc = run_tool(
-        'tools/train.py', CACHED, '--work-dir', str(work_dir),
+        'tools/train.py', 'configs/' + cached, '--work-dir', str(work_dir),
         '--cfg-options', f'load_from={dino_file}',
         f'train_dataloader.dataset.source.checkpoint={dino_file}',
         f'train_dataloader.dataset.cache_dir={work_dir}/cache',
@@ -38,11 +50,11 @@ def calibrated(tmp_path_factory):
         threads=1)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-5000:]
-    return str(work_dir), dino_file, output
+    return str(work_dir), dino_file, output, 'configs/' + cali
 
 
 def test_cached_training_logs_the_calibrated_losses(calibrated):
-    work_dir, _, output = calibrated
+    work_dir, _, output, _ = calibrated
     assert osp.isfile(osp.join(work_dir, 'cache', 'hidden.npy'))
     steps = re.findall(r'Iter\(train\) \[\s*(\d+)/', output)
     assert steps[-1] == str(ITERS)
@@ -52,7 +64,7 @@ def test_cached_training_logs_the_calibrated_losses(calibrated):
 
 
 def test_only_the_califormer_changed(calibrated):
-    work_dir, dino_file, _ = calibrated
+    work_dir, dino_file, _, _ = calibrated
     ckpt = torch.load(
         osp.join(work_dir, f'iter_{ITERS}.pth'), weights_only=False)
     dino = torch.load(dino_file, weights_only=False)['state_dict']
@@ -66,10 +78,10 @@ def test_only_the_califormer_changed(calibrated):
     assert all(int(s['step']) == ITERS for s in opt_state.values())
 
 
-def test_checkpoint_loads_as_a_normal_calidino(calibrated):
-    work_dir, _, _ = calibrated
+def test_checkpoint_loads_as_a_normal_calidet_detector(calibrated):
+    work_dir, _, _, cali = calibrated
     model = init_detector(
-        CALI, osp.join(work_dir, f'iter_{ITERS}.pth'), device='cpu')
+        cali, osp.join(work_dir, f'iter_{ITERS}.pth'), device='cpu')
     img = osp.join(data_root(), 'coco-mini', 'images', 'val2017')
     img = osp.join(img, sorted(os.listdir(img))[0])
     result = inference_detector(model, img, prior='coco2017_train')

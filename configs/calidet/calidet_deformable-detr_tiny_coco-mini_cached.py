@@ -1,0 +1,30 @@
+# The tiny CaliDeformableDETR of calidet_deformable-detr_tiny_coco-mini.py
+# calibrated on cached decoder outputs of a trained tiny Deformable DETR
+# (deformable-detr_tiny_coco-mini.py): only the CaliFormer learns, as in
+# calidet_dino_tiny_coco-mini_cached.py. Set the Deformable DETR:
+#   python tools/train.py configs/calidet/calidet_deformable-detr_tiny_coco-mini_cached.py \
+#       --cfg-options load_from=DDETR.pth \
+#       train_dataloader.dataset.source.checkpoint=DDETR.pth
+_base_ = [
+    './calidet_deformable-detr_tiny_coco-mini.py', '../_base_/calibrator.py'
+]
+
+ddetr_checkpoint = 'work_dirs/deformable-detr_tiny_coco-mini/iter_400.pth'
+load_from = ddetr_checkpoint
+
+model = dict(data_preprocessor=_base_.calibrator_preprocessor)
+
+train_dataloader = dict(
+    _base_.calibrator_dataloader,
+    batch_size=2,
+    dataset=dict(
+        type='DecoderCacheDataset',
+        cache_dir='work_dirs/deformable-detr_tiny_coco-mini/'
+        'decoder_cache_train',
+        source=dict(
+            config='configs/calidet/deformable-detr_tiny_coco-mini.py',
+            checkpoint=ddetr_checkpoint,
+            passes=2)))
+# the CaliFormer alone (../_base_/calibrator.py)
+optim_wrapper = _base_.calibrator_optim_wrapper
+model_wrapper_cfg = _base_.calibrator_model_wrapper_cfg
