@@ -22,7 +22,8 @@ from mmdet.utils import get_test_pipeline_cfg
 from mmengine.config import Config
 
 from ..models.detectors import defer_class_matching
-from ..utils.checkpoint import build_with_checked_checkpoint
+from ..utils.checkpoint import (build_with_checked_checkpoint,
+                                checkpoint_names_classes)
 
 ImagesType = Union[str, np.ndarray, Sequence[str], Sequence[np.ndarray]]
 #: one prior: a prior file, a shipped name, a dict or a K x K matrix
@@ -159,7 +160,10 @@ def init_detector(config: Union[str, Path, Config],
     with ``init_weights()`` (mmdet's ``init_detector`` leaves it as built,
     and the DETR family creates ``level_embed`` uninitialised: it can hold
     NaN). Importing this module registers mmcalidet, so
-    CaliDet configs and checkpoints load.
+    CaliDet configs and checkpoints load. The class names
+    (``dataset_meta``) are the checkpoint's; where it names none (no
+    checkpoint, or a hand-saved ``dict(state_dict=...)``), the config's
+    dataset classes, and only then COCO's, as mmdet names them.
 
     Unlike mmdet's, a checkpoint that does not fit the model is an error
     (as in ``tools/test.py``): tensors of other shapes (another class
@@ -187,18 +191,16 @@ def init_detector(config: Union[str, Path, Config],
     def build(ckpt):
         # a copy each time: mmdet's builder edits model configs
         cfg = copy.deepcopy(config) if isinstance(config, Config) else config
-        if ckpt is not None:
-            return mmdet_init_detector(
-                cfg, ckpt, palette=palette, device=device,
-                cfg_options=cfg_options)
-        # mmdet names COCO's classes when there is no checkpoint: take the
-        # config's dataset classes instead where it names them
+        # mmdet names COCO's classes when there is no checkpoint or its
+        # meta names none (a hand-saved state dict): take the config's
+        # dataset classes instead where it names them
         with defer_class_matching():
             model = mmdet_init_detector(
-                cfg, None, palette=palette, device=device,
+                cfg, ckpt, palette=palette, device=device,
                 cfg_options=cfg_options)
         meta = dict(model.dataset_meta)
-        meta['classes'] = config_classes(model.cfg) or meta['classes']
+        if ckpt is None or not checkpoint_names_classes(ckpt):
+            meta['classes'] = config_classes(model.cfg) or meta['classes']
         # set after the block: a CaliDet matches its named priors to these
         model.dataset_meta = meta
         return model

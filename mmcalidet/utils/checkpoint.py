@@ -18,7 +18,7 @@ import inspect
 import os
 import os.path as osp
 import pickle
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -182,6 +182,45 @@ def name_checkpoint(exc: CheckpointError,
     return type(exc)(f'checkpoint {filename}: {text}')
 
 
+def _read_mapped(filename: str) -> dict:
+    """The checkpoint dict, memory-mapped when it is a local zip file (so
+    reading a checkpoint again costs little)."""
+    checkpoint = None
+    if osp.isfile(filename):
+        try:
+            checkpoint = torch.load(filename, map_location='cpu', mmap=True)
+        except Exception:  # not a zip checkpoint: no mmap
+            checkpoint = None
+    if checkpoint is None:
+        checkpoint = CheckpointLoader.load_checkpoint(
+            filename, map_location='cpu', logger='silent')
+    if not isinstance(checkpoint, dict):
+        raise CheckpointReadError(
+            f'checkpoint {filename} holds a {type(checkpoint).__name__}'
+            ', not a dict of tensors')
+    return checkpoint
+
+
+def checkpoint_names_classes(filename: Union[str, os.PathLike]) -> bool:
+    """Whether a checkpoint's meta names its classes (``dataset_meta`` with
+    ``classes``, or mmdet 2.x's ``CLASSES``), as runner checkpoints do; a
+    hand-saved ``dict(state_dict=...)`` does not, and mmdet's
+    ``init_detector`` then names COCO's classes.
+
+    Args:
+        filename (str | PathLike): the checkpoint (a local file or a URL).
+
+    Returns:
+        bool: True when the meta names the classes.
+    """
+    meta = _read_mapped(os.fspath(filename)).get('meta') or {}
+    dataset_meta = {
+        str(k).lower(): v
+        for k, v in (meta.get('dataset_meta') or {}).items()
+    }
+    return bool(dataset_meta.get('classes') or meta.get('CLASSES'))
+
+
 def check_checkpoint_file(model: torch.nn.Module, filename: str) -> None:
     """Check that a checkpoint fits ``model`` as ``tools/test.py`` does:
     no tensor of another shape (e.g. another class count), no plain
@@ -201,20 +240,7 @@ def check_checkpoint_file(model: torch.nn.Module, filename: str) -> None:
     """
     filename = os.fspath(filename)
     try:
-        checkpoint = None
-        if osp.isfile(filename):
-            try:
-                checkpoint = torch.load(
-                    filename, map_location='cpu', mmap=True)
-            except Exception:  # not a zip checkpoint: no mmap
-                checkpoint = None
-        if checkpoint is None:
-            checkpoint = CheckpointLoader.load_checkpoint(
-                filename, map_location='cpu', logger='silent')
-        if not isinstance(checkpoint, dict):
-            raise CheckpointReadError(
-                f'checkpoint {filename} holds a {type(checkpoint).__name__}'
-                ', not a dict of tensors')
+        checkpoint = _read_mapped(filename)
         state_dict = checkpoint.get('state_dict', checkpoint)
         check_checkpoint(
             model,

@@ -289,3 +289,25 @@ def test_config_classes_reads_wrapped_datasets_and_may_find_none():
                     dataset=dict(metainfo=dict(classes=('a', 'b')))))))
     assert config_classes(cfg) == ['a', 'b']
     assert config_classes(Config(dict(test_dataloader=dict()))) is None
+
+
+def test_init_detector_with_a_state_dict_checkpoint_names_the_configs_classes(
+        tmp_path):
+    # a hand-saved dict(state_dict=...) names no classes: mmdet's
+    # init_detector names COCO's 80 for a 10-class model; ours takes the
+    # config's, and a checkpoint whose meta names classes keeps them
+    cfg = get_config('context_shift/calidet_dino_tiny_context-shift.py')
+    cfg.model.prior = random_prior(4, 10).tolist()  # no class names
+    model = init_detector(cfg, None, device='cpu')
+    bare = str(tmp_path / 'state_dict.pth')
+    torch.save(dict(state_dict=model.state_dict()), bare)
+    loaded = init_detector(cfg, bare, device='cpu')
+    assert loaded.dataset_meta['classes'] == list(cfg.classes)
+    named = str(tmp_path / 'with_meta.pth')
+    classes = [f'c{i}' for i in range(10)]
+    torch.save(
+        dict(
+            state_dict=model.state_dict(),
+            meta=dict(dataset_meta=dict(classes=classes))), named)
+    assert init_detector(cfg, named,
+                         device='cpu').dataset_meta['classes'] == classes
