@@ -188,7 +188,7 @@ def init_detector(config: Union[str, Path, Config],
         CheckpointError: (a ``ValueError``) naming the checkpoint file and
             what is wrong with it.
     """
-    def build(ckpt):
+    def build(ckpt, contents):
         # a copy each time: mmdet's builder edits model configs
         cfg = copy.deepcopy(config) if isinstance(config, Config) else config
         # mmdet names COCO's classes when there is no checkpoint or its
@@ -199,7 +199,7 @@ def init_detector(config: Union[str, Path, Config],
                 cfg, ckpt, palette=palette, device=device,
                 cfg_options=cfg_options)
         meta = dict(model.dataset_meta)
-        if ckpt is None or not checkpoint_names_classes(ckpt):
+        if not checkpoint_names_classes(contents):
             meta['classes'] = config_classes(model.cfg) or meta['classes']
         # set after the block: a CaliDet matches its named priors to these
         model.dataset_meta = meta

@@ -140,7 +140,7 @@ class CaliDetInferencer(DetInferencer):
         detector's in a CaliDet model, missing tensors), has an invalid
         prior or cannot be read is a :class:`CheckpointError` naming the
         file (mmdet only logs the tensors that do not fit)."""
-        def build(checkpoint: Optional[str]) -> nn.Module:
+        def build(checkpoint: Optional[str], contents=None) -> nn.Module:
             # a copy each time: mmdet's builder edits the config
             return super(CaliDetInferencer, self)._init_model(
                 copy.deepcopy(cfg), checkpoint, device)

@@ -182,9 +182,20 @@ def name_checkpoint(exc: CheckpointError,
     return type(exc)(f'checkpoint {filename}: {text}')
 
 
-def _read_mapped(filename: str) -> dict:
+def read_checkpoint_mapped(filename: Union[str, os.PathLike]) -> dict:
     """The checkpoint dict, memory-mapped when it is a local zip file (so
-    reading a checkpoint again costs little)."""
+    reading it beside mmdet's own load costs little).
+
+    Args:
+        filename (str | PathLike): the checkpoint (a local file or a URL).
+
+    Returns:
+        dict: the checkpoint.
+
+    Raises:
+        CheckpointReadError: when it cannot be read or is not a dict.
+    """
+    filename = os.fspath(filename)
     checkpoint = None
     if osp.isfile(filename):
         try:
@@ -201,19 +212,20 @@ def _read_mapped(filename: str) -> dict:
     return checkpoint
 
 
-def checkpoint_names_classes(filename: Union[str, os.PathLike]) -> bool:
+def checkpoint_names_classes(checkpoint: Optional[dict]) -> bool:
     """Whether a checkpoint's meta names its classes (``dataset_meta`` with
     ``classes``, or mmdet 2.x's ``CLASSES``), as runner checkpoints do; a
     hand-saved ``dict(state_dict=...)`` does not, and mmdet's
     ``init_detector`` then names COCO's classes.
 
     Args:
-        filename (str | PathLike): the checkpoint (a local file or a URL).
+        checkpoint (dict, optional): the checkpoint's contents
+            (:func:`read_checkpoint_mapped`); ``None``: no checkpoint.
 
     Returns:
         bool: True when the meta names the classes.
     """
-    meta = _read_mapped(os.fspath(filename)).get('meta') or {}
+    meta = (checkpoint or {}).get('meta') or {}
     dataset_meta = {
         str(k).lower(): v
         for k, v in (meta.get('dataset_meta') or {}).items()
@@ -221,71 +233,80 @@ def checkpoint_names_classes(filename: Union[str, os.PathLike]) -> bool:
     return bool(dataset_meta.get('classes') or meta.get('CLASSES'))
 
 
-def check_checkpoint_file(model: torch.nn.Module, filename: str) -> None:
+def check_checkpoint_fits(model: torch.nn.Module, checkpoint: dict,
+                          filename: str) -> None:
     """Check that a checkpoint fits ``model`` as ``tools/test.py`` does:
     no tensor of another shape (e.g. another class count), no plain
     detector's checkpoint in a CaliDet model, no missing tensor.
 
     For the entry points that load a checkpoint through mmdet (which only
     logs what does not fit): ``init_detector`` and ``CaliDetInferencer``
-    call it after loading. A local checkpoint is memory-mapped, so reading
-    it again costs little.
+    call it (through :func:`build_with_checked_checkpoint`) after loading.
 
     Args:
         model (nn.Module): the model the checkpoint was loaded into.
-        filename (str): the checkpoint (a local file or a URL).
+        checkpoint (dict): the checkpoint's contents.
+        filename (str): its file, named in the errors.
 
     Raises:
         CheckpointError: naming the file and what does not fit.
     """
-    filename = os.fspath(filename)
     try:
-        checkpoint = _read_mapped(filename)
-        state_dict = checkpoint.get('state_dict', checkpoint)
         check_checkpoint(
             model,
-            state_dict,
+            checkpoint.get('state_dict', checkpoint),
             allow_shape_mismatch=False,
             allow_uncalibrated=False,
             allow_missing=False)
     except CheckpointError as exc:
-        raise name_checkpoint(exc, filename) from exc
+        raise name_checkpoint(exc, os.fspath(filename)) from exc
 
 
 def build_with_checked_checkpoint(
-        build: Callable[[Optional[str]], torch.nn.Module],
+        build: Callable[[Optional[str], Optional[dict]], torch.nn.Module],
         checkpoint: Optional[str]) -> torch.nn.Module:
-    """``build(checkpoint)`` (a model loader such as mmdet's
+    """``build(checkpoint, contents)`` (a model loader such as mmdet's
     ``init_detector``), then the checks of ``tools/test.py``.
 
-    A checkpoint that does not fit the model (another class count, a plain
-    detector's in a CaliDet model, missing tensors), has an invalid prior
-    or cannot be read is an error naming the file; mmdet's loaders only
-    log the tensors that do not fit. A checkpoint that makes ``build`` fail
-    before it can be checked (e.g. its ``dataset_meta`` of other classes
-    reaching the model's named priors) is checked against a model built
-    without it, so what is wrong with the checkpoint is the error.
+    The checkpoint is read here once, memory-mapped where it is a local
+    zip file, and the same contents serve ``build`` (e.g. to read the
+    class names in its meta) and the checks; ``build`` loads the weights
+    from the file as mmdet does. A checkpoint that does not fit the model
+    (another class count, a plain detector's in a CaliDet model, missing
+    tensors), has an invalid prior or cannot be read is an error naming
+    the file; mmdet's loaders only log the tensors that do not fit. A
+    checkpoint that makes ``build`` fail before it can be checked (e.g.
+    its ``dataset_meta`` of other classes reaching the model's named
+    priors) is checked against a model built without it, so what is wrong
+    with the checkpoint is the error.
 
     Args:
-        build (Callable): builds the model, loading the checkpoint it is
-            given (``None``: none).
+        build (Callable): ``build(checkpoint, contents)`` builds the model,
+            loading the checkpoint file it is given (``None``: none);
+            ``contents`` is the checkpoint dict (``None`` without one).
         checkpoint (str, optional): the checkpoint file.
 
     Returns:
-        torch.nn.Module: the model ``build(checkpoint)`` returned.
+        torch.nn.Module: the model ``build`` returned.
 
     Raises:
         CheckpointError: naming the checkpoint file and the problem.
     """
+    contents = None
+    if checkpoint is not None:
+        try:
+            contents = read_checkpoint_mapped(checkpoint)
+        except CheckpointError as exc:
+            raise name_checkpoint(exc, checkpoint) from exc
     try:
-        model = build(checkpoint)
+        model = build(checkpoint, contents)
     except CheckpointError as exc:
         raise name_checkpoint(exc, checkpoint) from exc
     except ValueError:
         if checkpoint is None:
             raise
-        check_checkpoint_file(build(None), checkpoint)
+        check_checkpoint_fits(build(None, None), contents, checkpoint)
         raise
     if checkpoint is not None:
-        check_checkpoint_file(model, checkpoint)
+        check_checkpoint_fits(model, contents, checkpoint)
     return model

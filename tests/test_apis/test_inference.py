@@ -311,3 +311,20 @@ def test_init_detector_with_a_state_dict_checkpoint_names_the_configs_classes(
             meta=dict(dataset_meta=dict(classes=classes))), named)
     assert init_detector(cfg, named,
                          device='cpu').dataset_meta['classes'] == classes
+
+
+def test_init_detector_reads_the_checkpoint_file_twice(config, checkpoint,
+                                                       monkeypatch):
+    # once memory-mapped for the class names and the fit checks, once by
+    # mmdet's own load of the weights (it used to be read three times)
+    reads = []
+    load = torch.load
+
+    def counting_load(f, *args, **kwargs):
+        reads.append((str(f), bool(kwargs.get('mmap'))))
+        return load(f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, 'load', counting_load)
+    init_detector(config, checkpoint[0], device='cpu')
+    mine = [mmap for f, mmap in reads if f == str(checkpoint[0])]
+    assert sorted(mine) == [False, True]
