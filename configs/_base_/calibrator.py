@@ -57,3 +57,25 @@ calibrator_param_scheduler = [
 calibrator_default_hooks = dict(
     logger=dict(interval=500),
     checkpoint=dict(interval=calibrator_max_iters, max_keep_ckpts=1))
+
+# the COCO schedule (calidet/*-cached_coco.py): 100k updates of 8 GPUs x 2
+# (a cached step is a small fraction of a full one; the 6-epoch fine-tune
+# makes 6 x 7,330 = 44k updates), lr x0.1 at 5/6, a checkpoint every 10k
+calibrator_coco_max_iters = 100000
+calibrator_coco_train_cfg = dict(
+    _delete_=True,
+    type='IterBasedTrainLoop',
+    max_iters=calibrator_coco_max_iters,
+    val_interval=calibrator_coco_max_iters)
+calibrator_coco_param_scheduler = [
+    dict(
+        type='MultiStepLR',
+        begin=0,
+        end=calibrator_coco_max_iters,
+        by_epoch=False,
+        milestones=[83333],
+        gamma=0.1)
+]
+calibrator_coco_default_hooks = dict(
+    checkpoint=dict(by_epoch=False, interval=10000, max_keep_ckpts=2),
+    logger=dict(interval=500))

@@ -40,22 +40,9 @@ optim_wrapper = dict(
     _base_.calibrator_optim_wrapper,
     optimizer=dict(_base_.calibrator_optim_wrapper.optimizer, lr=1e-4))
 
-# 100k updates of 8 GPUs x 2 (a cached step is a small fraction of a full
-# one; the fine-tune makes 6 x 7,330 = 44k updates), lr x0.1 at 5/6
-max_iters = 100000
-train_cfg = dict(
-    _delete_=True,
-    type='IterBasedTrainLoop',
-    max_iters=max_iters,
-    val_interval=max_iters)
-param_scheduler = [
-    dict(
-        _base_.calibrator_param_scheduler[0],
-        end=max_iters,
-        milestones=[83333])
-]
-default_hooks = dict(
-    checkpoint=dict(by_epoch=False, interval=10000, max_keep_ckpts=2),
-    logger=dict(interval=500))
+# 100k updates of 8 GPUs x 2, lr x0.1 at 5/6 (_base_/calibrator.py)
+train_cfg = _base_.calibrator_coco_train_cfg
+param_scheduler = _base_.calibrator_coco_param_scheduler
+default_hooks = _base_.calibrator_coco_default_hooks
 log_processor = dict(by_epoch=False)
 model_wrapper_cfg = _base_.calibrator_model_wrapper_cfg
