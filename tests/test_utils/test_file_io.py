@@ -13,8 +13,11 @@ from mmcalidet.utils.file_io import atomic_write
 
 PROJECT_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
+# SIGINT as in a terminal: a test run started from a background job
+# inherits SIGINT ignored, and Python then installs no KeyboardInterrupt
 WRITER = '''
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from mmcalidet.utils.file_io import atomic_write
 with atomic_write(sys.argv[1]) as f:
     f.write('half of the new content')
