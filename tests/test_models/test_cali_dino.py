@@ -489,3 +489,43 @@ def test_first_training_step_rejects_a_prior_of_other_classes(tmp_path):
     assert training_dataset_classes() is None
     data = model.data_preprocessor(demo_batch([[0], [1]]), True)
     assert data['data_samples'][0].prior.shape == (3, 3)
+
+
+def test_an_anchored_califormer_is_zero_at_the_training_prior(tmp_path):
+    # CaliFormer(anchored=True): V'(E_t) = 0, so at E_t the calibrated head
+    # is the plain one; the anchor stays E_t when another prior is
+    # injected, follows a named prior's reordering and is saved with the
+    # model
+    classes = ['cat', 'dog', 'bird']
+    file_order = [2, 0, 1]
+    prior = np.array([[1.0, 0.2, 0.3], [0.4, 1.0, 0.5], [0.6, 0.7, 1.0]])
+    path = save_prior(
+        tmp_path / 'three.json',
+        prior[np.ix_(file_order, file_order)],
+        classes=[classes[k] for k in file_order])
+    cfg = three_class_config(str(path))
+    cfg.model.bbox_head.califormer.anchored = True
+    torch.manual_seed(0)
+    model = MODELS.build(copy.deepcopy(cfg.model))
+    model.init_weights()
+    model.dataset_meta = dict(classes=classes)
+    head = model.bbox_head
+    np.testing.assert_allclose(
+        head.califormer.anchor_prior.numpy(), prior, atol=1e-7)
+    with torch.no_grad():
+        assert head.get_cali_vectors(model.prior).abs().max() == 0
+        model.set_prior(flat_prior(3))
+        np.testing.assert_allclose(
+            head.califormer.anchor_prior.numpy(), prior, atol=1e-7)
+        v0 = model.deployment_cali_vectors()
+        assert v0.abs().max() > 0
+    ckpt = str(tmp_path / 'anchored.pth')
+    save_checkpoint(dict(state_dict=model.state_dict()), ckpt)
+    torch.manual_seed(1)
+    reloaded = MODELS.build(copy.deepcopy(cfg.model))
+    load_checkpoint(reloaded, ckpt, map_location='cpu', strict=True)
+    reloaded.dataset_meta = dict(classes=classes)
+    torch.testing.assert_close(reloaded.bbox_head.califormer.anchor_prior,
+                               head.califormer.anchor_prior)
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded.deployment_cali_vectors(), v0)

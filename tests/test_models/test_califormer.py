@@ -196,3 +196,33 @@ def test_bias_scale_multiplies_delta_e():
         with pytest.raises(ValueError, match='bias_scale'):
             CaliFormer(num_classes=K, embed_dims=D, num_heads=2,
                        bias_scale=bad)
+
+
+def test_anchored_output_is_relative_to_the_anchor_prior():
+    plain = make_califormer()
+    anchored = CaliFormer(
+        num_classes=K,
+        embed_dims=D,
+        num_layers=2,
+        num_heads=2,
+        feedforward_channels=32,
+        anchored=True).eval()
+    # E0 until an anchor is set
+    flat = torch.full((K, K), 0.5).fill_diagonal_(1.0)
+    torch.testing.assert_close(anchored.anchor_prior, flat)
+    missing = anchored.load_state_dict(plain.state_dict(), strict=False)
+    assert missing.missing_keys == ['anchor_prior']
+    e_a, e, f = random_prior(1), random_prior(2), random_prior(3)
+    anchored.set_anchor(e_a)
+    with torch.no_grad():
+        # V' = g(E) - g(E_a): zero at the anchor, the plain vectors'
+        # difference elsewhere, for one prior and a batch
+        assert anchored(e_a).abs().max() == 0
+        torch.testing.assert_close(anchored(e), plain(e) - plain(e_a))
+        torch.testing.assert_close(
+            anchored(torch.stack([e, f, e])),
+            torch.stack([plain(e), plain(f), plain(e)]) - plain(e_a))
+    with pytest.raises(ValueError, match='K x K'):
+        anchored.set_anchor(torch.ones(K + 1, K + 1))
+    with pytest.raises(ValueError, match='anchored=True'):
+        plain.set_anchor(e_a)

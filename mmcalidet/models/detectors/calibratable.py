@@ -94,6 +94,12 @@ class CalibratableDetectorMixin:
         matrix, self._pending_prior = self._load_named_prior(prior)
         self._configure_edge_samplers(prior)
         self.register_buffer('prior', torch.from_numpy(matrix).float())
+        # an anchored CaliFormer's anchor is the training prior E_t (this
+        # argument), so that V' = 0 at E_t; reordered with it by name
+        self._pending_anchor = None
+        if getattr(self.bbox_head.califormer, 'anchored', False):
+            self.bbox_head.califormer.set_anchor(self.prior)
+            self._pending_anchor = self._pending_prior
         self._cali_cache: Optional[Tuple[tuple, Tensor]] = None
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata,
@@ -121,9 +127,11 @@ class CalibratableDetectorMixin:
                 raise InvalidCheckpointPriorError(
                     f'checkpoint has an invalid prior ({key!r} of '
                     f'{type(self).__name__}): {exc}') from exc
-        # a checkpoint's prior is in the model's class order already
+        # a checkpoint's prior (and anchor) is in the model's class order
         if value is not None:
             self._pending_prior = None
+        if prefix + 'bbox_head.califormer.anchor_prior' in state_dict:
+            self._pending_anchor = None
         super()._load_from_state_dict(state_dict, prefix, local_metadata,
                                       strict, missing_keys, unexpected_keys,
                                       error_msgs)
@@ -167,6 +175,20 @@ class CalibratableDetectorMixin:
                     raise ValueError(
                         f'the class names of {name} (model.prior) do not '
                         f"match the dataset's classes: {exc}") from exc
+        anchor = None
+        if self._pending_anchor is not None:
+            name, names = self._pending_anchor
+            califormer = self.bbox_head.califormer
+            if names != classes:
+                try:
+                    anchor = reorder_prior(
+                        califormer.anchor_prior.double().cpu().numpy(),
+                        names, classes)
+                except ValueError as exc:
+                    raise ValueError(
+                        f'the class names of {name} (the CaliFormer\'s '
+                        f"anchor) do not match the dataset's classes: {exc}"
+                    ) from exc
         samplers = []
         for i, sampler in self.edge_samplers():
             try:
@@ -179,7 +201,10 @@ class CalibratableDetectorMixin:
             with torch.no_grad():
                 self.prior.copy_(torch.from_numpy(matrix))
             self._cali_cache = None
-        self._pending_prior = None
+        if anchor is not None:
+            self.bbox_head.califormer.set_anchor(torch.from_numpy(anchor))
+            self._cali_cache = None
+        self._pending_prior = self._pending_anchor = None
         for sampler, sampler_matrix in samplers:
             if sampler_matrix is not None:
                 sampler.dataset_prior = sampler_matrix
@@ -297,7 +322,8 @@ class CalibratableDetectorMixin:
         return self.prior.detach().cpu().double().numpy()
 
     def _cache_key(self) -> tuple:
-        tensors = [self.prior, *self.bbox_head.califormer.parameters()]
+        califormer = self.bbox_head.califormer
+        tensors = [self.prior, *califormer.parameters(), *califormer.buffers()]
         return tuple((t.data_ptr(), t._version) for t in tensors)
 
     def deployment_cali_vectors(self) -> Tensor:

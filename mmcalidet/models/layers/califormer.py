@@ -7,7 +7,7 @@ from mmdet.utils import OptMultiConfig
 from mmengine.model import BaseModule
 from torch import Tensor, nn
 
-from .prior_ops import prior_delta
+from .prior_ops import flat_prior_like, prior_delta
 
 
 @MODELS.register_module()
@@ -48,6 +48,14 @@ class CaliFormer(BaseModule):
             from a baseline checkpoint starts exactly as the baseline. With
             the default (False, the paper's plain initialisation) V' starts
             with unit-scale entries. Defaults to False.
+        anchored (bool): return ``g(V, E) - g(V, E_a)``, V' relative to
+            the vectors of an anchor prior ``E_a`` (the buffer
+            ``anchor_prior``; a CaliDet detector sets it to its training
+            prior E_t, see :meth:`set_anchor`). At ``E = E_a`` then V' = 0
+            and the calibrated head is the plain one, ``W^T h + b``
+            exactly: the paper's premise ``f(x; E_t) ~ f*(x)`` (Sec. 3)
+            made exact. Not in the paper (an extension; its run is in
+            docs/results.md). Defaults to False.
         init_cfg (dict, optional): mmengine initialisation config.
     """
 
@@ -61,6 +69,7 @@ class CaliFormer(BaseModule):
                  node_std: float = 0.01,
                  bias_scale: float = 1.0,
                  zero_init_output: bool = False,
+                 anchored: bool = False,
                  init_cfg: OptMultiConfig = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.num_classes = num_classes
@@ -91,6 +100,28 @@ class CaliFormer(BaseModule):
                     act_cfg=dict(type='ReLU', inplace=True))))
         if zero_init_output:
             nn.init.zeros_(self.encoder.layers[-1].norms[-1].weight)
+        self.anchored = bool(anchored)
+        if self.anchored:  # E0 until the detector sets its E_t
+            self.register_buffer(
+                'anchor_prior',
+                flat_prior_like(torch.empty(num_classes, num_classes)))
+
+    def set_anchor(self, prior: Tensor) -> None:
+        """Set the anchor prior ``E_a`` of an anchored CaliFormer (its V'
+        is 0 there).
+
+        Args:
+            prior (Tensor): (K, K) relation matrix.
+        """
+        if not self.anchored:
+            raise ValueError('set_anchor needs CaliFormer(anchored=True)')
+        prior = torch.as_tensor(prior)
+        if tuple(prior.shape) != tuple(self.anchor_prior.shape):
+            raise ValueError(f'the anchor prior must be K x K = '
+                             f'{tuple(self.anchor_prior.shape)}, got '
+                             f'{tuple(prior.shape)}')
+        with torch.no_grad():
+            self.anchor_prior.copy_(prior)
 
     def init_weights(self) -> None:
         """Nodes from N(0, node_std^2); Xavier for the encoder matrices."""
@@ -135,6 +166,8 @@ class CaliFormer(BaseModule):
                              f'(B, K, K) with K={k}, got '
                              f'{tuple(priors.shape)}')
         priors = priors.to(self.nodes.dtype)
+        if self.anchored:  # one pass: the anchor rides as the last prior
+            priors = torch.cat([priors, self.anchor_prior[None].to(priors)])
         inverse = None
         if priors.shape[0] > 1:
             distinct, inverse = torch.unique(
@@ -147,4 +180,6 @@ class CaliFormer(BaseModule):
             query=nodes, query_pos=None, key_padding_mask=None, attn_mask=bias)
         if inverse is not None:
             out = out[inverse]
+        if self.anchored:
+            out = out[:-1] - out[-1:]
         return out[0] if single else out
