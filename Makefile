@@ -13,7 +13,7 @@ env:
 
 # the main job: the short context-shift benchmark (generate -> train the
 # plain tiny DINO -> calibrate a CaliDINO on its cached decoder outputs ->
-# inject priors -> tables + plots; 12.6 min measured)
+# inject priors -> tables + plots; 12.6-17.6 min measured, see README)
 demo: env
 	$(PY) tools/analysis_tools/context_shift_benchmark.py --quick \
 	    --out-dir $(OUT)
