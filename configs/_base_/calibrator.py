@@ -69,12 +69,9 @@ calibrator_coco_train_cfg = dict(
     val_interval=calibrator_coco_max_iters)
 calibrator_coco_param_scheduler = [
     dict(
-        type='MultiStepLR',
-        begin=0,
+        calibrator_param_scheduler[0],
         end=calibrator_coco_max_iters,
-        by_epoch=False,
-        milestones=[83333],
-        gamma=0.1)
+        milestones=[83333])
 ]
 calibrator_coco_default_hooks = dict(
     checkpoint=dict(by_epoch=False, interval=10000, max_keep_ckpts=2),
