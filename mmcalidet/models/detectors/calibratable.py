@@ -165,30 +165,13 @@ class CalibratableDetectorMixin:
         an evaluation set, does not reorder the priors again)."""
         if self.__dict__.get('_classes_matched'):
             return
-        matrix = None
-        if self._pending_prior is not None:
-            name, names = self._pending_prior
-            if names != classes:
-                try:
-                    matrix = reorder_prior(self.get_prior(), names, classes)
-                except ValueError as exc:
-                    raise ValueError(
-                        f'the class names of {name} (model.prior) do not '
-                        f"match the dataset's classes: {exc}") from exc
+        matrix = self._reorder_pending(self._pending_prior,
+                                       self.prior, classes, 'model.prior')
         anchor = None
         if self._pending_anchor is not None:
-            name, names = self._pending_anchor
-            califormer = self.bbox_head.califormer
-            if names != classes:
-                try:
-                    anchor = reorder_prior(
-                        califormer.anchor_prior.double().cpu().numpy(),
-                        names, classes)
-                except ValueError as exc:
-                    raise ValueError(
-                        f'the class names of {name} (the CaliFormer\'s '
-                        f"anchor) do not match the dataset's classes: {exc}"
-                    ) from exc
+            anchor = self._reorder_pending(
+                self._pending_anchor, self.bbox_head.califormer.anchor_prior,
+                classes, "the CaliFormer's anchor")
         samplers = []
         for i, sampler in self.edge_samplers():
             try:
@@ -210,6 +193,29 @@ class CalibratableDetectorMixin:
                 sampler.dataset_prior = sampler_matrix
                 sampler.prior_classes = list(classes)
         self.__dict__['_classes_matched'] = True
+
+    @staticmethod
+    def _reorder_pending(pending: Optional[Tuple[str, List[str]]],
+                         matrix: Tensor, classes: List[str],
+                         what: str) -> Optional[np.ndarray]:
+        """``matrix`` (a named prior still in its file's class order,
+        ``pending = (name, names)``) reordered to ``classes``; ``None``
+        when nothing is pending or the order is the same.
+
+        Raises:
+            ValueError: naming the prior and ``what`` holds it when its
+                class names are not ``classes``.
+        """
+        if pending is None or pending[1] == classes:
+            return None
+        name, names = pending
+        try:
+            return reorder_prior(matrix.detach().cpu().double().numpy(),
+                                 names, classes)
+        except ValueError as exc:
+            raise ValueError(
+                f'the class names of {name} ({what}) do not match the '
+                f"dataset's classes: {exc}") from exc
 
     def edge_samplers(self) -> List[Tuple[int, EdgeSampler]]:
         """The EdgeSamplers among the data preprocessor's batch augments,
