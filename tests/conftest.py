@@ -1,8 +1,10 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 import os
 import os.path as osp
+import uuid
 
 import pytest
+from mmengine.registry import DefaultScope
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
@@ -41,3 +43,19 @@ def _keep_light_import_switch():
         os.environ.pop('MMCALIDET_LIGHT', None)
     else:
         os.environ['MMCALIDET_LIGHT'] = before
+
+
+@pytest.fixture(autouse=True)
+def _restore_default_scope():
+    """A Runner made in a test (``default_scope='mmengine'``, say) stays the
+    process's current scope afterwards, and a later test that builds
+    ``PackDetInputs`` by name would fail or pass depending on which tests
+    ran before it in the same process (``make test`` spreads the files over
+    worker processes). Make the scope a test found current again."""
+    before = DefaultScope.get_current_instance()
+    yield
+    after = DefaultScope.get_current_instance()
+    if before is not None and (after is None
+                               or after.scope_name != before.scope_name):
+        DefaultScope.get_instance(
+            f'restored-{uuid.uuid4().hex}', scope_name=before.scope_name)
