@@ -27,5 +27,15 @@ benchmark: env
 stats-demo: env
 	$(PY) tools/misc/relation_stats_demo.py --data $(DATA) --out-dir $(OUT)
 
+# the suite in TEST_JOBS worker processes (default: one per core, at most
+# 4; a test file stays in one worker, so its module fixtures run once),
+# each with TEST_THREADS torch threads (default: the cores shared out);
+# TEST_JOBS=0 runs it in this process
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+TEST_JOBS ?= $(shell n=$(NPROC); [ $$n -gt 4 ] && n=4; echo $$n)
+TEST_THREADS ?= $(shell j=$(TEST_JOBS); [ $$j -lt 1 ] && j=1; \
+    t=$$(( $(NPROC) / j )); [ $$t -lt 1 ] && t=1; echo $$t)
 test: env
-	$(PY) -m pytest tests -q -p no:cacheprovider --durations=20
+	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) \
+	    $(PY) -m pytest tests -q -p no:cacheprovider --durations=20 \
+	    -n $(TEST_JOBS) --dist loadfile

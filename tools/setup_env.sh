@@ -152,7 +152,7 @@ fi
 
 # 3. mmengine, mmdet and the rest of the runtime.
 if ! have mmengine 0.10.7 || ! have mmdet 3.3.0 || ! have opencv-python 4.14.0.94 \
-        || ! "$PY" -c 'import pycocotools, matplotlib, tqdm, pytest, sklearn' 2>/dev/null; then
+        || ! "$PY" -c 'import pycocotools, matplotlib, tqdm, pytest, xdist, sklearn' 2>/dev/null; then
     log "installing mmengine, mmdet and runtime requirements"
     pip_q install -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
 fi
