@@ -226,3 +226,46 @@ def test_anchored_output_is_relative_to_the_anchor_prior():
         anchored.set_anchor(torch.ones(K + 1, K + 1))
     with pytest.raises(ValueError, match='anchored=True'):
         plain.set_anchor(e_a)
+
+
+@pytest.fixture
+def mmcv_attention_default():
+    """The default ``dropout_layer`` dict of mmcv's MultiheadAttention,
+    restored after the test (mmcv writes into it)."""
+    import inspect
+
+    from mmcv.cnn.bricks.transformer import MultiheadAttention
+    default = inspect.signature(
+        MultiheadAttention.__init__).parameters['dropout_layer'].default
+    saved = dict(default)
+    yield MultiheadAttention
+    default.clear()
+    default.update(saved)
+
+
+@pytest.mark.parametrize('dropout', [0.0, 0.2])
+def test_dropout_is_its_own_after_another_attention_was_built(
+        mmcv_attention_default, dropout):
+    # D-DETR's decoder builds MultiheadAttention(dropout=0.1): mmcv then
+    # keeps 0.1 as the default dropout of every later attention layer
+    mmcv_attention_default(embed_dims=D, num_heads=2, dropout=0.1)
+    torch.manual_seed(0)
+    model = CaliFormer(
+        num_classes=K,
+        embed_dims=D,
+        num_layers=2,
+        num_heads=2,
+        feedforward_channels=32,
+        dropout=dropout).train()
+    probs = {
+        m.p
+        for m in model.modules() if isinstance(m, torch.nn.Dropout)
+    } | {
+        m.dropout
+        for m in model.modules()
+        if isinstance(m, torch.nn.MultiheadAttention)
+    }
+    assert probs == {dropout}
+    if dropout == 0.0:  # no dropout: the same prior gives the same V'
+        prior = random_prior(1)
+        torch.testing.assert_close(model(prior), model(prior))

@@ -91,6 +91,11 @@ class CaliFormer(BaseModule):
                     num_heads=num_heads,
                     attn_drop=dropout,
                     proj_drop=dropout,
+                    # explicit: mmcv's MultiheadAttention writes the
+                    # `dropout=` of any earlier one (0.1 in D-DETR's
+                    # decoder) into its default dropout_layer, which every
+                    # later one built without it then uses
+                    dropout_layer=dict(type='Dropout', drop_prob=dropout),
                     batch_first=True),
                 ffn_cfg=dict(
                     embed_dims=embed_dims,
