@@ -18,14 +18,20 @@ def random_prior(seed, k=K):
     return prior
 
 
-def make_califormer(num_layers=2, seed=0):
-    torch.manual_seed(seed)
-    model = CaliFormer(
+def small_califormer(num_layers=2, **kwargs):
+    """A CaliFormer of the test's K and D (2 heads, FFN width 32)."""
+    return CaliFormer(
         num_classes=K,
         embed_dims=D,
         num_layers=num_layers,
         num_heads=2,
-        feedforward_channels=32)
+        feedforward_channels=32,
+        **kwargs)
+
+
+def make_califormer(num_layers=2, seed=0):
+    torch.manual_seed(seed)
+    model = small_califormer(num_layers)
     model.init_weights()
     # larger nodes than the N(0, 0.01^2) init, so that attention matters
     with torch.no_grad():
@@ -200,13 +206,7 @@ def test_bias_scale_multiplies_delta_e():
 
 def test_anchored_output_is_relative_to_the_anchor_prior():
     plain = make_califormer()
-    anchored = CaliFormer(
-        num_classes=K,
-        embed_dims=D,
-        num_layers=2,
-        num_heads=2,
-        feedforward_channels=32,
-        anchored=True).eval()
+    anchored = small_califormer(anchored=True).eval()
     # E0 until an anchor is set
     flat = torch.full((K, K), 0.5).fill_diagonal_(1.0)
     torch.testing.assert_close(anchored.anchor_prior, flat)
@@ -250,13 +250,7 @@ def test_dropout_is_its_own_after_another_attention_was_built(
     # keeps 0.1 as the default dropout of every later attention layer
     mmcv_attention_default(embed_dims=D, num_heads=2, dropout=0.1)
     torch.manual_seed(0)
-    model = CaliFormer(
-        num_classes=K,
-        embed_dims=D,
-        num_layers=2,
-        num_heads=2,
-        feedforward_channels=32,
-        dropout=dropout).train()
+    model = small_califormer(dropout=dropout).train()
     probs = {
         m.p
         for m in model.modules() if isinstance(m, torch.nn.Dropout)
