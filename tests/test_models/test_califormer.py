@@ -229,9 +229,9 @@ def test_anchored_output_is_relative_to_the_anchor_prior():
 
 
 @pytest.fixture
-def mmcv_attention_default():
-    """The default ``dropout_layer`` dict of mmcv's MultiheadAttention,
-    restored after the test (mmcv writes into it)."""
+def mmcv_attention():
+    """mmcv's MultiheadAttention; the default ``dropout_layer`` dict it
+    writes into is restored after the test."""
     import inspect
 
     from mmcv.cnn.bricks.transformer import MultiheadAttention
@@ -245,10 +245,10 @@ def mmcv_attention_default():
 
 @pytest.mark.parametrize('dropout', [0.0, 0.2])
 def test_dropout_is_its_own_after_another_attention_was_built(
-        mmcv_attention_default, dropout):
+        mmcv_attention, dropout):
     # D-DETR's decoder builds MultiheadAttention(dropout=0.1): mmcv then
     # keeps 0.1 as the default dropout of every later attention layer
-    mmcv_attention_default(embed_dims=D, num_heads=2, dropout=0.1)
+    mmcv_attention(embed_dims=D, num_heads=2, dropout=0.1)
     torch.manual_seed(0)
     model = small_califormer(dropout=dropout).train()
     probs = {
