@@ -39,8 +39,11 @@ def bench(tmp_path_factory):
         str(root / 'work'), '--dino-iters', '4', '--calibrator-updates', '3',
         '--self-cal-iters', '2', '--score-thr', '0', '--no-progress',
         # an option that changes the architecture: the evaluation must
-        # build the model the training ran (the dumped config)
-        '--calidet-options', 'model.bbox_head.califormer.num_layers=2'
+        # build the model the training ran (the dumped config); and a
+        # constant lr (no milestone within the 3 updates): the report
+        # must say what ran, not the default decay
+        '--calidet-options', 'model.bbox_head.califormer.num_layers=2',
+        'param_scheduler.0.milestones=[100]'
     ]
     code, log = _run(args)
     assert code == 0, log[-4000:]
@@ -53,10 +56,11 @@ def test_benchmark_writes_every_table(bench):
     with open(out / 'results.json') as f:
         res = json.load(f)
     # both trainings ran: the CaliDINO's CaliFormer learns from the final
-    # DINO's cached decoder outputs, with its own lr decay at 5/6
+    # DINO's cached decoder outputs; the DINO's lr decays at 5/6, the
+    # calibrator's milestone was moved past its last update
     assert res['schedule'] == dict(
         dino=4, decay=3, init='cached', start=4, calidet=3,
-        calidet_decay=2)
+        calidet_decay=None)
     dino_ckpt = root / 'work' / 'dino' / 'iter_4.pth'
     assert osp.isfile(dino_ckpt)
     assert osp.isfile(root / 'work' / 'calidet' / 'iter_3.pth')
@@ -84,6 +88,9 @@ def test_benchmark_writes_every_table(bench):
     assert all(len(c) == 3 for c in res['curves'].values())
     assert any('AP(E_t) of CaliDINO vs DINO' in c for c in res['claims'])
     md = (out / 'results.md').read_text()
+    assert 'plain DINO 4 iterations of 4 images (lr x0.1 at 3)' in md
+    assert 'CaliDINO: 3 CaliFormer updates on the final DINO\'s cached ' \
+        'decoder outputs (a constant lr;' in md
     for section in ('## Claims', '## Injected priors', '## Deployment sites',
                     '## Subsets', '## Self-calibration per site'):
         assert section in md

@@ -147,6 +147,36 @@ def trained_config(work_dir: str, config: str) -> str:
     return dumped if osp.isfile(dumped) else config
 
 
+def ran_schedule(sched: Dict, trained: Dict) -> Dict:
+    """``sched`` with each training's lr decay as it ran: the first
+    milestone, within its iterations, of the config the training dumped
+    (``--cfg-options``/``--calidet-options`` may move or remove it).
+
+    Args:
+        sched (dict): :func:`schedule`'s result.
+        trained (dict): :func:`train_both`'s result.
+
+    Returns:
+        dict: ``sched`` with ``decay`` and ``calidet_decay`` as run
+        (``None``: a constant lr).
+    """
+    from mmengine.config import Config
+    out = dict(sched)
+    for key, iters, work_dir, config in (
+        ('decay', sched['dino'], trained['dino_dir'],
+         trained['dino_config']),
+        ('calidet_decay', sched['calidet'], trained['calidet_dir'],
+         trained['calidet_config'])):
+        scheds = Config.fromfile(trained_config(work_dir, config)).get(
+            'param_scheduler') or []
+        if isinstance(scheds, dict):
+            scheds = [scheds]
+        inside = sorted(m for s in scheds for m in s.get('milestones', [])
+                        if m < iters)
+        out[key] = inside[0] if inside else None
+    return out
+
+
 def schedule(args: argparse.Namespace) -> Dict:
     """The iterations of both trainings (checked).
 

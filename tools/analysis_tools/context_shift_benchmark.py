@@ -40,7 +40,8 @@ from mmcalidet.utils.cli import run_tool  # noqa: E402
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from _benchmark_training import (VARIANTS, ensure_data,  # noqa: E402
-                                 schedule, train_both, trained_config)
+                                 ran_schedule, schedule, train_both,
+                                 trained_config)
 
 SITES = ('like_train', 'left_only', 'crossed')
 
@@ -362,17 +363,17 @@ def write_results(out_dir: str, results: Dict, trained: Dict,
     calidet = ('CaliDINO the same schedule from scratch.'
                if sched['init'] == 'scratch' else
                f'CaliDINO: {sched["calidet"]} CaliFormer updates on the '
-               'final DINO\'s cached decoder outputs (lr x0.1 at update '
-               f'{sched["calidet_decay"]}; the trunk stays the DINO\'s).'
-               if sched['init'] == 'cached' else
+               'final DINO\'s cached decoder outputs ('
+               f'{_decay(sched["calidet_decay"], "update")}; the trunk '
+               'stays the DINO\'s).' if sched['init'] == 'cached' else
                f'CaliDINO {sched["calidet"]} iterations from the DINO\'s '
-               f'iteration {sched["start"]} (lr x0.1 at its iteration '
-               f'{sched["calidet_decay"]}).')
+               f'iteration {sched["start"]} '
+               f'({_decay(sched["calidet_decay"], "its iteration")}).')
     iters = len(next(iter(results['curves'].values()))) - 1
     sections = [
         (None, f'Command: `{cmd}`'), (None, f'Machine: {machine}'),
         (None, f'Schedule: plain DINO {sched["dino"]} iterations of 4 '
-         f'images (lr x0.1 at {sched["decay"]}); ' + calidet),
+         f'images ({_decay(sched["decay"], "")}); ' + calidet),
         (None, f'Wall-clock: DINO training {_mins(secs["dino"])}, CaliDINO '
          f'training {_mins(secs["calidet"])}, decoder caches '
          f'{t["cache"]:.0f} s, injection table {t["injection"]:.0f} s, '
@@ -399,6 +400,12 @@ def write_results(out_dir: str, results: Dict, trained: Dict,
                         sections, data)[0]
 
 
+def _decay(at: Optional[int], unit: str) -> str:
+    """'lr x0.1 at <unit> <at>', or 'a constant lr' (``at`` None)."""
+    return 'a constant lr' if at is None else \
+        f'lr x0.1 at {unit} {at}'.replace('  ', ' ')
+
+
 def _mins(s: float) -> str:
     return f'{s / 60:.1f} min' if s else 'reused'
 
@@ -418,6 +425,7 @@ def main(argv=None) -> int:
     trained = train_both(args, sched, work_dir)
     if args.train_only:
         return 0
+    sched = ran_schedule(sched, trained)
     os.makedirs(out_dir, exist_ok=True)
     print('[eval] caching decoder outputs and evaluating', flush=True)
     results = evaluate_all(args, trained, out_dir, meta, args.quick)
