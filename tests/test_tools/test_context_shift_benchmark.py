@@ -178,3 +178,33 @@ def test_benchmark_retrains_when_the_settings_changed(bench, tmp_path):
     assert 'trained with other settings' in log
     dumped = work / 'calidet' / 'calidet_dino_tiny_context-shift.py'
     assert 'rho=0.5' in dumped.read_text()
+
+
+def test_ran_schedule_reads_the_decay_from_the_dumped_config(tmp_path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        '_benchmark_training',
+        osp.join(ROOT, 'tools', 'analysis_tools', '_benchmark_training.py'))
+    training = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(training)
+    dino_dir, cali_dir = tmp_path / 'dino', tmp_path / 'cali'
+    dino_dir.mkdir()
+    cali_dir.mkdir()
+    dumped = cali_dir / 'calidet.py'
+    dumped.write_text("param_scheduler = [dict(type='MultiStepLR', "
+                      'milestones=[100])]\n')
+    sched = dict(dino=4, decay=3, init='cached', start=4, calidet=3,
+                 calidet_decay=2)
+    trained = dict(
+        dino_dir=str(dino_dir),
+        dino_config='configs/context_shift/dino_tiny_context-shift.py',
+        calidet_dir=str(cali_dir),
+        calidet_config='configs/context_shift/calidet.py')
+    ran = training.ran_schedule(sched, trained)
+    # no dumped DINO config: the planned decay; the calibrator's only
+    # milestone lies past its 3 updates: a constant lr
+    assert ran['decay'] == 3 and ran['calidet_decay'] is None
+    assert sched['calidet_decay'] == 2  # the plan is left as it was
+    dumped.write_text("param_scheduler = [dict(type='MultiStepLR', "
+                      'milestones=[2, 1])]\n')
+    assert training.ran_schedule(sched, trained)['calidet_decay'] == 1

@@ -150,7 +150,8 @@ def trained_config(work_dir: str, config: str) -> str:
 def ran_schedule(sched: Dict, trained: Dict) -> Dict:
     """``sched`` with each training's lr decay as it ran: the first
     milestone, within its iterations, of the config the training dumped
-    (``--cfg-options``/``--calidet-options`` may move or remove it).
+    (``--cfg-options``/``--calidet-options`` may move or remove it). A
+    work folder without a dumped config keeps the planned decay.
 
     Args:
         sched (dict): :func:`schedule`'s result.
@@ -167,8 +168,10 @@ def ran_schedule(sched: Dict, trained: Dict) -> Dict:
          trained['dino_config']),
         ('calidet_decay', sched['calidet'], trained['calidet_dir'],
          trained['calidet_config'])):
-        scheds = Config.fromfile(trained_config(work_dir, config)).get(
-            'param_scheduler') or []
+        dumped = trained_config(work_dir, config)
+        if dumped == config:
+            continue
+        scheds = Config.fromfile(dumped).get('param_scheduler') or []
         if isinstance(scheds, dict):
             scheds = [scheds]
         inside = sorted(m for s in scheds for m in s.get('milestones', [])
