@@ -373,7 +373,7 @@ def write_results(out_dir: str, results: Dict, trained: Dict,
     sections = [
         (None, f'Command: `{cmd}`'), (None, f'Machine: {machine}'),
         (None, f'Schedule: plain DINO {sched["dino"]} iterations of 4 '
-         f'images ({_decay(sched["decay"], "")}); ' + calidet),
+         f'images ({_decay(sched["decay"])}); ' + calidet),
         (None, f'Wall-clock: DINO training {_mins(secs["dino"])}, CaliDINO '
          f'training {_mins(secs["calidet"])}, decoder caches '
          f'{t["cache"]:.0f} s, injection table {t["injection"]:.0f} s, '
@@ -400,10 +400,11 @@ def write_results(out_dir: str, results: Dict, trained: Dict,
                         sections, data)[0]
 
 
-def _decay(at: Optional[int], unit: str) -> str:
-    """'lr x0.1 at <unit> <at>', or 'a constant lr' (``at`` None)."""
-    return 'a constant lr' if at is None else \
-        f'lr x0.1 at {unit} {at}'.replace('  ', ' ')
+def _decay(at: Optional[int], unit: str = '') -> str:
+    """'lr x0.1 at [<unit> ]<at>', or 'a constant lr' (``at`` None)."""
+    if at is None:
+        return 'a constant lr'
+    return f'lr x0.1 at {unit} {at}' if unit else f'lr x0.1 at {at}'
 
 
 def _mins(s: float) -> str:
