@@ -58,9 +58,12 @@ test_evaluator = val_evaluator
 # 3000 iterations of 4 images (6 passes over the 2000 train scenes), lr
 # 2e-4 decayed x0.1 at 2500. The CaliDINO twin fine-tunes from iter_2000
 # for the last 1000 iterations, so both see the same 3000 iterations.
+# AdamW's fused kernel (the same update in one call instead of a Python loop
+# over ~185 tensors) saved 7-22 % of a step in alternating runs on 2 CPU
+# cores; it needs torch >= 2.4 on the CPU.
 train_dataloader.update(batch_size=4)
 optim_wrapper = dict(
-    optimizer=dict(lr=2e-4),
+    optimizer=dict(lr=2e-4, fused=True),
     paramwise_cfg=dict(custom_keys={'backbone': dict(lr_mult=1.0)}))
 max_iters = 3000
 train_cfg = dict(max_iters=max_iters, val_interval=1000)
