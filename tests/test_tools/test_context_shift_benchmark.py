@@ -108,6 +108,26 @@ def test_benchmark_reuses_trained_checkpoints(bench):
     assert '[data] reusing' in log
 
 
+def test_benchmark_compares_only_the_chosen_corrections(bench, tmp_path):
+    root, args, _ = bench
+    out = tmp_path / 'results'
+    # the fixture's trainings are reused; only the evaluation runs again
+    code, log = _run(
+        args + ['--posthoc', 'reweight', '--out-dir',
+                str(out)], timeout=300)
+    assert code == 0, log[-3000:]
+    assert log.count('[train] reusing') == 2
+    with open(out / 'results.json') as f:
+        res = json.load(f)
+    methods = {r['method'] for r in res['injection']}
+    assert methods == {'CaliDINO', 'DINO', 'DINO + marginal re-weighting'}
+    assert {r['method'] for r in res['self_calibration']} == {
+        'CaliDINO', 'DINO + marginal re-weighting'
+    }
+    assert len(res['self_calibration']) == 3 * 2
+    assert 'co-occurrence' not in (out / 'results.md').read_text()
+
+
 def test_benchmark_rejects_a_bad_schedule(tmp_path):
     code, log = _run([
         '--data',

@@ -36,6 +36,8 @@ from typing import Dict, List, Optional, Sequence
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from mmcalidet.evaluation.baselines import (CORRECTION_NAMES,  # noqa: E402
+                                            CORRECTIONS)
 from mmcalidet.utils.cli import run_tool  # noqa: E402
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
@@ -127,6 +129,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='config overrides for the CaliDINO only (ablations, e.g. '
         'model.bbox_head.loss_loma.loss_weight=20)')
     parser.add_argument(
+        '--posthoc',
+        nargs='*',
+        choices=CORRECTIONS,
+        default=list(CORRECTIONS),
+        help='post-hoc prior corrections of the plain DINO to compare with '
+        '(default: ' + ' and '.join(CORRECTION_NAMES[c]
+                                     for c in CORRECTIONS) +
+        '; no value: the plain DINO alone). Each costs about a third of '
+        'the evaluation')
+    parser.add_argument(
         '--dino-work-dir',
         help='the plain DINO training to use (trained there if missing; '
         'default <work-dir>/dino): ablations of the CaliDINO share one')
@@ -172,7 +184,7 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
         baseline_config=trained_config(trained['dino_dir'],
                                        trained['dino_config']),
         baseline_checkpoint=trained['dino_ckpt'],
-        posthoc=['reweight', 'cooccurrence'],
+        posthoc=args.posthoc,
         device='cuda' if torch.cuda.is_available() else 'cpu',
         progress=progress)
     timings['cache'] = time.perf_counter() - start
