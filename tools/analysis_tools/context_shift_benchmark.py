@@ -6,12 +6,15 @@ decoder outputs, or fine-tuned from it), and evaluate them
 post-hoc baselines on the plain DINO).
 
     python tools/analysis_tools/context_shift_benchmark.py            # full
-    python tools/analysis_tools/context_shift_benchmark.py --quick    # demo
+    python tools/analysis_tools/context_shift_benchmark.py --quick    # short
+    python tools/analysis_tools/context_shift_benchmark.py --quick \
+        --dino-iters 600 --posthoc reweight --out-dir outputs/demo    # demo
 
 Full: 3000 DINO iterations, then the CaliDINO's CaliFormer learns from
 the final DINO's cached decoder outputs for 10,000 updates (the trunk stays
 the DINO's; ``configs/context_shift/*_cached.py``). ``--quick``: 900 DINO
-iterations and 3,000 updates, no subset table (``make demo``).
+iterations and 3,000 updates, no subset table (``make demo`` also trains
+the DINO only 600 iterations and leaves out the co-occurrence rescoring).
 ``--calidet-init finetune`` fine-tunes the whole CaliDINO from the final
 DINO instead (the paper's recipe, ``--finetune-iters``),
 ``same-budget|scratch`` start it otherwise. ``--variant many-class`` runs
@@ -54,7 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         '--quick',
         action='store_true',
-        help='the short version (900 + 300 iterations, no subset table)')
+        help='the short version (the DINO 900 iterations, then 3,000 '
+        'calibrator updates or a 300-iteration fine-tune; no subset table)')
     parser.add_argument(
         '--variant',
         choices=tuple(VARIANTS),
