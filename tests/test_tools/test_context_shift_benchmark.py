@@ -112,8 +112,9 @@ def test_benchmark_compares_only_the_chosen_corrections(bench, tmp_path):
     root, args, _ = bench
     out = tmp_path / 'results'
     # the fixture's trainings are reused; only the evaluation runs again
+    # (a correction named twice is compared once)
     code, log = _run(
-        args + ['--posthoc', 'reweight', '--out-dir',
+        args + ['--posthoc', 'reweight', 'reweight', '--out-dir',
                 str(out)], timeout=300)
     assert code == 0, log[-3000:]
     assert log.count('[train] reusing') == 2
