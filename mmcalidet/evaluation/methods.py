@@ -129,8 +129,9 @@ class EvalSetup:
         baseline_config (str, optional): a plain detector to compare with.
         baseline_checkpoint (str, optional): its checkpoint.
         posthoc (Sequence[str], optional): post-hoc corrections of a plain
-            detector (:data:`CORRECTIONS`); ``None``: both, the marginal
-            re-weighting only when E_t's file has class frequencies.
+            detector (:data:`CORRECTIONS`; one named twice is compared
+            once); ``None``: both, the marginal re-weighting only when
+            E_t's file has class frequencies.
         cooc_beta (float): strength of the co-occurrence rescoring.
         train_prior (optional): E_t (see :func:`train_prior`).
         max_images (int, optional): evaluate the first N test images.
@@ -172,7 +173,9 @@ class EvalSetup:
             raise ValueError('pass both --baseline-config and '
                              '--baseline-checkpoint')
         quiet_mmengine()
-        self.posthoc, self.cooc_beta = posthoc, cooc_beta
+        self.posthoc = None if posthoc is None else list(
+            dict.fromkeys(posthoc))
+        self.cooc_beta = cooc_beta
         self.rescore_batch_size = rescore_batch_size
         self.methods: List[Method] = []
         self.info = dict(config=config, checkpoint=checkpoint)

@@ -188,7 +188,7 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
         baseline_config=trained_config(trained['dino_dir'],
                                        trained['dino_config']),
         baseline_checkpoint=trained['dino_ckpt'],
-        posthoc=list(dict.fromkeys(args.posthoc)),  # once each
+        posthoc=args.posthoc,
         device='cuda' if torch.cuda.is_available() else 'cpu',
         progress=progress)
     timings['cache'] = time.perf_counter() - start
