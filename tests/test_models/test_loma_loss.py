@@ -97,3 +97,31 @@ def test_flat_prior_or_empty_image_gives_zero():
     assert LoMaLoss()(scores, flat, stats).item() == 0.0
     empty = torch.tensor(sample_prior(K, []), dtype=torch.float32)[None]
     assert LoMaLoss()(scores, torch.rand(1, K, K), empty).item() == 0.0
+
+
+def test_bounded_is_the_formula_on_probabilities_and_saturates():
+    scores = np.array([[[1.0, -2.0, 0.5, 3.0], [0.0, 1.0, -1.0, 2.0]]])
+    sample = sample_prior(K, [0, 3])[None]
+    prior = sample.copy()  # an accurate prior: present logits pushed up
+    bounded = LoMaLoss(loss_weight=8.0, bounded=True)
+    loss = bounded(
+        torch.tensor(scores), torch.tensor(prior), torch.tensor(sample))
+    probs = 1.0 / (1.0 + np.exp(-scores))
+    expected = formula(probs, prior, sample, 8.0)
+    assert expected < 0
+    assert loss.item() == pytest.approx(expected, rel=1e-9)
+    # the linear term pays the same for every unit of logit; the bounded
+    # one stops paying once the class is confident (vanishing gradient)
+    logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [12.0, 0.0, 0.0, 12.0]]],
+                          dtype=torch.float64,
+                          requires_grad=True)
+    bounded(logits, torch.tensor(prior), torch.tensor(sample)).backward()
+    at_zero, confident = logits.grad[0, 0], logits.grad[0, 1]
+    assert at_zero[0] < 0 and at_zero[3] < 0
+    assert abs(confident[0]) < 1e-4 * abs(at_zero[0])
+    linear = logits.detach().clone().requires_grad_(True)
+    LoMaLoss(loss_weight=8.0)(linear, torch.tensor(prior),
+                              torch.tensor(sample)).backward()
+    # at s = 0 the sigmoid's slope is 1/4 of the linear term's
+    torch.testing.assert_close(at_zero, linear.grad[0, 0] / 4)
+    torch.testing.assert_close(linear.grad[0, 1], linear.grad[0, 0])

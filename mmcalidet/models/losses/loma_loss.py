@@ -42,21 +42,35 @@ class LoMaLoss(nn.Module):
     prior yields higher logits for the classes present in the image and a
     misleading one lower logits.
 
+    Being linear, the paper's term has no minimum: it keeps paying for
+    larger logits after the focal loss is satisfied, and on a well-trained
+    detector it can outweigh the focal loss (which is then small).
+    ``bounded=True`` (an extension) puts :math:`\sigma(s)` in place of
+    :math:`s`, so the term saturates once a class is confidently present or
+    absent.
+
     Args:
         loss_weight (float): gamma. Defaults to 20.0 (the paper's value).
         reduction (str): ``'mean'`` (over images and queries), ``'sum'`` or
             ``'none'`` (B x Q). Defaults to ``'mean'``.
+        bounded (bool): apply the term to the probabilities
+            :math:`\sigma(s)` instead of the logits (bounded, with a
+            gradient that vanishes on confident logits; at :math:`s = 0`
+            its slope is a quarter of the linear term's). Defaults to False
+            (the paper's linear term).
     """
 
     def __init__(self,
                  loss_weight: float = 20.0,
-                 reduction: str = 'mean') -> None:
+                 reduction: str = 'mean',
+                 bounded: bool = False) -> None:
         super().__init__()
         if reduction not in ('none', 'mean', 'sum'):
             raise ValueError(f'reduction must be none, mean or sum, got '
                              f'{reduction!r}')
         self.loss_weight = loss_weight
         self.reduction = reduction
+        self.bounded = bool(bounded)
 
     def forward(self,
                 cls_scores: Tensor,
@@ -95,6 +109,8 @@ class LoMaLoss(nn.Module):
             class_weights = class_weights.unsqueeze(0)
         class_weights = class_weights.to(cls_scores.dtype)
         logits = cls_scores[..., :num_classes]
+        if self.bounded:
+            logits = logits.sigmoid()
         terms = logits * class_weights.unsqueeze(1)
         if class_mask is not None:
             if class_mask.shape != terms.shape:
