@@ -125,3 +125,35 @@ def test_bounded_is_the_formula_on_probabilities_and_saturates():
     # at s = 0 the sigmoid's slope is 1/4 of the linear term's
     torch.testing.assert_close(at_zero, linear.grad[0, 0] / 4)
     torch.testing.assert_close(linear.grad[0, 1], linear.grad[0, 0])
+
+
+def test_agreeing_saturates_only_where_the_prior_agrees():
+    sample = sample_prior(K, [0, 3])[None]
+    prior = sample.copy()
+    prior[0, :, 3] = flip_prior(sample[0])[:, 3]  # column 3 misleads
+    weights = loma_class_weights(torch.tensor(prior), torch.tensor(sample))
+    assert weights[0, 0] < 0 < weights[0, 3]
+    scores = np.array([[[1.0, -2.0, 0.5, 3.0], [0.0, 1.0, -1.0, 2.0]]])
+    loss = LoMaLoss(loss_weight=8.0, bounded='agreeing')(
+        torch.tensor(scores), torch.tensor(prior), torch.tensor(sample))
+    # sigmoid(s) where w < 0, s / 4 elsewhere, in the paper's formula
+    mixed = np.where(weights.numpy()[:, None, :] < 0,
+                     1.0 / (1.0 + np.exp(-scores)), scores / 4)
+    assert loss.item() == pytest.approx(
+        formula(mixed, prior, sample, 8.0), rel=1e-9)
+    # on confident logits the agreeing class stops paying, the misleading
+    # one keeps the linear term's constant push down
+    logits = torch.tensor([[[12.0, 0.0, 0.0, 12.0]]],
+                          dtype=torch.float64,
+                          requires_grad=True)
+    LoMaLoss(loss_weight=8.0, bounded='agreeing')(
+        logits, torch.tensor(prior), torch.tensor(sample)).backward()
+    linear = logits.detach().clone().requires_grad_(True)
+    LoMaLoss(loss_weight=8.0)(linear, torch.tensor(prior),
+                              torch.tensor(sample)).backward()
+    assert abs(logits.grad[0, 0, 0]) < 1e-4 * abs(linear.grad[0, 0, 0])
+    assert logits.grad[0, 0, 3] > 0
+    torch.testing.assert_close(logits.grad[0, 0, 3],
+                               linear.grad[0, 0, 3] / 4)
+    with pytest.raises(ValueError, match='bounded'):
+        LoMaLoss(bounded='yes')

@@ -1,6 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Logit Manipulation (LoMa) loss (paper Sec. 3.2)."""
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from mmdet.models.losses.utils import weight_reduce_loss
@@ -53,24 +53,31 @@ class LoMaLoss(nn.Module):
         loss_weight (float): gamma. Defaults to 20.0 (the paper's value).
         reduction (str): ``'mean'`` (over images and queries), ``'sum'`` or
             ``'none'`` (B x Q). Defaults to ``'mean'``.
-        bounded (bool): apply the term to the probabilities
-            :math:`\sigma(s)` instead of the logits (bounded, with a
-            gradient that vanishes on confident logits; at :math:`s = 0`
-            its slope is a quarter of the linear term's). Defaults to False
-            (the paper's linear term).
+        bounded (bool | str): ``True``: apply the term to the
+            probabilities :math:`\sigma(s)` instead of the logits (bounded,
+            with a gradient that vanishes on confident logits; at
+            :math:`s = 0` its slope is a quarter of the linear term's).
+            ``'agreeing'``: :math:`\sigma(s)` only for the classes whose
+            column the prior gets right (:math:`w_j < 0`, the term raises
+            the logit), :math:`s / 4` (linear, the same slope at 0) where it
+            misleads, so a misleading prior keeps pushing its classes down.
+            Defaults to False (the paper's linear term).
     """
 
     def __init__(self,
                  loss_weight: float = 20.0,
                  reduction: str = 'mean',
-                 bounded: bool = False) -> None:
+                 bounded: Union[bool, str] = False) -> None:
         super().__init__()
         if reduction not in ('none', 'mean', 'sum'):
             raise ValueError(f'reduction must be none, mean or sum, got '
                              f'{reduction!r}')
         self.loss_weight = loss_weight
         self.reduction = reduction
-        self.bounded = bool(bounded)
+        if bounded not in (False, True, 'agreeing'):
+            raise ValueError(f"LoMaLoss: bounded must be False, True or "
+                             f"'agreeing', got {bounded!r}")
+        self.bounded = bounded
 
     def forward(self,
                 cls_scores: Tensor,
@@ -109,7 +116,13 @@ class LoMaLoss(nn.Module):
             class_weights = class_weights.unsqueeze(0)
         class_weights = class_weights.to(cls_scores.dtype)
         logits = cls_scores[..., :num_classes]
-        if self.bounded:
+        if self.bounded == 'agreeing':
+            # saturate where the prior agrees (w < 0: the term raises the
+            # logit), stay linear where it disagrees; s / 4 has sigmoid's
+            # slope at s = 0, so gamma means the same on both sides
+            logits = torch.where(class_weights.unsqueeze(1) < 0,
+                                 logits.sigmoid(), logits / 4)
+        elif self.bounded:
             logits = logits.sigmoid()
         terms = logits * class_weights.unsqueeze(1)
         if class_mask is not None:
