@@ -7,9 +7,9 @@
 #
 # Measured on two data seeds against the bounded recipe in docs/results.md
 # ("LoMa that saturates only where the prior is right"): AP(E_t) within 0.4
-# of the 3,000-iteration DINO, E_b and E_x higher than the bounded recipe's,
-# and E_x level with or above the DINO + oracle marginal re-weighting;
-# flip(E_x) still scores above E0.
+# of the 3,000-iteration DINO, E_b and E_x 0.1-0.2 AP over the bounded
+# recipe's, and E_x level with or above the DINO + oracle marginal
+# re-weighting; flip(E_x) still scores above E0.
 #
 #   python tools/train.py \
 #       configs/context_shift/calidet_dino_tiny_context-shift_cached_agreeing.py \
