@@ -6,10 +6,17 @@ DATA ?= ../shared/datasets
 OUT ?= outputs/demo
 export MMCALIDET_DATA := $(abspath $(DATA))
 
-.PHONY: env demo stats-demo benchmark test
+.PHONY: env check-data demo stats-demo benchmark test
 
 env:
 	bash tools/setup_env.sh
+
+# the tests and stats-demo read COCO data from DATA: say so in one line
+# rather than fail test by test
+check-data:
+	@test -d "$(MMCALIDET_DATA)" || { echo "the datasets folder \
+	$(MMCALIDET_DATA) does not exist: put shared/datasets beside the \
+	clone, or run with DATA=/path/to/datasets" >&2; exit 1; }
 
 # the main job: the short context-shift benchmark (generate -> train the
 # plain tiny DINO 600 iterations -> calibrate a CaliDINO on its cached
@@ -25,7 +32,7 @@ benchmark: env
 	$(PY) tools/analysis_tools/context_shift_benchmark.py
 
 # COCO 2017 relation statistics beside the paper's figures (seconds)
-stats-demo: env
+stats-demo: check-data env
 	$(PY) tools/misc/relation_stats_demo.py --data $(DATA) --out-dir $(OUT)
 
 # the suite in TEST_JOBS worker processes (default: one per core, at most
@@ -36,7 +43,7 @@ NPROC := $(shell nproc 2>/dev/null || echo 2)
 TEST_JOBS ?= $(shell n=$(NPROC); [ $$n -gt 4 ] && n=4; echo $$n)
 TEST_THREADS ?= $(shell j=$(TEST_JOBS); [ $$j -lt 1 ] && j=1; \
     t=$$(( $(NPROC) / j )); [ $$t -lt 1 ] && t=1; echo $$t)
-test: env
+test: check-data env
 	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) \
 	    $(PY) -m pytest tests -q -p no:cacheprovider --durations=20 \
 	    -n $(TEST_JOBS) --dist loadfile
