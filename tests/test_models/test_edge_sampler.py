@@ -68,6 +68,26 @@ def test_flip_mode_gives_each_sample_its_flipped_statistics():
         assert s.metainfo['prior_mode'] == 'flip'
 
 
+def test_sample_filled_mode_takes_absent_columns_from_the_dataset_prior():
+    samples = run(only('sample_filled'))
+    for s, labels in zip(samples, LABELS):
+        stats = sample_prior(K, labels)
+        present = sorted(set(labels))
+        absent = [j for j in range(K) if j not in present]
+        prior = s.prior.numpy().astype(np.float64)
+        np.testing.assert_allclose(prior[:, present], stats[:, present])
+        expected = dataset_prior()[:, absent]
+        expected[absent, np.arange(len(absent))] = 1.0
+        np.testing.assert_allclose(prior[:, absent], expected, atol=1e-7)
+        # no flat column left: presence shows in the values only
+        off = np.where(np.eye(K, dtype=bool), 0.5, prior)
+        assert not np.any(np.all(off == 0.5, axis=0))
+        np.testing.assert_allclose(s.sample_prior.numpy(), stats)
+        assert s.metainfo['prior_mode'] == 'sample_filled'
+    with pytest.raises(ValueError, match='"sample_filled" mode needs a prior'):
+        run(EdgeSampler(num_classes=K, mode_probs=dict(sample_filled=1)))
+
+
 def test_batch_mode_gives_the_batch_statistics():
     samples = run(only('batch'))
     expected = batch_prior(K, LABELS)

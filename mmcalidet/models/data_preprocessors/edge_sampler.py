@@ -37,6 +37,9 @@ MODES = {
     'flat': 'E_0, the flat prior',
     'flip': 'flip(E_x), each sample its own E_x with 0 and 1 swapped '
     '(a misleading prior, so the sign of E gets a training signal)',
+    'sample_filled': 'E_x, each sample its own, with the columns of the '
+    'classes it lacks taken from E_t instead of flat (0.5): which classes '
+    'are present shows in the values only, not in which columns are flat',
     'subpopulation': 'E over the recent training images (`memory_size`) '
     'that contain, or lack, one random class: the statistics of a '
     'deployment site that is a part of the training distribution',
@@ -86,9 +89,10 @@ class EdgeSampler(nn.Module):
             (:meth:`set_classes`) when its ``dataset_meta`` is set.
         mode_probs (dict, optional): probability (any non-negative weights,
             normalised) of each mode among ``'sample'``, ``'batch'``,
-            ``'dataset'``, ``'group'``, ``'flat'``, ``'flip'`` and
-            ``'subpopulation'`` (see :data:`MODES`; the last two are not
-            the paper's). Defaults to
+            ``'dataset'``, ``'group'``, ``'flat'``, ``'flip'``,
+            ``'sample_filled'`` and ``'subpopulation'`` (see
+            :data:`MODES`; the last three are not the paper's;
+            ``'dataset'`` and ``'sample_filled'`` need E_t). Defaults to
             ``dict(sample=1, batch=1, dataset=1)``.
         noise_std (float): sigma of the Gaussian noise. Defaults to 0.16.
         group_size (int): group size of the ``'group'`` mode (the paper's
@@ -108,6 +112,8 @@ class EdgeSampler(nn.Module):
     """
 
     BATCH_SCOPES = ('local', 'global')
+    #: the modes that draw on E_t
+    NEED_PRIOR = ('dataset', 'sample_filled')
 
     def __init__(self,
                  num_classes: Optional[int] = None,
@@ -175,11 +181,11 @@ class EdgeSampler(nn.Module):
                 f'EdgeSampler: {self._prior_name} has K='
                 f'{self.dataset_prior.shape[0]} classes, expected '
                 f'num_classes={self.num_classes}')
-        if need_prior and 'dataset' in self.modes and \
-                self.dataset_prior is None:
+        needing = [m for m in self.NEED_PRIOR if m in self.modes]
+        if need_prior and needing and self.dataset_prior is None:
             raise ValueError(
-                'EdgeSampler: the "dataset" mode needs a prior (E_t): give '
-                "the detector's prior (model.prior) or the sampler's")
+                f'EdgeSampler: the "{needing[0]}" mode needs a prior (E_t): '
+                "give the detector's prior (model.prior) or the sampler's")
 
     def use_detector_defaults(self,
                               num_classes: int,
@@ -358,6 +364,12 @@ class EdgeSampler(nn.Module):
             stats = label_lists_prior(label_lists, self.num_classes)
             flipped = [flip_prior(p) for p in stats]
             return (np.stack(flipped) if flipped else stats), np.arange(num)
+        if mode == 'sample_filled':
+            stats = label_lists_prior(label_lists, self.num_classes)
+            for prior, labels in zip(stats, label_lists):
+                absent = np.setdiff1d(np.arange(self.num_classes), labels)
+                prior[:, absent] = self.dataset_prior[:, absent]
+            return stats, np.arange(num)
         if mode == 'group':
             index = np.arange(num) // self.group_size
             priors = np.stack([
