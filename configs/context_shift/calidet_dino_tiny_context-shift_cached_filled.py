@@ -30,11 +30,8 @@ max_iters = 30000
 train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
 param_scheduler = [
     dict(
-        type='MultiStepLR',
-        begin=0,
+        _base_.calibrator_param_scheduler[0],
         end=max_iters,
-        by_epoch=False,
-        milestones=[25000],
-        gamma=0.1)
+        milestones=[25000])
 ]
 default_hooks = dict(checkpoint=dict(interval=max_iters))
