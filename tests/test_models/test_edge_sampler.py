@@ -88,6 +88,39 @@ def test_sample_filled_mode_takes_absent_columns_from_the_dataset_prior():
         run(EdgeSampler(num_classes=K, mode_probs=dict(sample_filled=1)))
 
 
+def test_sample_borrowed_mode_takes_absent_columns_from_other_images():
+    sampler = only('sample_borrowed', seed=0)
+    # the first batch fills the memory; class 7 is in no image
+    first = [[0, 1], [2, 3], [4, 5, 6], [1, 6]]
+    run(sampler, first)
+    samples = run(sampler, LABELS)
+    memory = [set(lab) for lab in first + LABELS]
+    for s, labels in zip(samples, LABELS):
+        stats = sample_prior(K, labels)
+        present = sorted(set(labels))
+        prior = s.prior.numpy().astype(np.float64)
+        np.testing.assert_allclose(prior[:, present], stats[:, present])
+        for j in range(K):
+            if j in present:
+                continue
+            column = prior[:, j]
+            if j == 7:  # no image has it: the flat column stays
+                np.testing.assert_allclose(column, stats[:, j])
+                continue
+            # the 0/1 column of an image that has class j
+            donors = [m for m in memory if j in m]
+            assert any(
+                np.array_equal(column, [float(c in m) for c in range(K)])
+                for m in donors), (j, column)
+        np.testing.assert_allclose(s.sample_prior.numpy(), stats)
+        assert s.metainfo['prior_mode'] == 'sample_borrowed'
+    # the memory is kept for it, as for 'subpopulation'
+    assert len(sampler.memory) == len(memory)
+    # sharp columns everywhere but the class no image has
+    off = samples[1].prior.numpy()[:, :7]
+    assert np.isin(off, (0.0, 1.0)).all()
+
+
 def test_batch_mode_gives_the_batch_statistics():
     samples = run(only('batch'))
     expected = batch_prior(K, LABELS)

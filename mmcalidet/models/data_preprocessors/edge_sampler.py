@@ -40,6 +40,10 @@ MODES = {
     'sample_filled': 'E_x, each sample its own, with the columns of the '
     'classes it lacks taken from E_t instead of flat (0.5): which classes '
     'are present shows in the values only, not in which columns are flat',
+    'sample_borrowed': 'E_x, each sample its own, with the column of each '
+    'class it lacks taken from the E_x of a recent training image that has '
+    'the class (`memory_size`): every column is a sharp 0/1 column, so '
+    'which classes are present shows only in the values of their rows',
     'subpopulation': 'E over the recent training images (`memory_size`) '
     'that contain, or lack, one random class: the statistics of a '
     'deployment site that is a part of the training distribution',
@@ -90,15 +94,17 @@ class EdgeSampler(nn.Module):
         mode_probs (dict, optional): probability (any non-negative weights,
             normalised) of each mode among ``'sample'``, ``'batch'``,
             ``'dataset'``, ``'group'``, ``'flat'``, ``'flip'``,
-            ``'sample_filled'`` and ``'subpopulation'`` (see
-            :data:`MODES`; the last three are not the paper's;
+            ``'sample_filled'``, ``'sample_borrowed'`` and
+            ``'subpopulation'`` (see :data:`MODES`; the last four are not
+            the paper's;
             ``'dataset'`` and ``'sample_filled'`` need E_t). Defaults to
             ``dict(sample=1, batch=1, dataset=1)``.
         noise_std (float): sigma of the Gaussian noise. Defaults to 0.16.
         group_size (int): group size of the ``'group'`` mode (the paper's
             E_b(4)). Defaults to 4.
-        memory_size (int): the ``'subpopulation'`` mode draws from the
-            label lists of this many recent training images (this rank's;
+        memory_size (int): the ``'subpopulation'`` and
+            ``'sample_borrowed'`` modes draw from the label lists of this
+            many recent training images (this rank's;
             kept in memory only, refilled after a resume). Defaults to
             2048.
         min_subpopulation (int): the fewest images a subpopulation may
@@ -114,6 +120,8 @@ class EdgeSampler(nn.Module):
     BATCH_SCOPES = ('local', 'global')
     #: the modes that draw on E_t
     NEED_PRIOR = ('dataset', 'sample_filled')
+    #: the modes that draw on the recent training images (:attr:`memory`)
+    NEED_MEMORY = ('subpopulation', 'sample_borrowed')
 
     def __init__(self,
                  num_classes: Optional[int] = None,
@@ -340,6 +348,32 @@ class EdgeSampler(nn.Module):
                 return [lab for lab, keep in zip(memory, chosen) if keep]
         return memory
 
+    def _borrowed_priors(self, label_lists: List[np.ndarray],
+                         rng: np.random.Generator) -> np.ndarray:
+        """E_x of each image with the column of each class it lacks taken
+        from the E_x of a random image of :attr:`memory` (else of the batch)
+        that has the class; a class no such image has keeps the flat column.
+
+        Args:
+            label_lists (list[np.ndarray]): class indices per image.
+            rng (np.random.Generator): the draw's generator.
+
+        Returns:
+            np.ndarray: (N, K, K).
+        """
+        stats = label_lists_prior(label_lists, self.num_classes)
+        pool = list(self.memory) or list(label_lists)
+        has = np.zeros((len(pool), self.num_classes))
+        for i, labels in enumerate(pool):
+            has[i, np.asarray(labels, dtype=np.int64)] = 1.0
+        for prior, labels in zip(stats, label_lists):
+            absent = np.setdiff1d(np.arange(self.num_classes), labels)
+            for j in absent:
+                donors = np.flatnonzero(has[:, j])
+                if len(donors):
+                    prior[:, j] = has[rng.choice(donors)]
+        return stats
+
     def _distinct_priors(
             self,
             mode: str,
@@ -370,6 +404,9 @@ class EdgeSampler(nn.Module):
                 absent = np.setdiff1d(np.arange(self.num_classes), labels)
                 prior[:, absent] = self.dataset_prior[:, absent]
             return stats, np.arange(num)
+        if mode == 'sample_borrowed':
+            return self._borrowed_priors(
+                label_lists, np.random.default_rng([seed, 2])), np.arange(num)
         if mode == 'group':
             index = np.arange(num) // self.group_size
             priors = np.stack([
@@ -436,7 +473,7 @@ class EdgeSampler(nn.Module):
             ds.gt_instances.labels.detach().cpu().numpy().astype(np.int64)
             for ds in data_samples
         ]
-        if 'subpopulation' in self.modes:
+        if any(m in self.modes for m in self.NEED_MEMORY):
             self.memory.extend(labels)
         mode, noise_seed = self._draw()
         label_lists, offset = labels, 0
