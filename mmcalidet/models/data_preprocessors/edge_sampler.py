@@ -335,9 +335,7 @@ class EdgeSampler(nn.Module):
             list[np.ndarray]: the chosen images' label lists.
         """
         memory = list(self.memory)
-        present = np.zeros((len(memory), self.num_classes), dtype=bool)
-        for i, labels in enumerate(memory):
-            present[i, labels] = True
+        present = self._presence(memory)
         contain = rng.random() < 0.5
         for members in (present, ~present) if contain else (~present,
                                                            present):
@@ -347,6 +345,13 @@ class EdgeSampler(nn.Module):
                 chosen = members[:, rng.choice(eligible)]
                 return [lab for lab, keep in zip(memory, chosen) if keep]
         return memory
+
+    def _presence(self, label_lists: List[np.ndarray]) -> np.ndarray:
+        """(N, K) bool: whether image n has class k."""
+        present = np.zeros((len(label_lists), self.num_classes), dtype=bool)
+        for i, labels in enumerate(label_lists):
+            present[i, np.asarray(labels, dtype=np.int64)] = True
+        return present
 
     def _borrowed_priors(self, label_lists: List[np.ndarray],
                          rng: np.random.Generator) -> np.ndarray:
@@ -362,13 +367,9 @@ class EdgeSampler(nn.Module):
             np.ndarray: (N, K, K).
         """
         stats = label_lists_prior(label_lists, self.num_classes)
-        pool = list(self.memory) or list(label_lists)
-        has = np.zeros((len(pool), self.num_classes))
-        for i, labels in enumerate(pool):
-            has[i, np.asarray(labels, dtype=np.int64)] = 1.0
-        for prior, labels in zip(stats, label_lists):
-            absent = np.setdiff1d(np.arange(self.num_classes), labels)
-            for j in absent:
+        has = self._presence(list(self.memory) or list(label_lists))
+        for prior, present in zip(stats, self._presence(label_lists)):
+            for j in np.flatnonzero(~present):
                 donors = np.flatnonzero(has[:, j])
                 if len(donors):
                     prior[:, j] = has[rng.choice(donors)]
@@ -400,9 +401,8 @@ class EdgeSampler(nn.Module):
             return (np.stack(flipped) if flipped else stats), np.arange(num)
         if mode == 'sample_filled':
             stats = label_lists_prior(label_lists, self.num_classes)
-            for prior, labels in zip(stats, label_lists):
-                absent = np.setdiff1d(np.arange(self.num_classes), labels)
-                prior[:, absent] = self.dataset_prior[:, absent]
+            for prior, present in zip(stats, self._presence(label_lists)):
+                prior[:, ~present] = self.dataset_prior[:, ~present]
             return stats, np.arange(num)
         if mode == 'sample_borrowed':
             return self._borrowed_priors(
