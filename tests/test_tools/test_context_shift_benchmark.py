@@ -201,6 +201,29 @@ def test_benchmark_retrains_when_the_settings_changed(bench, tmp_path):
     assert 'rho=0.5' in dumped.read_text()
 
 
+def test_benchmark_trains_the_chosen_calibrator_config(bench, tmp_path):
+    root, _, _ = bench
+    work = tmp_path / 'work'
+    config = osp.join('configs', 'context_shift',
+                      'calidet_dino_tiny_context-shift_cached_filled.py')
+    code, log = _run([
+        '--data',
+        str(root / 'data'), '--work-dir',
+        str(work), '--dino-work-dir',
+        str(root / 'work' / 'dino'), '--dino-iters', '4',
+        '--calibrator-updates', '2', '--calibrator-config', config,
+        '--train-only', '--no-progress'
+    ], timeout=300)
+    assert code == 0, log[-3000:]
+    # the fixture's DINO is reused; the calibrator trains the filled
+    # recipe (its edge modes and bounded LoMa) for the benchmark's updates
+    assert log.count('[train] reusing') == 1
+    assert osp.isfile(work / 'calidet' / 'iter_2.pth')
+    dumped = (work / 'calidet' / osp.basename(config)).read_text()
+    assert "sample_filled=1.0" in dumped
+    assert "bounded='agreeing'" in dumped
+
+
 def test_ran_schedule_reads_the_decay_from_the_dumped_config(tmp_path):
     import importlib.util
     spec = importlib.util.spec_from_file_location(

@@ -239,9 +239,8 @@ def ensure_data(args: argparse.Namespace) -> Dict:
 def train_both(args, sched: Dict, work_dir: str) -> Dict:
     """Train the plain DINO and the CaliDINO (see :func:`schedule`)."""
     configs = VARIANTS[args.variant]
-    dino_config, calidet_config, cached_config = (configs['dino'],
-                                                  configs['calidet'],
-                                                  configs['cached'])
+    dino_config, calidet_config = configs['dino'], configs['calidet']
+    cached_config = args.calibrator_config or configs['cached']
     dino_dir = args.dino_work_dir or osp.join(work_dir, 'dino')
     cali_dir = osp.join(work_dir, 'calidet')
     common = ['default_hooks.logger.interval=50'] + list(args.cfg_options)

@@ -106,6 +106,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         'schedule; scratch: it trains the DINO schedule from scratch, both '
         'trainings side by side')
     parser.add_argument(
+        '--calibrator-config',
+        help='the calibrator config of --calidet-init cached (default the '
+        'variant\'s configs/context_shift/calidet_dino_tiny_context-shift'
+        '[_many-class]_cached.py; make demo: the filled recipe, '
+        'calidet_dino_tiny_context-shift_cached_filled.py)')
+    parser.add_argument(
         '--retrain', action='store_true', help='train even if done')
     parser.add_argument(
         '--train-only', action='store_true', help='stop after training')
