@@ -138,6 +138,15 @@ def test_benchmark_rejects_a_bad_schedule(tmp_path):
     assert code != 0
     assert 'must divide --dino-iters' in log
     assert not osp.exists(tmp_path / 'd')  # checked before generating
+    # a calibrator config that is missing, or without the cached path
+    for extra, message in ((['--calibrator-config', 'no/such.py'],
+                            'no/such.py: not a file'),
+                           (['--calibrator-config', TOOL, '--calidet-init',
+                             'finetune'], 'only with --calidet-init cached')):
+        code, log = _run(['--data', str(tmp_path / 'd')] + extra,
+                         timeout=120)
+        assert code != 0 and message in log, log[-2000:]
+        assert not osp.exists(tmp_path / 'd')
 
 
 def test_benchmark_trains_both_from_scratch_side_by_side(bench, tmp_path):

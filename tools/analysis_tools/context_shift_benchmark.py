@@ -109,8 +109,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         '--calibrator-config',
         help='the calibrator config of --calidet-init cached (default the '
         'variant\'s configs/context_shift/calidet_dino_tiny_context-shift'
-        '[_many-class]_cached.py; make demo: the filled recipe, '
-        'calidet_dino_tiny_context-shift_cached_filled.py)')
+        '[_many-class]_cached.py), e.g. the filled recipe, '
+        'calidet_dino_tiny_context-shift_cached_filled.py')
     parser.add_argument(
         '--retrain', action='store_true', help='train even if done')
     parser.add_argument(
@@ -438,6 +438,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     start = time.perf_counter()
     sched = schedule(args)
+    if args.calibrator_config and (args.calidet_init != 'cached' or
+                                   not osp.isfile(args.calibrator_config)):
+        raise ValueError(
+            f'--calibrator-config {args.calibrator_config}: '
+            + ('not a file' if args.calidet_init == 'cached' else
+               'only with --calidet-init cached'))
     args.data = args.data or VARIANTS[args.variant]['data']
     work_dir = args.work_dir or osp.join(
         'work_dirs', 'context_shift' +
