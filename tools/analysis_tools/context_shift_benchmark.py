@@ -438,12 +438,15 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     start = time.perf_counter()
     sched = schedule(args)
-    if args.calibrator_config and (args.calidet_init != 'cached' or
-                                   not osp.isfile(args.calibrator_config)):
-        raise ValueError(
-            f'--calibrator-config {args.calibrator_config}: '
-            + ('not a file' if args.calidet_init == 'cached' else
-               'only with --calidet-init cached'))
+    if args.calibrator_config:
+        problem = None
+        if args.calidet_init != 'cached':
+            problem = 'only with --calidet-init cached'
+        elif not osp.isfile(args.calibrator_config):
+            problem = 'not a file'
+        if problem:
+            raise ValueError(
+                f'--calibrator-config {args.calibrator_config}: {problem}')
     args.data = args.data or VARIANTS[args.variant]['data']
     work_dir = args.work_dir or osp.join(
         'work_dirs', 'context_shift' +
