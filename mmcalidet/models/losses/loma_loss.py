@@ -114,17 +114,18 @@ class LoMaLoss(nn.Module):
         class_weights = loma_class_weights(prior, sample_prior)
         if class_weights.dim() == 1:
             class_weights = class_weights.unsqueeze(0)
-        class_weights = class_weights.to(cls_scores.dtype)
+        # (B, 1, K): one weight per image and class, shared by its queries
+        class_weights = class_weights.to(cls_scores.dtype).unsqueeze(1)
         logits = cls_scores[..., :num_classes]
         if self.bounded == 'agreeing':
             # saturate where the prior agrees (w < 0: the term raises the
             # logit), stay linear where it disagrees; s / 4 has sigmoid's
             # slope at s = 0, so gamma means the same on both sides
-            logits = torch.where(class_weights.unsqueeze(1) < 0,
+            logits = torch.where(class_weights < 0,
                                  logits.sigmoid(), logits / 4)
         elif self.bounded:
             logits = logits.sigmoid()
-        terms = logits * class_weights.unsqueeze(1)
+        terms = logits * class_weights
         if class_mask is not None:
             if class_mask.shape != terms.shape:
                 raise ValueError(f'class_mask must be {tuple(terms.shape)}, '
