@@ -529,3 +529,25 @@ def test_an_anchored_califormer_is_zero_at_the_training_prior(tmp_path):
                                head.califormer.anchor_prior)
     with torch.no_grad():
         torch.testing.assert_close(reloaded.deployment_cali_vectors(), v0)
+
+
+def test_a_califormer_anchored_at_e0_is_zero_at_the_flat_prior(tmp_path):
+    # CaliFormer(anchored='flat'): the detector leaves the anchor at E0
+    # (its training prior E_t does not replace it), so the flat prior
+    # gives the plain head and E_t does not
+    prior = np.array([[1.0, 0.2, 0.3], [0.4, 1.0, 0.5], [0.6, 0.7, 1.0]])
+    path = save_prior(
+        tmp_path / 'three.json', prior, classes=['cat', 'dog', 'bird'])
+    cfg = three_class_config(str(path))
+    cfg.model.bbox_head.califormer.anchored = 'flat'
+    torch.manual_seed(0)
+    model = MODELS.build(copy.deepcopy(cfg.model))
+    model.init_weights()
+    model.dataset_meta = dict(classes=['cat', 'dog', 'bird'])
+    head = model.bbox_head
+    np.testing.assert_allclose(head.califormer.anchor_prior.numpy(),
+                               flat_prior(3))
+    with torch.no_grad():
+        assert head.get_cali_vectors(model.prior).abs().max() > 0
+        model.set_prior(flat_prior(3))
+        assert model.deployment_cali_vectors().abs().max() == 0

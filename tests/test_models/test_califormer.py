@@ -228,6 +228,26 @@ def test_anchored_output_is_relative_to_the_anchor_prior():
         plain.set_anchor(e_a)
 
 
+def test_anchored_values_name_the_anchor():
+    # True is the training-prior anchor; 'flat' keeps E0, so the flat
+    # prior (Delta E = 0) gives V' = 0; anything else is refused
+    assert small_califormer(anchored=True).anchor == 'train_prior'
+    assert small_califormer(anchored='train_prior').anchored
+    assert small_califormer().anchor is None
+    plain = make_califormer()
+    at_flat = small_califormer(anchored='flat').eval()
+    at_flat.load_state_dict(plain.state_dict(), strict=False)
+    flat = torch.full((K, K), 0.5).fill_diagonal_(1.0)
+    e = random_prior(4)
+    with torch.no_grad():
+        assert at_flat(flat).abs().max() == 0
+        assert at_flat(e).abs().max() > 0
+        torch.testing.assert_close(at_flat(e), plain(e) - plain(flat))
+    for bad in ('E_t', 1, 'yes'):
+        with pytest.raises(ValueError, match='anchored must be'):
+            small_califormer(anchored=bad)
+
+
 @pytest.fixture
 def mmcv_attention():
     """mmcv's MultiheadAttention; the default ``dropout_layer`` dict it

@@ -94,10 +94,12 @@ class CalibratableDetectorMixin:
         matrix, self._pending_prior = self._load_named_prior(prior)
         self._configure_edge_samplers(prior)
         self.register_buffer('prior', torch.from_numpy(matrix).float())
-        # an anchored CaliFormer's anchor is the training prior E_t (this
-        # argument), so that V' = 0 at E_t; reordered with it by name
+        # a CaliFormer anchored at the training prior gets E_t (this
+        # argument), so that V' = 0 at E_t; reordered with it by name (one
+        # anchored at E0 keeps its flat anchor)
         self._pending_anchor = None
-        if getattr(self.bbox_head.califormer, 'anchored', False):
+        if getattr(self.bbox_head.califormer, 'anchor',
+                   None) == 'train_prior':
             self.bbox_head.califormer.set_anchor(self.prior)
             self._pending_anchor = self._pending_prior
         self._cali_cache: Optional[Tuple[tuple, Tensor]] = None

@@ -1,5 +1,7 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """CaliFormer: V' = g(V, Delta E), the per-class calibration vectors."""
+from typing import Union
+
 import torch
 from mmdet.models.layers import DetrTransformerEncoder
 from mmdet.registry import MODELS
@@ -48,14 +50,17 @@ class CaliFormer(BaseModule):
             from a baseline checkpoint starts exactly as the baseline. With
             the default (False, the paper's plain initialisation) V' starts
             with unit-scale entries. Defaults to False.
-        anchored (bool): return ``g(V, E) - g(V, E_a)``, V' relative to
-            the vectors of an anchor prior ``E_a`` (the buffer
-            ``anchor_prior``; a CaliDet detector sets it to its training
-            prior E_t, see :meth:`set_anchor`). At ``E = E_a`` then V' = 0
-            and the calibrated head is the plain one, ``W^T h + b``
-            exactly: the paper's premise ``f(x; E_t) ~ f*(x)`` (Sec. 3)
-            made exact. Not in the paper (an extension; its run is in
-            docs/results.md). Defaults to False.
+        anchored (bool | str): return ``g(V, E) - g(V, E_a)``, V'
+            relative to the vectors of an anchor prior ``E_a`` (the buffer
+            ``anchor_prior``). At ``E = E_a`` then V' = 0 and the
+            calibrated head is the plain one, ``W^T h + b``, exactly.
+            ``True`` or ``'train_prior'``: a CaliDet detector sets E_a to
+            its training prior E_t (see :meth:`set_anchor`), the paper's
+            premise ``f(x; E_t) ~ f*(x)`` (Sec. 3) made exact.
+            ``'flat'``: E_a stays the flat prior E0, so a prior that says
+            nothing (Delta E = 0) leaves the plain head, and only what a
+            prior says moves V'. Not in the paper (extensions; their runs
+            are in docs/results.md). Defaults to False.
         init_cfg (dict, optional): mmengine initialisation config.
     """
 
@@ -69,7 +74,7 @@ class CaliFormer(BaseModule):
                  node_std: float = 0.01,
                  bias_scale: float = 1.0,
                  zero_init_output: bool = False,
-                 anchored: bool = False,
+                 anchored: Union[bool, str] = False,
                  init_cfg: OptMultiConfig = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.num_classes = num_classes
@@ -105,8 +110,15 @@ class CaliFormer(BaseModule):
                     act_cfg=dict(type='ReLU', inplace=True))))
         if zero_init_output:
             nn.init.zeros_(self.encoder.layers[-1].norms[-1].weight)
-        self.anchored = bool(anchored)
-        if self.anchored:  # E0 until the detector sets its E_t
+        if anchored is True:
+            anchored = 'train_prior'
+        if anchored not in (False, None, 'train_prior', 'flat'):
+            raise ValueError("CaliFormer: anchored must be False, True, "
+                             f"'train_prior' or 'flat', got {anchored!r}")
+        #: what the anchor is: 'train_prior', 'flat' or None (no anchor)
+        self.anchor = anchored or None
+        self.anchored = self.anchor is not None
+        if self.anchored:  # E0 (until a detector sets its E_t)
             self.register_buffer(
                 'anchor_prior',
                 flat_prior_like(torch.empty(num_classes, num_classes)))
