@@ -35,7 +35,8 @@ def prior_sensitivity(head,
     Returns:
         list[dict]: per prior kind (``E_x``, ``flip_E_x``, ``E_t``):
         ``prior``, ``num_priors``, ``relative_change`` (mean |V'_k(E) -
-        V'_k(E0)| over mean |V'_k(E0)|), ``present_shift`` and
+        V'_k(E0)| over mean |V'_k(E0)|; NaN where V'(E0) = 0, as in a
+        CaliFormer anchored at E0), ``present_shift`` and
         ``absent_shift`` (mean logit change along W_k of the classes the
         image has / has not; for E_t every class counts as present).
     """
@@ -49,7 +50,9 @@ def prior_sensitivity(head,
             torch.as_tensor(priors, dtype=weight.dtype, device=weight.device))
 
     v0 = vectors(flat_prior(num_classes))
-    base = v0.norm(dim=-1).mean().clamp_min(1e-12)
+    # V'(E0) is 0 for a CaliFormer anchored at E0: no scale to compare to
+    base = v0.norm(dim=-1).mean()
+    base = float(base) if float(base) > 0 else float('nan')
     labels = [
         np.unique(np.asarray(lab, dtype=np.int64)) for lab in label_lists
     ]
@@ -73,7 +76,7 @@ def prior_sensitivity(head,
             dict(
                 prior=kind,
                 num_priors=len(priors),
-                relative_change=float(delta.norm(dim=-1).mean() / base),
+                relative_change=float(delta.norm(dim=-1).mean()) / base,
                 present_shift=float(shift[mask].mean()),
                 absent_shift=float(shift[~mask].mean()) if
                 (~mask).any() else float('nan')))

@@ -34,7 +34,7 @@ class Head(nn.Module):
     as_two_stage = True
     decoder_cls_branch = CalibratedClsMixin.decoder_cls_branch
 
-    def __init__(self, bias_scale=1.0, rho=0.2):
+    def __init__(self, bias_scale=1.0, rho=0.2, anchored=False):
         super().__init__()
         torch.manual_seed(0)
         self.califormer = CaliFormer(
@@ -43,7 +43,8 @@ class Head(nn.Module):
             num_layers=2,
             num_heads=2,
             feedforward_channels=32,
-            bias_scale=bias_scale)
+            bias_scale=bias_scale,
+            anchored=anchored)
         self.califormer.init_weights()
         with torch.no_grad():
             self.califormer.nodes.normal_()
@@ -126,6 +127,20 @@ def test_a_head_that_ignores_the_prior_reads_zero():
     for r in rows:
         assert r['relative_change'] == pytest.approx(0, abs=1e-6)
         assert r['present_shift'] == pytest.approx(0, abs=1e-7)
+
+
+def test_a_head_anchored_at_e0_has_shifts_and_no_relative_change():
+    # V'(E0) = 0 by construction: the relative change has no scale (NaN,
+    # not a division by ~0), the logit shifts are the plain head's
+    plain = {r['prior']: r for r in prior_sensitivity(Head(), LABELS)}
+    rows = prior_sensitivity(Head(anchored='flat'), LABELS)
+    for r in rows:
+        assert np.isnan(r['relative_change'])
+        assert r['present_shift'] == pytest.approx(
+            plain[r['prior']]['present_shift'], abs=1e-6)
+        assert r['absent_shift'] == pytest.approx(
+            plain[r['prior']]['absent_shift'], abs=1e-6)
+    assert rows[0]['present_shift'] != 0
 
 
 CALI = 'configs/calidet/calidet_dino_tiny_coco-mini.py'
