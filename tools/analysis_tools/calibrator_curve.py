@@ -27,7 +27,7 @@ import os.path as osp
 import subprocess
 import sys
 import time
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -35,6 +35,14 @@ sys.path.insert(0, ROOT)
 from mmcalidet.utils.cli import run_tool  # noqa: E402
 
 PRIORS = ('flip_E_x', 'E0', 'E_t', 'E_b', 'E_x')
+
+
+def _read(path: str) -> Optional[str]:
+    """The text of ``path``, or None where there is no such file."""
+    if not osp.isfile(path):
+        return None
+    with open(path) as f:
+        return f.read()
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -99,8 +107,8 @@ def write_config(args: argparse.Namespace, updates: Sequence[int]) -> str:
     os.makedirs(osp.join(args.work_dir, 'generated'), exist_ok=True)
     path = osp.join(args.work_dir, 'generated', 'curve_config.py')
     options = osp.join(args.work_dir, 'generated', 'curve_options.json')
-    same = osp.isfile(path) and open(path).read() == text and osp.isfile(
-        options) and json.load(open(options)) == args.cfg_options
+    same = _read(path) == text and osp.isfile(options) and json.loads(
+        _read(options)) == args.cfg_options
     done = same and all(
         osp.isfile(snapshot(args.work_dir, n)) for n in updates)
     if done and not args.retrain:
