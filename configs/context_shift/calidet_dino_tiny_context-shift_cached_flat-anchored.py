@@ -15,7 +15,8 @@
 # flip(E_x) < E0 <= E_t <= E_b < E_x holds on all three with E_t above E0
 # and E0 -> E_x above the oracle re-weighting's gain; flip(E_x) is 2 AP or
 # more under E0 on one seed only, and the crossed site loses 1.8-4.5 AP
-# with its own prior.
+# with its own prior. On the full-length (3,000-iteration) DINO every
+# truthful prior scores under the DINO with it.
 #
 #   python tools/train.py \
 #       configs/context_shift/calidet_dino_tiny_context-shift_cached_flat-anchored.py \
