@@ -117,11 +117,15 @@ class CaliFormer(BaseModule):
                              f"'train_prior' or 'flat', got {anchored!r}")
         #: what the anchor is: 'train_prior', 'flat' or None (no anchor)
         self.anchor = anchored or None
-        self.anchored = self.anchor is not None
         if self.anchored:  # E0 (until a detector sets its E_t)
             self.register_buffer(
                 'anchor_prior',
                 flat_prior_like(torch.empty(num_classes, num_classes)))
+
+    @property
+    def anchored(self) -> bool:
+        """Whether V' is taken relative to an anchor prior."""
+        return self.anchor is not None
 
     def set_anchor(self, prior: Tensor) -> None:
         """Set the anchor prior ``E_a`` of an anchored CaliFormer (its V'
