@@ -10,13 +10,14 @@
 # Why: the sign-aware recipe trains E0 as well as E_t, so E_t gains nothing
 # over E0; the default recipe never draws E0, so E0 falls under the DINO
 # and flip(E_x) scores above it. Anchored at E0, E0 is the DINO exactly.
-# Measured on the demo's 600-iteration DINOs of three data seeds in
-# docs/results.md ("V' anchored at the flat prior"): the order
-# flip(E_x) < E0 <= E_t <= E_b < E_x holds on all three with E_t above E0
-# and E0 -> E_x above the oracle re-weighting's gain; flip(E_x) is 2 AP or
-# more under E0 on one seed only, and the crossed site loses 1.8-4.5 AP
-# with its own prior. On the full-length (3,000-iteration) DINO every
-# truthful prior scores under the DINO with it.
+# Measured on six of the demo's 600-iteration DINOs (four data seeds) in
+# docs/results.md ("V' anchored at the flat prior", "The flat anchor
+# again"): E_t above E0 and E0 -> E_x above the oracle re-weighting's gain
+# on all six; flip(E_x) is 2 AP or more under E0 on three, 2.5 AP above it
+# on one; the crossed site loses 1.8-4.5 AP with its own prior. LoMa at
+# gamma 10 or 20 makes every misleading prior a collapse. On the
+# full-length (3,000-iteration) DINO every truthful prior scores under the
+# DINO with it.
 #
 #   python tools/train.py \
 #       configs/context_shift/calidet_dino_tiny_context-shift_cached_flat-anchored.py \
