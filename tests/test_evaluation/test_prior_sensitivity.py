@@ -15,6 +15,7 @@ from mmengine.registry import init_default_scope
 from mmengine.runner import save_checkpoint
 from torch import nn
 
+from mmcalidet.apis import init_detector
 from mmcalidet.evaluation.sensitivity import prior_sensitivity
 from mmcalidet.models import CaliFormer
 from mmcalidet.models.dense_heads.calibrated_cls import CalibratedClsMixin
@@ -191,3 +192,54 @@ def test_tool_errors_name_the_problem(checkpoints):
         text=True,
         timeout=300)
     assert res.returncode == 1 and '--objects' in res.stderr
+
+
+def test_tool_probes_the_label_sets_of_real_images(checkpoints, tmp_path,
+                                                   monkeypatch):
+    monkeypatch.chdir(PROJECT_ROOT)
+    model = init_detector(CALI, checkpoints[0], device='cpu')
+    names = list(model.dataset_meta['classes'])
+    # categories in another id order than the model's classes: matched by
+    # name; the image without an object is left out
+    cats = [dict(id=100 - k, name=n) for k, n in enumerate(names)]
+    ann = dict(
+        images=[
+            dict(id=i, file_name=f'{i}.jpg', width=8, height=8)
+            for i in (1, 2, 3)
+        ],
+        annotations=[
+            dict(
+                id=n,
+                image_id=img,
+                category_id=cat,
+                bbox=[0, 0, 2, 2],
+                area=4,
+                iscrowd=0)
+            for n, (img, cat) in enumerate([(1, 100), (1, 99), (2, 90)], 1)
+        ],
+        categories=cats)
+    path = str(tmp_path / 'val.json')
+    with open(path, 'w') as f:
+        json.dump(ann, f)
+    main = runpy.run_path(TOOL, run_name='tool')['main']
+    out = str(tmp_path / 'sens.json')
+    assert main([CALI, checkpoints[0], '--labels', path, '--out', out]) == 0
+    with open(out) as f:
+        rows = {r['prior']: r for r in json.load(f)}
+    assert [rows[k]['num_priors'] for k in ('E_x', 'flip_E_x', 'E_t')] == \
+        [2, 2, 1]
+    # the same rows as the library on the two images' classes, by name
+    expected = prior_sensitivity(
+        model.bbox_head, [np.array([0, 1]), np.array([10])], model.get_prior())
+    for r in expected:
+        assert rows[r['prior']]['present_shift'] == pytest.approx(
+            r['present_shift'], abs=1e-6)
+        assert rows[r['prior']]['absent_shift'] == pytest.approx(
+            r['absent_shift'], abs=1e-6, nan_ok=True)
+    # an annotation file without one of the model's classes names it
+    ann['categories'] = cats[1:]
+    ann['annotations'] = ann['annotations'][1:]
+    with open(path, 'w') as f:
+        json.dump(ann, f)
+    with pytest.raises(ValueError, match="'person' is not a category"):
+        main([CALI, checkpoints[0], '--labels', path])

@@ -1,11 +1,13 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Does a trained CaliDet use the prior, and with the right sign? Probes
 the calibration vectors V' of a checkpoint under E_x, flip(E_x) and E_t of
-random label sets (no image is run). Example::
+random label sets, or of the label sets of real images (``--labels``; no
+image is run). Example::
 
     python tools/analysis_tools/prior_sensitivity.py \
         configs/context_shift/calidet_dino_tiny_context-shift.py \
-        work_dirs/context_shift/calidet/iter_1000.pth
+        work_dirs/context_shift/calidet/iter_1000.pth \
+        --labels data/context_shift/annotations/instances_val.json
 
 ``present_shift``: mean change (vs E0) of a present class's logit on a unit
 feature along its own weight; it should be positive under E_x and lower
@@ -41,6 +43,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='classes per label set')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument(
+        '--labels',
+        help='probe the label sets of these images instead of random ones: '
+        'a COCO .json, a folder of YOLO .txt files or a .tar.gz of them, '
+        "classes matched by name to the model's (every image with a class; "
+        '--num-images and --objects are then unused)')
+    parser.add_argument(
         '--train-prior',
         help='E_t (default: the prior the checkpoint was saved with)')
     parser.add_argument('--out', help='also write the rows as JSON here')
@@ -69,13 +77,16 @@ def main(argv=None) -> int:
         raise ValueError(f'{args.config} is not a calibratable detector '
                          '(no CaliFormer)')
     k = model.num_classes
-    if hi > k:
-        raise ValueError(f'--objects MAX ({hi}) exceeds the {k} classes')
-    rng = np.random.default_rng(args.seed)
-    labels = [
-        rng.choice(k, size=int(rng.integers(lo, hi + 1)), replace=False)
-        for _ in range(args.num_images)
-    ]
+    if args.labels:
+        labels = image_label_sets(args.labels, model)
+    else:
+        if hi > k:
+            raise ValueError(f'--objects MAX ({hi}) exceeds the {k} classes')
+        rng = np.random.default_rng(args.seed)
+        labels = [
+            rng.choice(k, size=int(rng.integers(lo, hi + 1)), replace=False)
+            for _ in range(args.num_images)
+        ]
     rows = prior_sensitivity(model.bbox_head, labels, model.get_prior())
     print(
         markdown_table(rows,
@@ -87,6 +98,31 @@ def main(argv=None) -> int:
         with atomic_write(args.out) as f:
             json.dump(rows, f, indent=1)
     return 0
+
+
+def image_label_sets(src: str, model) -> list:
+    """The label sets of the images of ``src`` that have a class, in the
+    model's class order (matched by name).
+
+    Args:
+        src (str): a COCO .json, a YOLO folder or a YOLO tarball.
+        model: the detector (``dataset_meta['classes']``).
+
+    Returns:
+        list[np.ndarray]: one array of class indices per image.
+    """
+    from mmcalidet.priors.label_io import read_label_sets
+    classes = (getattr(model, 'dataset_meta', None) or {}).get('classes')
+    if not classes:
+        raise ValueError(f'--labels {src}: the checkpoint and config name '
+                         'no classes to match the labels to')
+    labels = [
+        lab for lab in read_label_sets(src, list(classes)).label_lists()
+        if len(lab)
+    ]
+    if not labels:
+        raise ValueError(f'--labels {src}: no image has a labelled object')
+    return labels
 
 
 if __name__ == '__main__':
