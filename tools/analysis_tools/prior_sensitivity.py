@@ -101,8 +101,9 @@ def main(argv=None) -> int:
 
 
 def image_label_sets(src: str, model) -> list:
-    """The label sets of the images of ``src`` that have a class, in the
-    model's class order (matched by name).
+    """The label sets of the images of ``src``, in the model's class order
+    (matched by name); :func:`prior_sensitivity` skips those without a
+    class.
 
     Args:
         src (str): a COCO .json, a YOLO folder or a YOLO tarball.
@@ -116,11 +117,8 @@ def image_label_sets(src: str, model) -> list:
     if not classes:
         raise ValueError(f'--labels {src}: the checkpoint and config name '
                          'no classes to match the labels to')
-    labels = [
-        lab for lab in read_label_sets(src, list(classes)).label_lists()
-        if len(lab)
-    ]
-    if not labels:
+    labels = read_label_sets(src, list(classes)).label_lists()
+    if not any(len(lab) for lab in labels):
         raise ValueError(f'--labels {src}: no image has a labelled object')
     return labels
 
