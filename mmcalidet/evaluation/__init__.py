@@ -23,7 +23,7 @@ from .online import OnlineSelfCalibrator
 from .partitions import (SUBSET_SIZES, calibration_subsets, evaluate_groups,
                          evaluate_partitions, evaluate_subsets,
                          read_evaluation_labels, read_image_groups,
-                         split_subsets, subset_epsilon)
+                         site_priors, split_subsets, subset_epsilon)
 from .report import markdown_table, write_report
 from .scoring import Rescorer, is_calibratable
 from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
@@ -42,11 +42,12 @@ __all__ = [
     'STANDARD_PRIORS', 'PriorSpec', 'Method', 'build_priors',
     'evaluate_priors', 'check_expected_order', 'format_order_verdict',
     'SUBSET_SIZES', 'split_subsets', 'subset_epsilon', 'calibration_subsets',
-    'evaluate_partitions', 'evaluate_groups', 'read_image_groups',
-    'read_evaluation_labels', 'evaluate_subsets', 'DEFAULT_ETA',
-    'DEFAULT_SCORE_THR', 'SelfCalibrationResult', 'prediction_statistics',
-    'calibration_step', 'self_calibrate', 'self_calibrate_partitions',
-    'mean_history', 'OnlineSelfCalibrator', 'CORRECTIONS', 'CORRECTION_NAMES',
-    'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
-    'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'
+    'evaluate_partitions', 'evaluate_groups', 'site_priors',
+    'read_image_groups', 'read_evaluation_labels', 'evaluate_subsets',
+    'DEFAULT_ETA', 'DEFAULT_SCORE_THR', 'SelfCalibrationResult',
+    'prediction_statistics', 'calibration_step', 'self_calibrate',
+    'self_calibrate_partitions', 'mean_history', 'OnlineSelfCalibrator',
+    'CORRECTIONS', 'CORRECTION_NAMES', 'PriorReweighting',
+    'CooccurrenceRescoring', 'build_correction', 'class_frequencies',
+    'markdown_table', 'write_report', 'prior_sensitivity'
 ]

@@ -190,11 +190,13 @@ def read_evaluation_labels(
     return label_lists, names, list(sets.classes or classes)
 
 
-def evaluate_partitions(methods: Sequence[Method],
-                        evaluate: Callable,
-                        train_prior: np.ndarray,
-                        partitions: Sequence[np.ndarray],
-                        base: Optional[Dict[str, list]] = None) -> List[Dict]:
+def evaluate_partitions(
+        methods: Sequence[Method],
+        evaluate: Callable,
+        train_prior: np.ndarray,
+        partitions: Sequence[np.ndarray],
+        base: Optional[Dict[str, list]] = None,
+        priors: Optional[Sequence[np.ndarray]] = None) -> List[Dict]:
     """Evaluate every method on every partition of the cached images under
     E_t and under the partition's own statistics E_p (a method without a
     prior: once, with no prior).
@@ -211,6 +213,9 @@ def evaluate_partitions(methods: Sequence[Method],
             images under E_t (or no prior), filled here when missing: E_t
             is then scored once for all partitions (and all calls sharing
             the dict) instead of once per partition.
+        priors (Sequence[np.ndarray], optional): E_p of each partition when
+            the caller has them (:func:`partition_priors` of the cached
+            ground truth otherwise).
 
     Returns:
         list[dict]: per partition (outer) and method (inner): ``method``,
@@ -220,9 +225,12 @@ def evaluate_partitions(methods: Sequence[Method],
     """
     if not methods:
         return []
-    cache = methods[0].cache
-    priors = partition_priors(cache.gt_label_lists(), partitions,
-                              train_prior.shape[0])
+    if priors is None:
+        priors = partition_priors(methods[0].cache.gt_label_lists(),
+                                  partitions, train_prior.shape[0])
+    if len(priors) != len(partitions):
+        raise ValueError(f'{len(priors)} priors for {len(partitions)} '
+                         'partitions')
     out = []
     for n, (idx, own) in enumerate(zip(partitions, priors)):
         eps = prior_mae(own, train_prior)
@@ -370,11 +378,26 @@ def group_partitions(
     return parts
 
 
-def evaluate_groups(methods: Sequence[Method],
-                    evaluate: Callable,
-                    train_prior: np.ndarray,
-                    groups: Sequence[str],
-                    order: Optional[Sequence[str]] = None) -> List[Dict]:
+def site_priors(
+        label_lists: Sequence[np.ndarray],
+        groups: Sequence[str],
+        num_classes: int,
+        order: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+    """E_site of each group (:func:`group_partitions` order): the
+    statistics of its images' ground-truth labels."""
+    parts = group_partitions(groups, order)
+    return dict(
+        zip(parts,
+            partition_priors(label_lists, list(parts.values()), num_classes)))
+
+
+def evaluate_groups(
+        methods: Sequence[Method],
+        evaluate: Callable,
+        train_prior: np.ndarray,
+        groups: Sequence[str],
+        order: Optional[Sequence[str]] = None,
+        priors: Optional[Dict[str, np.ndarray]] = None) -> List[Dict]:
     """Per-site evaluation: :func:`evaluate_partitions` on each deployment
     site (a named group of evaluation images) under E_t and under its own
     statistics E_site. A calibratable detector should gain from E_site
@@ -388,6 +411,9 @@ def evaluate_groups(methods: Sequence[Method],
         groups (Sequence[str]): the group of each cached image.
         order (Sequence[str], optional): groups in table order (default:
             first appearance).
+        priors (dict, optional): E_site of each group, e.g. from
+            :func:`site_priors` when the caller needs them too (computed
+            here otherwise).
 
     Returns:
         list[dict]: per (group, method, prior): ``site``, ``num_images``,
@@ -403,8 +429,12 @@ def evaluate_groups(methods: Sequence[Method],
     parts = group_partitions(groups, order)
     names = list(parts)
     rows = []
-    for r in evaluate_partitions(methods, evaluate, train_prior,
-                                 list(parts.values())):
+    for r in evaluate_partitions(
+            methods,
+            evaluate,
+            train_prior,
+            list(parts.values()),
+            priors=None if priors is None else [priors[n] for n in names]):
         common = dict(
             site=names[r['index']],
             num_images=r['num_images'],

@@ -25,7 +25,7 @@ from mmcalidet.evaluation import (METRICS, CocoEvaluator, OnlineSelfCalibrator,
                                   evaluate_subsets, is_calibratable,
                                   prediction_statistics, read_image_groups,
                                   self_calibrate, self_calibrate_partitions,
-                                  split_subsets)
+                                  site_priors, split_subsets)
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import batch_prior, prior_mae
 from mmcalidet.testing import get_config, set_known_scores
@@ -316,6 +316,26 @@ def test_site_table_matches_per_site_evaluation(setup):
         assert {m: own[m] for m in METRICS} == expect_s
         assert own['gain_AP'] == pytest.approx(
             own['AP'] - base['AP'], nan_ok=True)
+    # the site priors a caller needs too (plots, self-calibration) are the
+    # ones the table used, and passing them gives the same table
+    priors = site_priors(labels, groups, K, order=['a', 'b'])
+    assert list(priors) == ['a', 'b']
+    np.testing.assert_array_equal(priors['a'],
+                                  batch_prior(K, [labels[1], labels[3]]))
+    given = evaluate_groups([method], evaluate, e_t, groups, ['a', 'b'],
+                            priors)
+    for a, b in zip(rows, given):
+        a.pop('seconds', None), b.pop('seconds', None)
+        np.testing.assert_equal(a, b)
+    # a prior that is not the site's is the one scored (and measured)
+    swapped = evaluate_groups([method], evaluate, e_t, groups, ['a', 'b'],
+                              dict(a=priors['b'], b=priors['a']))
+    assert {m: swapped[0][m] for m in METRICS} == \
+        {m: rows[0][m] for m in METRICS}
+    assert {m: swapped[1][m] for m in METRICS} == evaluate(
+        cache, method.rescorer.predict(priors['b'], [1, 3]), [1, 3])
+    assert swapped[0]['epsilon'] == pytest.approx(
+        prior_mae(priors['b'], e_t))
     with pytest.raises(ValueError, match='3 group labels for 4'):
         evaluate_groups([method], evaluate, e_t, groups[:3])
     with pytest.raises(ValueError, match='missing from order'):
@@ -334,6 +354,8 @@ def test_partitions_score_e_t_once_or_per_partition(setup):
     base = {}
     once = evaluate_partitions([method], evaluate, e_t, parts, base)
     assert len(base['CaliDINO']) == len(cache)
+    with pytest.raises(ValueError, match='1 priors for 2 partitions'):
+        evaluate_partitions([method], evaluate, e_t, parts, priors=[e_t])
     assert [(r['index'], r['num_images']) for r in per] == [(0, 2), (1, 2)]
     for a, b, idx in zip(per, once, parts):
         a.pop('seconds'), b.pop('seconds')

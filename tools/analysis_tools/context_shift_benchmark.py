@@ -173,9 +173,8 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
                                       evaluate_groups, evaluate_priors,
                                       evaluate_subsets, markdown_table,
                                       read_image_groups,
-                                      self_calibrate_partitions)
-    from mmcalidet.evaluation.partitions import (group_partitions,
-                                                 partition_priors)
+                                      self_calibrate_partitions, site_priors)
+    from mmcalidet.evaluation.partitions import group_partitions
     from mmcalidet.evaluation.report import injection_table, metric_columns
     from mmcalidet.priors import prior_mae
     from mmcalidet.visualization import (plot_prior_comparison,
@@ -223,12 +222,11 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
         cache.img_ids())
     order = [s for s in SITES if s in set(groups)] + sorted(
         set(groups) - set(SITES))
-    site_rows = evaluate_groups(methods, evaluate, e_t, groups, order)
+    site_prior = site_priors(labels, groups, len(e_t), order)
+    site_rows = evaluate_groups(methods, evaluate, e_t, groups, order,
+                                site_prior)
     timings['sites'] = time.perf_counter() - t0
     sites = group_partitions(groups, order)
-    site_prior = dict(
-        zip(sites, partition_priors(labels, list(sites.values()),
-                                    len(e_t))))
 
     # 3. subsets (the paper's Tab. 3 layout)
     subset_rows = []
