@@ -44,6 +44,7 @@ from mmengine.dist import barrier, get_rank
 from mmengine.structures import InstanceData
 from torch.utils.data import Dataset
 
+from ..utils.prior_source import model_classes
 from ..utils.progress import progress_bar
 
 #: bumped when the folder layout changes (older caches are rebuilt)
@@ -221,7 +222,7 @@ def build_decoder_cache(config: str,
         np.save(osp.join(tmp, 'gt_offsets.npy'), offsets)
         with open(osp.join(tmp, 'metainfo.json'), 'w') as f:
             json.dump(metainfo, f)
-        classes = (model.dataset_meta or {}).get('classes')
+        classes = model_classes(model)
         with open(osp.join(tmp, 'meta.json'), 'w') as f:
             json.dump(
                 dict(

@@ -32,7 +32,7 @@ from ..evaluation import (METRICS, SUBSET_SIZES, CocoEvaluator, Rescorer,
                           markdown_table, self_calibrate_partitions)
 from ..evaluation.sweep import Method, parse_prior_names
 from ..priors import validate_prior
-from ..utils.prior_source import load_prior_source
+from ..utils.prior_source import load_prior_source, model_classes
 
 
 class CachedTestLoop(TestLoop):
@@ -77,8 +77,7 @@ class CachedTestLoop(TestLoop):
         model = self.detector
         if self.train_prior_src is None:
             return model.get_prior()
-        classes = (getattr(model, 'dataset_meta', None) or {}).get('classes')
-        return load_prior_source(self.train_prior_src, classes,
+        return load_prior_source(self.train_prior_src, model_classes(model),
                                  model.bbox_head.num_classes)
 
     def build_cache(self):

@@ -8,6 +8,7 @@ from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
 from ..evaluation import DEFAULT_SCORE_THR, OnlineSelfCalibrator
+from ..utils.prior_source import model_classes
 
 
 @HOOKS.register_module()
@@ -75,11 +76,9 @@ class OnlineSelfCalibrationHook(Hook):
 
     @staticmethod
     def _classes(runner, model):
-        meta = getattr(model, 'dataset_meta', None) or {}
-        if meta.get('classes'):
-            return meta['classes']
-        if getattr(model, 'classes', None):
-            return model.classes
+        classes = model_classes(model)
+        if classes:
+            return classes
         for loop in ('_test_loop', '_val_loop'):
             loader = getattr(getattr(runner, loop, None), 'dataloader', None)
             meta = getattr(getattr(loader, 'dataset', None), 'metainfo', {})

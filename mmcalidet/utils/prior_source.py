@@ -83,3 +83,21 @@ def training_dataset_classes() -> Optional[List[str]]:
     meta = hub.get_info('dataset_meta')
     classes = meta.get('classes') if isinstance(meta, dict) else None
     return list(classes) if classes else None
+
+
+def model_classes(model) -> Optional[List[str]]:
+    """The class names a detector's priors are ordered by: its
+    ``dataset_meta['classes']`` (set by ``init_detector`` and the tools),
+    else the classes a CaliDet detector was built with, else ``None``.
+
+    Args:
+        model (nn.Module): a detector (a plain mmdet one too).
+
+    Returns:
+        list[str] | None: the class names.
+    """
+    meta = getattr(model, 'dataset_meta', None)
+    if isinstance(meta, dict) and meta.get('classes'):
+        return list(meta['classes'])
+    classes = getattr(model, 'classes', None)
+    return list(classes) if classes else None

@@ -17,7 +17,8 @@ from mmcalidet.testing import (build_detector, demo_batch, eval_inputs,
                                get_config)
 from mmcalidet.testing import random_prior as make_random_prior
 from mmcalidet.testing import train_steps
-from mmcalidet.utils.prior_source import training_dataset_classes
+from mmcalidet.utils.prior_source import (model_classes,
+                                          training_dataset_classes)
 
 K = 80
 register_all_modules()
@@ -187,6 +188,20 @@ def test_prior_files_are_reordered_by_class_name(tmp_path):
     with pytest.raises(ValueError, match='unknown'):
         model.set_prior(path)
     np.testing.assert_allclose(model.get_prior(), prior, atol=1e-7)
+
+
+def test_model_classes_prefers_dataset_meta_to_the_built_classes():
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
+    cfg.model.update(prior=None, classes=[f'c{k}' for k in range(K)])
+    model = MODELS.build(cfg.model)
+    assert model_classes(model) == [f'c{k}' for k in range(K)]
+    model.dataset_meta = dict(classes=[f'd{k}' for k in range(K)])
+    assert model_classes(model) == [f'd{k}' for k in range(K)]
+    # a plain detector: its dataset_meta or nothing
+    plain = torch.nn.Linear(1, 1)
+    assert model_classes(plain) is None
+    plain.dataset_meta = dict(classes=('a', 'b'))
+    assert model_classes(plain) == ['a', 'b']
 
 
 def count_califormer_calls(model):

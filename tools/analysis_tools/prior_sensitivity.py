@@ -107,17 +107,18 @@ def image_label_sets(src: str, model) -> list:
 
     Args:
         src (str): a COCO .json, a YOLO folder or a YOLO tarball.
-        model: the detector (``dataset_meta['classes']``).
+        model: the detector (its classes: ``model_classes``).
 
     Returns:
         list[np.ndarray]: one array of class indices per image.
     """
     from mmcalidet.priors.label_io import read_label_sets
-    classes = (getattr(model, 'dataset_meta', None) or {}).get('classes')
+    from mmcalidet.utils.prior_source import model_classes
+    classes = model_classes(model)
     if not classes:
         raise ValueError(f'--labels {src}: the checkpoint and config name '
                          'no classes to match the labels to')
-    labels = read_label_sets(src, list(classes)).label_lists()
+    labels = read_label_sets(src, classes).label_lists()
     if not any(len(lab) for lab in labels):
         raise ValueError(f'--labels {src}: no image has a labelled object')
     return labels

@@ -12,7 +12,7 @@ from torch import Tensor
 from ...priors import flat_prior, reorder_prior, validate_prior
 from ...utils.checkpoint_compat import InvalidCheckpointPriorError
 from ...utils.prior_source import (describe_prior_source, load_prior_source,
-                                   training_dataset_classes)
+                                   model_classes, training_dataset_classes)
 from ..data_preprocessors import EdgeSampler, is_cached_batch
 from ..non_finite import check_finite_losses
 
@@ -248,12 +248,6 @@ class CalibratableDetectorMixin:
         """K, the number of classes."""
         return self.bbox_head.num_classes
 
-    def _model_classes(self) -> Optional[Sequence[str]]:
-        meta = getattr(self, 'dataset_meta', None)
-        if isinstance(meta, dict) and meta.get('classes'):
-            return list(meta['classes'])
-        return self.classes
-
     def _load_named_prior(
         self,
         prior,
@@ -265,7 +259,7 @@ class CalibratableDetectorMixin:
         if prior is None:
             return flat_prior(self.num_classes), None
         if classes is None:
-            classes = self._model_classes()
+            classes = model_classes(self)
         matrix, meta = load_prior_source(
             prior,
             classes=classes,
