@@ -428,6 +428,9 @@ def evaluate_groups(
                          f'{len(methods[0].cache)} cached images')
     parts = group_partitions(groups, order)
     names = list(parts)
+    missing = [n for n in names if priors is not None and n not in priors]
+    if missing:
+        raise ValueError(f'no prior for site {missing[0]!r}')
     rows = []
     for r in evaluate_partitions(
             methods,

@@ -336,6 +336,9 @@ def test_site_table_matches_per_site_evaluation(setup):
         cache, method.rescorer.predict(priors['b'], [1, 3]), [1, 3])
     assert swapped[0]['epsilon'] == pytest.approx(
         prior_mae(priors['b'], e_t))
+    with pytest.raises(ValueError, match="no prior for site 'b'"):
+        evaluate_groups([method], evaluate, e_t, groups, ['a', 'b'],
+                        dict(a=priors['a']))
     with pytest.raises(ValueError, match='3 group labels for 4'):
         evaluate_groups([method], evaluate, e_t, groups[:3])
     with pytest.raises(ValueError, match='missing from order'):
