@@ -29,7 +29,8 @@ from .scoring import Rescorer, is_calibratable
 from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                SelfCalibrationResult, calibration_step,
                                mean_history, prediction_statistics,
-                               self_calibrate, self_calibrate_partitions)
+                               presence_accuracy, self_calibrate,
+                               self_calibrate_partitions, update_target)
 from .sensitivity import prior_sensitivity
 from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
                     check_expected_order, evaluate_priors,
@@ -45,9 +46,9 @@ __all__ = [
     'evaluate_partitions', 'evaluate_groups', 'site_priors',
     'read_image_groups', 'read_evaluation_labels', 'evaluate_subsets',
     'DEFAULT_ETA', 'DEFAULT_SCORE_THR', 'SelfCalibrationResult',
-    'prediction_statistics', 'calibration_step', 'self_calibrate',
-    'self_calibrate_partitions', 'mean_history', 'OnlineSelfCalibrator',
-    'CORRECTIONS', 'CORRECTION_NAMES', 'PriorReweighting',
-    'CooccurrenceRescoring', 'build_correction', 'class_frequencies',
-    'markdown_table', 'write_report', 'prior_sensitivity'
+    'prediction_statistics', 'presence_accuracy', 'update_target',
+    'calibration_step', 'self_calibrate', 'self_calibrate_partitions',
+    'mean_history', 'OnlineSelfCalibrator', 'CORRECTIONS', 'CORRECTION_NAMES',
+    'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
+    'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'
 ]

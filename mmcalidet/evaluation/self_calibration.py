@@ -74,6 +74,64 @@ def prediction_statistics(
     return batch_prior(num_classes, label_lists), z
 
 
+def presence_accuracy(
+        predictions: Sequence,
+        label_lists: Sequence[Sequence[int]],
+        num_classes: int,
+        score_thr: float = DEFAULT_SCORE_THR) -> Dict[str, float]:
+    """How well the classes a detector predicts in each image (a detection
+    scoring >= ``score_thr``, as :func:`prediction_statistics` counts
+    them) match the classes annotated there: the image-level presence
+    that self-calibration turns into ``E_i``.
+
+    Args:
+        predictions (Sequence): per image, as for
+            :func:`prediction_statistics`.
+        label_lists (Sequence[Sequence[int]]): per image the annotated
+            class indices.
+        num_classes (int): K.
+        score_thr (float): as for :func:`prediction_statistics`.
+
+    Returns:
+        dict: ``precision`` (predicted (image, class) pairs that are
+        annotated) and ``recall`` (annotated pairs that are predicted);
+        ``nan`` when there is nothing to divide by.
+    """
+    if len(predictions) != len(label_lists):
+        raise ValueError(f'{len(predictions)} predictions for '
+                         f'{len(label_lists)} label lists')
+    _, z = prediction_statistics(predictions, num_classes, score_thr)
+    truth = np.zeros_like(z, dtype=bool)
+    for n, labels in enumerate(label_lists):
+        truth[n, np.asarray(labels, dtype=np.int64)] = True
+    hits = float(((z > 0) & truth).sum())
+    predicted, annotated = float((z > 0).sum()), float(truth.sum())
+    return dict(
+        precision=hits / predicted if predicted else float('nan'),
+        recall=hits / annotated if annotated else float('nan'))
+
+
+def update_target(prior: np.ndarray, stats: np.ndarray,
+                  z_mean: np.ndarray) -> np.ndarray:
+    """The prior an update of Algo. 1 moves E_c towards: ``E_i`` in the
+    columns of the classes predicted (``z_mean > 0``), E_c's own columns
+    elsewhere (``Z`` is 0 there, so they do not move), diagonal 1.
+
+    Args:
+        prior (np.ndarray): E_c (K x K).
+        stats (np.ndarray): E_i (K x K).
+        z_mean (np.ndarray): (K,) mean over images of z.
+
+    Returns:
+        np.ndarray: the target (K x K float64).
+    """
+    seen = np.nan_to_num(np.asarray(z_mean, dtype=np.float64)) > 0
+    target = np.where(seen[None, :], np.asarray(stats, dtype=np.float64),
+                      np.asarray(prior, dtype=np.float64))
+    np.fill_diagonal(target, 1.0)
+    return target
+
+
 def calibration_step(prior: np.ndarray, stats: np.ndarray, z_mean: np.ndarray,
                      eta: float) -> np.ndarray:
     """One update of Algo. 1: ``clip(E_c + eta * Z * (E_i - E_c), 0, 1)``
@@ -109,11 +167,17 @@ class SelfCalibrationResult:
             E_c of that iteration).
         predictions (list[InstanceData]): detections under the final E_c.
         converged (bool): stopped because step MAX < tol.
+        start_estimate (np.ndarray, optional): the detector's own
+            statistics under the initial prior, as the first update moves
+            towards them (:func:`update_target`): compare it with the true
+            prior of the images to see whether the predictions know more
+            than E_t before any feedback.
     """
     prior: np.ndarray
     history: List[Dict] = field(default_factory=list)
     predictions: List[InstanceData] = field(default_factory=list)
     converged: bool = False
+    start_estimate: Optional[np.ndarray] = None
 
 
 def self_calibrate(model,
@@ -182,12 +246,15 @@ def self_calibrate(model,
     step_mae = step_max = 0.0
     converged = False
     preds: List[InstanceData] = []
+    start_estimate = None
     with progress_bar(
-            desc='self-calibration', enabled=progress,
-            total=iters + 1) as bar:
+            desc='self-calibration', enabled=progress, total=iters + 1) as bar:
         for it in range(iters + 1):
             preds = rescorer.predict(prior, indices)
             stats, z = prediction_statistics(preds, k, score_thr)
+            z_mean = z.mean(0) if len(z) else np.zeros(k)
+            if it == 0:
+                start_estimate = update_target(prior, stats, z_mean)
             record = dict(
                 iter=it,
                 step_mae=step_mae,
@@ -200,13 +267,13 @@ def self_calibrate(model,
             bar.update(1)
             if last:
                 break
-            new = calibration_step(prior, stats,
-                                   z.mean(0) if len(z) else np.zeros(k), eta)
+            new = calibration_step(prior, stats, z_mean, eta)
             step = np.abs(new - prior)
             step_mae, step_max = float(step.mean()), float(step.max())
             prior = new
             converged = tol > 0 and step_max < tol
-    return SelfCalibrationResult(prior, history, preds, converged)
+    return SelfCalibrationResult(prior, history, preds, converged,
+                                 start_estimate)
 
 
 def mean_history(histories: Sequence[List[Dict]]) -> List[Dict]:

@@ -8,10 +8,10 @@ from mmengine.structures import InstanceData
 
 from mmcalidet.evaluation import (OnlineSelfCalibrator, PriorReweighting,
                                   build_priors, calibration_step,
-                                  check_expected_order,
-                                  format_order_verdict, mean_history,
-                                  prediction_statistics, split_subsets,
-                                  subset_epsilon)
+                                  check_expected_order, format_order_verdict,
+                                  mean_history, prediction_statistics,
+                                  presence_accuracy, split_subsets,
+                                  subset_epsilon, update_target)
 from mmcalidet.evaluation.baselines import (CooccurrenceRescoring,
                                             build_correction,
                                             class_frequencies)
@@ -183,6 +183,40 @@ def test_calibration_step_formula():
     assert np.array_equal(new[:, 0], prior[:, 0])  # z = 0: column kept
     assert new.min() >= 0 and new.max() <= 1  # eta * z = 4 overshoots
     assert np.any(expect != prior + 4.0 * z[None, :] * (stats - prior))
+
+
+def test_update_target_is_where_the_step_goes():
+    rng = np.random.default_rng(1)
+    prior = sample_prior(K, [0, 1]) * 0.8 + 0.1
+    np.fill_diagonal(prior, 1)
+    stats = rng.uniform(size=(K, K))
+    z = np.array([0.0, 0.5, 0.1, 0.0, 0.2])
+    target = update_target(prior, stats, z)
+    np.testing.assert_array_equal(target[:, [0, 3]], prior[:, [0, 3]])
+    off = ~np.eye(K, dtype=bool)
+    seen = np.zeros((K, K), bool)
+    seen[:, [1, 2, 4]] = True
+    np.testing.assert_array_equal(target[off & seen], stats[off & seen])
+    assert np.all(np.diagonal(target) == 1)
+    # a full step (eta * z = 1 in every predicted column) lands on it
+    np.testing.assert_allclose(
+        calibration_step(prior, stats, z, eta=1.0 / 0.5)[:, 1], target[:, 1])
+
+
+def test_presence_accuracy_counts_image_class_pairs():
+    preds = [
+        pred([0, 0, 2], [0.9, 0.5, 0.4]),  # 0 right, 2 wrong
+        pred([3], [0.2]),  # below the threshold: nothing predicted
+        pred([1, 4], [0.8, 0.35]),  # both right
+    ]
+    truth = [[0], [3], [1, 4]]
+    acc = presence_accuracy(preds, truth, K, score_thr=0.3)
+    assert acc['precision'] == pytest.approx(3 / 4)
+    assert acc['recall'] == pytest.approx(3 / 4)
+    assert presence_accuracy(preds, truth, K, 0.95)['recall'] == 0
+    assert np.isnan(presence_accuracy(preds, truth, K, 0.95)['precision'])
+    with pytest.raises(ValueError, match='3 predictions for 2 label lists'):
+        presence_accuracy(preds, truth[:2], K)
 
 
 def test_mean_history_carries_early_stops():

@@ -112,6 +112,9 @@ def test_self_calibration_follows_algorithm_1(setup):
     assert result.history[1]['step_max'] == pytest.approx(
         np.abs(priors[1] - e_t).max())
     assert result.history[1]['step_max'] > 0.5  # the prior moved
+    # the estimate before any feedback: E_i under E_t where predicted,
+    # E_t's own columns elsewhere (here what the clipped update reached)
+    np.testing.assert_array_equal(result.start_estimate, priors[1])
     assert np.all(np.diagonal(result.prior) == 1)
     assert result.prior.min() >= 0 and result.prior.max() <= 1
     np.testing.assert_array_equal(model.get_prior(), e_t)  # untouched

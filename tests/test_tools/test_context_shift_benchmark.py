@@ -86,13 +86,21 @@ def test_benchmark_writes_every_table(bench):
     # self-calibration: one curve per site and prior-taking method
     assert len(res['self_calibration']) == 3 * 3
     assert all(len(c) == 3 for c in res['curves'].values())
+    # beside each run: what the predictions under E_t know of the site
+    for r in res['self_calibration']:
+        for key in ('presence_precision', 'presence_recall'):
+            assert r[key] is None or 0 <= r[key] <= 1, (key, r)
+        assert 0 <= r['epsilon_estimate'] <= 1
+        assert 0 <= r['AP_estimate'] <= 1
     assert any('AP(E_t) of CaliDINO vs DINO' in c for c in res['claims'])
     md = (out / 'results.md').read_text()
     assert 'plain DINO 4 iterations of 4 images (lr x0.1 at 3)' in md
     assert 'CaliDINO: 3 CaliFormer updates on the final DINO\'s cached ' \
         'decoder outputs (a constant lr;' in md
     for section in ('## Claims', '## Injected priors', '## Deployment sites',
-                    '## Subsets', '## Self-calibration per site'):
+                    '## Subsets', '## Self-calibration per site',
+                    '| presence precision | presence recall | '
+                    'epsilon(E_site, E_i) | AP(E_i) |'):
         assert section in md
     for png in ['priors', 'sites', 'subsets', 'self_calibration'] + [
             f'prior_{s}' for s in SITES

@@ -172,7 +172,7 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
                                       cache_evaluator, check_expected_order,
                                       evaluate_groups, evaluate_priors,
                                       evaluate_subsets, markdown_table,
-                                      read_image_groups,
+                                      presence_accuracy, read_image_groups,
                                       self_calibrate_partitions, site_priors)
     from mmcalidet.evaluation.partitions import group_partitions
     from mmcalidet.evaluation.report import injection_table, metric_columns
@@ -253,11 +253,19 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
         for m in methods if m.takes_prior
     }
     curves, selfcal_rows = {}, []
-    for i, site in enumerate(sites):
+    by_name = {m.name: m for m in methods}
+    for i, (site, idx) in enumerate(sites.items()):
         for name, results in runs.items():
-            res = results[i]
+            res, rescorer = results[i], by_name[name].rescorer
             curves[f'{name}, {site}'] = res.history
             first, last = res.history[0]['AP'], res.history[-1]['AP']
+            # what the detector's own predictions know before any feedback
+            presence = presence_accuracy(
+                rescorer.predict(e_t, idx), [labels[j] for j in idx], len(e_t),
+                args.score_thr)
+            estimate = evaluate(by_name[name].cache,
+                                rescorer.predict(res.start_estimate,
+                                                 idx), idx)['AP']
             selfcal_rows.append(
                 dict(
                     site=site,
@@ -266,7 +274,12 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
                     AP_start=first,
                     AP_end=last,
                     gain=last - first,
-                    epsilon_end=prior_mae(res.prior, site_prior[site])))
+                    epsilon_end=prior_mae(res.prior, site_prior[site]),
+                    presence_precision=presence['precision'],
+                    presence_recall=presence['recall'],
+                    epsilon_estimate=prior_mae(res.start_estimate,
+                                               site_prior[site]),
+                    AP_estimate=estimate))
     timings['self_calibration'] = time.perf_counter() - t0
 
     def table(rows, keys, gain=True):
@@ -297,7 +310,11 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
                            ('AP_start', 'AP(E_t)', 'pct'),
                            ('AP_end', 'AP(E_c)', 'pct'),
                            ('gain', 'gain', 'gain'),
-                           ('epsilon_end', 'epsilon(E_site, E_c)', '.3f')]),
+                           ('epsilon_end', 'epsilon(E_site, E_c)', '.3f'),
+                           ('presence_precision', 'presence precision', '.2f'),
+                           ('presence_recall', 'presence recall', '.2f'),
+                           ('epsilon_estimate', 'epsilon(E_site, E_i)', '.3f'),
+                           ('AP_estimate', 'AP(E_i)', 'pct')]),
         curves=curves,
         claims=claims(prior_rows, site_rows, selfcal_rows, orders))
     plots = [
