@@ -241,13 +241,37 @@ def test_benchmark_trains_the_chosen_calibrator_config(bench, tmp_path):
     assert "bounded='agreeing'" in dumped
 
 
-def test_ran_schedule_reads_the_decay_from_the_dumped_config(tmp_path):
+def _training_module():
     import importlib.util
     spec = importlib.util.spec_from_file_location(
         '_benchmark_training',
         osp.join(ROOT, 'tools', 'analysis_tools', '_benchmark_training.py'))
     training = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(training)
+    return training
+
+
+def test_training_settings_name_a_checkpoint_one_way(tmp_path, monkeypatch):
+    training = _training_module()
+    (tmp_path / 'w').mkdir()
+    (tmp_path / 'w' / 'iter_4.pth').write_bytes(b'x')
+    config = tmp_path / 'c.py'
+    config.write_text("model = dict(type='M')\nload_from = None\n")
+    monkeypatch.chdir(tmp_path)
+    # a dumped config with the start checkpoint relative to the working
+    # folder is the same training as one named by its absolute path
+    relative = training.training_settings(
+        str(config), ['load_from=w/iter_4.pth'])
+    absolute = training.training_settings(
+        str(config), [f'load_from={tmp_path}/w/iter_4.pth'])
+    assert relative == absolute
+    assert relative != training.training_settings(
+        str(config), ['load_from=w/iter_5.pth'])
+    assert relative != training.training_settings(str(config))
+
+
+def test_ran_schedule_reads_the_decay_from_the_dumped_config(tmp_path):
+    training = _training_module()
     dino_dir, cali_dir = tmp_path / 'dino', tmp_path / 'cali'
     dino_dir.mkdir()
     cali_dir.mkdir()

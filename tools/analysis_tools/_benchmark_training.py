@@ -55,7 +55,8 @@ def training_settings(config: str,
             (``MMCALIDET_CS_DATA``).
 
     Returns:
-        str: JSON with sorted keys (tuples as lists).
+        str: JSON with sorted keys (tuples as lists); ``load_from`` as a
+        real path (relative ones from the working folder).
     """
     from mmengine.config import Config, DictAction
     parser = argparse.ArgumentParser()
@@ -73,6 +74,9 @@ def training_settings(config: str,
             os.environ['MMCALIDET_CS_DATA'] = old
     cfg.merge_from_dict(overrides)
     picked = {k: cfg.get(k) for k in TRAINING_KEYS}
+    if isinstance(picked['load_from'], str):
+        # the same checkpoint, named relative to the working folder or not
+        picked['load_from'] = osp.realpath(picked['load_from'])
     return json.dumps(
         json.loads(json.dumps(picked, default=str)), sort_keys=True)
 
