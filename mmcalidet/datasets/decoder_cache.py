@@ -10,7 +10,8 @@ by a frozen baseline, instead of a full forward/backward of the detector.
 
 A cache is a folder::
 
-    meta.json        what made it (config, checkpoint fingerprint, passes)
+    meta.json        what made it (a hash of the config's model and
+                     training set, the checkpoint's fingerprint, passes)
                      and the shapes
     hidden.npy       (N, L, Q, d) hidden states of every decoder layer
     boxes.npy        (N, L, Q, 4) the head's boxes of every layer
@@ -87,12 +88,34 @@ def _jsonable(value):
     return value
 
 
+def config_fingerprint(config: str) -> Dict:
+    """A hash of what in a config decides a cache's content: the model and
+    the training set (its data, annotation file and pipeline), as parsed
+    (``_base_`` and environment variables resolved). The same config at
+    another path (another clone, a ``mim`` install) keeps its caches; an
+    edited pipeline or another data root makes them stale.
+
+    Args:
+        config (str): the detector's config file.
+
+    Returns:
+        dict: ``sha1`` of the canonical JSON of those parts.
+    """
+    from mmengine.config import Config
+    cfg = Config.fromfile(config)
+    parts = dict(
+        model=cfg.get('model'),
+        train_dataset=cfg.get('train_dataloader', {}).get('dataset'))
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return dict(sha1=hashlib.sha1(text.encode()).hexdigest())
+
+
 def source_settings(config: str, checkpoint: str, passes: int,
                     indices: Optional[Sequence[int]],
                     dtype: str) -> Dict:
     """What decides a cache's content, as stored in its ``meta.json``."""
     return dict(
-        config=osp.abspath(config),
+        config=config_fingerprint(config),
         checkpoint=checkpoint_fingerprint(checkpoint),
         passes=int(passes),
         indices=None if indices is None else [int(i) for i in indices],
@@ -228,6 +251,7 @@ def build_decoder_cache(config: str,
                 dict(
                     format=CACHE_FORMAT,
                     source=settings,
+                    config_path=osp.abspath(config),
                     num_entries=len(entries),
                     num_layers=int(hidden.shape[0]),
                     classes=list(classes) if classes else None),

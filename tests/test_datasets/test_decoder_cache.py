@@ -88,6 +88,21 @@ def test_source_makes_the_cache_once_and_again_when_stale(dino, tmp_path):
     assert cache_is_current(out, config, ckpt, 1, INDICES[:2], 'float32')
     assert not cache_is_current(out, config, ckpt, 2, INDICES[:2],
                                 'float32')
+    # the same config at another path (another clone): still current; an
+    # edited training pipeline: stale
+    moved = str(tmp_path / 'moved.py')
+    with open(moved, 'w') as f:
+        f.write(f"_base_ = '{config}'\n")
+    assert cache_is_current(out, moved, ckpt, 1, INDICES[:2], 'float32')
+    edited = str(tmp_path / 'edited.py')
+    with open(edited, 'w') as f:
+        f.write(f"_base_ = '{config}'\n"
+                'train_dataloader = dict(dataset=dict(pipeline=[\n'
+                "    dict(type='LoadImageFromFile'),\n"
+                "    dict(type='LoadAnnotations', with_bbox=True),\n"
+                "    dict(type='Resize', scale=(128, 128), keep_ratio=True),\n"
+                "    dict(type='PackDetInputs')]))\n")
+    assert not cache_is_current(out, edited, ckpt, 1, INDICES[:2], 'float32')
     # another checkpoint at the same path: stale, made again
     state = model.state_dict()
     state['bbox_head.cls_branches.0.bias'] = state[
