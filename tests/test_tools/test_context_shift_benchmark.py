@@ -256,7 +256,8 @@ def test_training_settings_name_a_checkpoint_one_way(tmp_path, monkeypatch):
     (tmp_path / 'w').mkdir()
     (tmp_path / 'w' / 'iter_4.pth').write_bytes(b'x')
     config = tmp_path / 'c.py'
-    config.write_text("model = dict(type='M')\nload_from = None\n")
+    config.write_text("model = dict(type='M', prior='{{$MMCALIDET_CS_DATA:"
+                      "d}}/E_t.json')\nload_from = None\n")
     monkeypatch.chdir(tmp_path)
     # a dumped config with the start checkpoint relative to the working
     # folder is the same training as one named by its absolute path
@@ -268,6 +269,11 @@ def test_training_settings_name_a_checkpoint_one_way(tmp_path, monkeypatch):
     assert relative != training.training_settings(
         str(config), ['load_from=w/iter_5.pth'])
     assert relative != training.training_settings(str(config))
+    # the data folder, through a link or not, is the same data
+    (tmp_path / 'data').mkdir()
+    (tmp_path / 'link').symlink_to(tmp_path / 'data')
+    assert training.training_settings(str(config), data='link') == \
+        training.training_settings(str(config), data=str(tmp_path / 'data'))
 
 
 def test_ran_schedule_reads_the_decay_from_the_dumped_config(tmp_path):

@@ -64,7 +64,7 @@ def training_settings(config: str,
     overrides = parser.parse_args(['--o'] + list(options)).o
     old = os.environ.get('MMCALIDET_CS_DATA')
     if data is not None:
-        os.environ['MMCALIDET_CS_DATA'] = osp.abspath(data)
+        os.environ['MMCALIDET_CS_DATA'] = osp.realpath(data)
     try:
         cfg = Config.fromfile(config)
     finally:
@@ -122,7 +122,7 @@ class Training:
             work_dir, '--cfg-options'
         ] + options
         print('[train] ' + ' '.join(cmd[1:]), flush=True)
-        env = dict(os.environ, MMCALIDET_CS_DATA=osp.abspath(data))
+        env = dict(os.environ, MMCALIDET_CS_DATA=osp.realpath(data))
         env.pop('MMCALIDET_LIGHT', None)
         if threads:
             env.update(OMP_NUM_THREADS=str(threads),

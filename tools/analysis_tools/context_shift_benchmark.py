@@ -183,7 +183,7 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
                                          plot_site_results,
                                          plot_subset_results)
     import torch
-    os.environ['MMCALIDET_CS_DATA'] = osp.abspath(args.data)
+    os.environ['MMCALIDET_CS_DATA'] = osp.realpath(args.data)
     progress = not args.no_progress
     timings = {}
     start = time.perf_counter()
