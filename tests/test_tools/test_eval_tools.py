@@ -164,6 +164,13 @@ def test_eval_subsets_and_self_calibrate(checkpoints, tmp_path, monkeypatch):
     assert [r['iter'] for r in report['curves']] == [0, 1, 2]
     assert report['summary'][0]['size'] == 4
     assert report['summary'][0]['subsets'] == 1
+    # beside the run: what the predictions know of the subset; the first
+    # update lands on E_i (below), so E_c ends where E_i was
+    run = report['summary'][0]
+    assert run['epsilon_estimate'] == pytest.approx(run['epsilon_end'])
+    assert run['epsilon_estimate'] != pytest.approx(run['epsilon_start'])
+    assert 0 <= run['presence_precision'] <= 1
+    assert 0 <= run['presence_recall'] <= 1
     prior, meta = load_prior(prior_file, return_meta=True)
     assert prior.shape == (80, 80) and len(meta['classes']) == 80
     e_t = load_prior(

@@ -16,11 +16,15 @@ import argparse
 import os.path as osp
 import sys
 import time
+from typing import Dict, Sequence
+
+import numpy as np
 
 from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                   cache_evaluator, calibration_subsets,
-                                  markdown_table, self_calibrate_partitions,
-                                  write_report)
+                                  markdown_table, presence_accuracy,
+                                  self_calibrate_partitions, write_report)
+from mmcalidet.priors import batch_prior, prior_mae
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.visualization import plot_self_calibration
 
@@ -81,6 +85,50 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def what_predictions_know(method, labels: Sequence, subsets: Sequence,
+                          results: Sequence, e_t: np.ndarray,
+                          score_thr: float) -> Dict[str, float]:
+    """Means over subsets of how far E_t, the detector's own statistics
+    before any feedback (E_i, ``start_estimate``) and the final E_c lie
+    from each subset's annotated statistics, and of the presence precision
+    and recall of its predictions under E_t.
+
+    Args:
+        method (Method): the detector (and its correction).
+        labels (Sequence): per cached image its annotated class indices.
+        subsets (Sequence): the image indices of each run.
+        results (Sequence): the :class:`SelfCalibrationResult` of each.
+        e_t (np.ndarray): E_t.
+        score_thr (float): the run's score threshold.
+
+    Returns:
+        dict: ``epsilon_start``, ``epsilon_estimate``, ``epsilon_end``,
+        ``presence_precision`` and ``presence_recall``.
+    """
+    k = len(e_t)
+    rows = []
+    for idx, res in zip(subsets, results):
+        truth = [labels[i] for i in idx]
+        e_sub = batch_prior(k, truth)
+        rows.append(
+            dict(
+                epsilon_start=prior_mae(e_sub, e_t),
+                epsilon_estimate=prior_mae(e_sub, res.start_estimate),
+                epsilon_end=prior_mae(e_sub, res.prior),
+                **{
+                    f'presence_{key}': value
+                    for key, value in presence_accuracy(
+                        method.rescorer.predict(e_t, idx), truth, k,
+                        score_thr).items()
+                }))
+    means = {}
+    for key in rows[0]:
+        values = np.array([r[key] for r in rows], dtype=float)
+        means[key] = float(np.nanmean(values)) \
+            if np.isfinite(values).any() else float('nan')
+    return means
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out_dir = ensure_out_dir(args.out_dir)
@@ -93,9 +141,11 @@ def main(argv=None) -> int:
     cached = time.perf_counter()
     evaluate = cache_evaluator(setup.evaluator)
     curves, rows, summary, final = {}, [], [], None
+    labels = setup.cache.gt_label_lists()
     # every method shares the main model's images (EvalSetup checks it)
     splits = {
-        size: calibration_subsets(
+        size:
+        calibration_subsets(
             len(setup.cache), size, args.num_images, args.seed)
         for size in args.sizes
     }
@@ -136,21 +186,25 @@ def main(argv=None) -> int:
                         AP_end=mean[-1].get('AP'),
                         gain=mean[-1].get('AP', float('nan')) -
                         mean[0].get('AP', float('nan')),
-                        step_max_end=mean[-1]['step_max']))
+                        step_max_end=mean[-1]['step_max'],
+                        **what_predictions_know(method, labels, out['subsets'],
+                                                out['results'],
+                                                setup.train_prior, thr)))
                 if method is methods[0] and final is None:
                     final = out['results'][0].prior
     done = time.perf_counter()
-    summary_table = markdown_table(summary,
-                                   [('method', 'method', ''),
-                                    ('size', 'subset size', ''),
-                                    ('score_thr', 'score thr', 'g'),
-                                    ('subsets', 'subsets', ''),
-                                    ('iters', 'iterations', ''),
-                                    ('converged', 'converged', ''),
-                                    ('AP_start', 'AP(E_t)', 'pct'),
-                                    ('AP_end', 'AP(E_c)', 'pct'),
-                                    ('gain', 'gain', 'gain'),
-                                    ('step_max_end', 'last step MAX', '.4f')])
+    summary_table = markdown_table(
+        summary, [('method', 'method', ''), ('size', 'subset size', ''),
+                  ('score_thr', 'score thr', 'g'), ('subsets', 'subsets', ''),
+                  ('iters', 'iterations', ''), ('converged', 'converged', ''),
+                  ('AP_start', 'AP(E_t)', 'pct'), ('AP_end', 'AP(E_c)', 'pct'),
+                  ('gain', 'gain', 'gain'),
+                  ('step_max_end', 'last step MAX', '.4f'),
+                  ('presence_precision', 'presence precision', '.2f'),
+                  ('presence_recall', 'presence recall', '.2f'),
+                  ('epsilon_start', 'epsilon E_t', '.3f'),
+                  ('epsilon_estimate', 'epsilon E_i', '.3f'),
+                  ('epsilon_end', 'epsilon E_c', '.3f')])
     curve_table = markdown_table(rows, [('method', 'method', ''),
                                         ('size', 'size', ''),
                                         ('score_thr', 'thr', 'g'),
@@ -172,7 +226,12 @@ def main(argv=None) -> int:
            f'>= the threshold give E_i, Z = mean max score per class, E_c <- '
            f'clip(E_c + eta Z (E_i - E_c), 0, 1), diagonal 1. Curves are '
            f'means over subsets (a subset that converged keeps its last '
-           f'values). Options: {options}.')
+           f'values). Beside each run, means over subsets: the presence '
+           f'precision / recall of the (image, class) pairs predicted under '
+           f'E_t against the annotated ones, and epsilon (MAE) to the '
+           f'subset\'s annotated statistics of E_t, of E_i before any '
+           f'feedback and of the final E_c: the loop can only gain where '
+           f'E_i is closer than E_t. Options: {options}.')
     timing = (f'{setup.info["num_images"]} images cached in '
               f'{cached - start:.1f} s; self-calibration {done - cached:.1f} '
               's.')
