@@ -170,11 +170,15 @@ def test_prediction_statistics():
         prediction_statistics([pred([7], [0.9])], K, 0.3)
 
 
-def test_calibration_step_formula():
-    rng = np.random.default_rng(0)
+def _prior_and_statistics(seed):
+    """A valid E_c and a random E_i."""
     prior = sample_prior(K, [0, 1]) * 0.8 + 0.1
     np.fill_diagonal(prior, 1)
-    stats = rng.uniform(size=(K, K))
+    return prior, np.random.default_rng(seed).uniform(size=(K, K))
+
+
+def test_calibration_step_formula():
+    prior, stats = _prior_and_statistics(0)
     z = np.array([0.0, 0.5, 0.1, 1.0, 0.2])
     new = calibration_step(prior, stats, z, eta=4.0)
     expect = np.clip(prior + 4.0 * z[None, :] * (stats - prior), 0, 1)
@@ -186,10 +190,7 @@ def test_calibration_step_formula():
 
 
 def test_update_target_is_where_the_step_goes():
-    rng = np.random.default_rng(1)
-    prior = sample_prior(K, [0, 1]) * 0.8 + 0.1
-    np.fill_diagonal(prior, 1)
-    stats = rng.uniform(size=(K, K))
+    prior, stats = _prior_and_statistics(1)
     z = np.array([0.0, 0.5, 0.1, 0.0, 0.2])
     target = update_target(prior, stats, z)
     np.testing.assert_array_equal(target[:, [0, 3]], prior[:, [0, 3]])
