@@ -10,9 +10,9 @@ by a frozen baseline, instead of a full forward/backward of the detector.
 
 A cache is a folder::
 
-    meta.json        what made it (a hash of the config's model and
-                     training set, the checkpoint's fingerprint, passes)
-                     and the shapes
+    meta.json        what made it (hashes of the config's model and
+                     training set and of the checkpoint file, passes) and
+                     the shapes
     hidden.npy       (N, L, Q, d) hidden states of every decoder layer
     boxes.npy        (N, L, Q, 4) the head's boxes of every layer
                      (normalised cx, cy, w, h)
@@ -56,24 +56,23 @@ META_KEYS = ('img_id', 'img_path', 'ori_shape', 'img_shape', 'pad_shape',
 
 
 def checkpoint_fingerprint(checkpoint: str) -> Dict:
-    """Path, size, modification time and a hash of the first MiB of a
-    checkpoint: a cache made from another file (or a retrained one at the
-    same path) is stale.
+    """Size and SHA-1 of a checkpoint file: a cache made from another file
+    (or a retrained one at the same path) is stale, the same file copied
+    elsewhere is not.
 
     Args:
         checkpoint (str): the checkpoint file.
 
     Returns:
-        dict: ``path``, ``size``, ``mtime`` and ``head_sha1``.
+        dict: ``size`` and ``sha1``.
     """
-    path = osp.abspath(checkpoint)
-    if not osp.isfile(path):
+    if not osp.isfile(checkpoint):
         raise FileNotFoundError(f'checkpoint not found: {checkpoint}')
-    stat = os.stat(path)
-    with open(path, 'rb') as f:
-        head = hashlib.sha1(f.read(1 << 20)).hexdigest()
-    return dict(
-        path=path, size=stat.st_size, mtime=stat.st_mtime, head_sha1=head)
+    digest = hashlib.sha1()
+    with open(checkpoint, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 24), b''):
+            digest.update(block)
+    return dict(size=os.path.getsize(checkpoint), sha1=digest.hexdigest())
 
 
 def _jsonable(value):
@@ -252,6 +251,7 @@ def build_decoder_cache(config: str,
                     format=CACHE_FORMAT,
                     source=settings,
                     config_path=osp.abspath(config),
+                    checkpoint_path=osp.abspath(checkpoint),
                     num_entries=len(entries),
                     num_layers=int(hidden.shape[0]),
                     classes=list(classes) if classes else None),

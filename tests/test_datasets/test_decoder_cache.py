@@ -2,6 +2,7 @@
 """DecoderCacheDataset / build_decoder_cache on the tiny coco-mini DINO."""
 import os
 import os.path as osp
+import shutil
 
 import pytest
 import torch
@@ -103,6 +104,10 @@ def test_source_makes_the_cache_once_and_again_when_stale(dino, tmp_path):
                 "    dict(type='Resize', scale=(128, 128), keep_ratio=True),\n"
                 "    dict(type='PackDetInputs')]))\n")
     assert not cache_is_current(out, edited, ckpt, 1, INDICES[:2], 'float32')
+    # the same checkpoint copied elsewhere: current
+    copy = str(tmp_path / 'copy.pth')
+    shutil.copy(ckpt, copy)
+    assert cache_is_current(out, config, copy, 1, INDICES[:2], 'float32')
     # another checkpoint at the same path: stale, made again
     state = model.state_dict()
     state['bbox_head.cls_branches.0.bias'] = state[
