@@ -230,8 +230,9 @@ def main(argv=None) -> int:
            f'precision / recall of the (image, class) pairs predicted under '
            f'E_t against the annotated ones, and epsilon (MAE) to the '
            f'subset\'s annotated statistics of E_t, of E_i before any '
-           f'feedback and of the final E_c: the loop can only gain where '
-           f'E_i is closer than E_t. Options: {options}.')
+           f'feedback and of the final E_c: the loop gains where E_i is '
+           f'closer than E_t, or comes closer as the detector predicts '
+           f'better under each new E_c. Options: {options}.')
     timing = (f'{setup.info["num_images"]} images cached in '
               f'{cached - start:.1f} s; self-calibration {done - cached:.1f} '
               's.')
