@@ -30,7 +30,8 @@ from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                SelfCalibrationResult, calibration_step,
                                mean_history, prediction_statistics,
                                presence_accuracy, self_calibrate,
-                               self_calibrate_partitions, update_target)
+                               self_calibrate_partitions, start_diagnostics,
+                               update_target)
 from .sensitivity import prior_sensitivity
 from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
                     check_expected_order, evaluate_priors,
@@ -47,8 +48,9 @@ __all__ = [
     'read_image_groups', 'read_evaluation_labels', 'evaluate_subsets',
     'DEFAULT_ETA', 'DEFAULT_SCORE_THR', 'SelfCalibrationResult',
     'prediction_statistics', 'presence_accuracy', 'update_target',
-    'calibration_step', 'self_calibrate', 'self_calibrate_partitions',
-    'mean_history', 'OnlineSelfCalibrator', 'CORRECTIONS', 'CORRECTION_NAMES',
-    'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
-    'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'
+    'start_diagnostics', 'calibration_step', 'self_calibrate',
+    'self_calibrate_partitions', 'mean_history', 'OnlineSelfCalibrator',
+    'CORRECTIONS', 'CORRECTION_NAMES', 'PriorReweighting',
+    'CooccurrenceRescoring', 'build_correction', 'class_frequencies',
+    'markdown_table', 'write_report', 'prior_sensitivity'
 ]

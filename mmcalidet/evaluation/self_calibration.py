@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from mmengine.structures import InstanceData
 
-from ..priors import batch_prior, validate_prior
+from ..priors import batch_prior, prior_mae, validate_prior
 from ..utils.progress import progress_bar
 
 #: default score threshold for "class predicted" (see
@@ -172,12 +172,51 @@ class SelfCalibrationResult:
             towards them (:func:`update_target`): compare it with the true
             prior of the images to see whether the predictions know more
             than E_t before any feedback.
+        start_predictions (list[InstanceData]): detections under the
+            initial prior (those ``start_estimate`` comes from).
     """
     prior: np.ndarray
     history: List[Dict] = field(default_factory=list)
     predictions: List[InstanceData] = field(default_factory=list)
     converged: bool = False
     start_estimate: Optional[np.ndarray] = None
+    start_predictions: List[InstanceData] = field(default_factory=list)
+
+
+def start_diagnostics(
+        result: SelfCalibrationResult,
+        label_lists: Sequence[Sequence[int]],
+        truth: np.ndarray,
+        init_prior: np.ndarray,
+        score_thr: float = DEFAULT_SCORE_THR) -> Dict[str, float]:
+    """What a self-calibration run's predictions knew of its images before
+    any feedback, on annotated images: the loop gains where its own
+    statistics are closer to the truth than the initial prior, or come
+    closer as the detector predicts better under each new E_c.
+
+    Args:
+        result (SelfCalibrationResult): the run.
+        label_lists (Sequence[Sequence[int]]): the annotated class indices
+            of the run's images, in its order.
+        truth (np.ndarray): the images' annotated statistics (K x K).
+        init_prior (np.ndarray): E_c at the start (E_t).
+        score_thr (float): the run's score threshold.
+
+    Returns:
+        dict: ``epsilon_start``, ``epsilon_estimate`` and ``epsilon_end``
+        (MAE to ``truth`` of the initial prior, ``result.start_estimate``
+        and the final E_c), and ``presence_precision`` /
+        ``presence_recall`` of the predictions under the initial prior
+        (:func:`presence_accuracy`).
+    """
+    presence = presence_accuracy(result.start_predictions, label_lists,
+                                 len(truth), score_thr)
+    return dict(
+        epsilon_start=prior_mae(truth, init_prior),
+        epsilon_estimate=prior_mae(truth, result.start_estimate),
+        epsilon_end=prior_mae(truth, result.prior),
+        presence_precision=presence['precision'],
+        presence_recall=presence['recall'])
 
 
 def self_calibrate(model,
@@ -246,7 +285,7 @@ def self_calibrate(model,
     step_mae = step_max = 0.0
     converged = False
     preds: List[InstanceData] = []
-    start_estimate = None
+    start_estimate, start_preds = None, []
     with progress_bar(
             desc='self-calibration', enabled=progress, total=iters + 1) as bar:
         for it in range(iters + 1):
@@ -255,6 +294,7 @@ def self_calibrate(model,
             z_mean = z.mean(0) if len(z) else np.zeros(k)
             if it == 0:
                 start_estimate = update_target(prior, stats, z_mean)
+                start_preds = preds
             record = dict(
                 iter=it,
                 step_mae=step_mae,
@@ -273,7 +313,7 @@ def self_calibrate(model,
             prior = new
             converged = tol > 0 and step_max < tol
     return SelfCalibrationResult(prior, history, preds, converged,
-                                 start_estimate)
+                                 start_estimate, start_preds)
 
 
 def mean_history(histories: Sequence[List[Dict]]) -> List[Dict]:

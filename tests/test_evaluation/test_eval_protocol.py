@@ -23,9 +23,10 @@ from mmcalidet.evaluation import (METRICS, CocoEvaluator, OnlineSelfCalibrator,
                                   calibration_subsets, evaluate_groups,
                                   evaluate_partitions, evaluate_priors,
                                   evaluate_subsets, is_calibratable,
-                                  prediction_statistics, read_image_groups,
-                                  self_calibrate, self_calibrate_partitions,
-                                  site_priors, split_subsets)
+                                  prediction_statistics, presence_accuracy,
+                                  read_image_groups, self_calibrate,
+                                  self_calibrate_partitions, site_priors,
+                                  split_subsets, start_diagnostics)
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import batch_prior, prior_mae
 from mmcalidet.testing import get_config, set_known_scores
@@ -115,6 +116,20 @@ def test_self_calibration_follows_algorithm_1(setup):
     # the estimate before any feedback: E_i under E_t where predicted,
     # E_t's own columns elsewhere (here what the clipped update reached)
     np.testing.assert_array_equal(result.start_estimate, priors[1])
+    # ... from the predictions under E_t, kept for the diagnostics
+    assert all(
+        torch.equal(a.scores, b.scores)
+        for a, b in zip(result.start_predictions, seen[0]))
+    labels = cache.gt_label_lists()
+    truth = batch_prior(K, labels)
+    known = start_diagnostics(result, labels, truth, e_t, 0.5)
+    assert known['epsilon_start'] == pytest.approx(prior_mae(truth, e_t))
+    assert known['epsilon_estimate'] == pytest.approx(
+        prior_mae(truth, priors[1]))
+    assert known['epsilon_end'] == pytest.approx(prior_mae(truth, prior))
+    presence = presence_accuracy(seen[0], labels, K, 0.5)
+    assert known['presence_precision'] == presence['precision']
+    assert known['presence_recall'] == presence['recall']
     assert np.all(np.diagonal(result.prior) == 1)
     assert result.prior.min() >= 0 and result.prior.max() <= 1
     np.testing.assert_array_equal(model.get_prior(), e_t)  # untouched

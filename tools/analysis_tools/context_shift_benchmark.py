@@ -172,11 +172,11 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
                                       cache_evaluator, check_expected_order,
                                       evaluate_groups, evaluate_priors,
                                       evaluate_subsets, markdown_table,
-                                      presence_accuracy, read_image_groups,
-                                      self_calibrate_partitions, site_priors)
+                                      read_image_groups,
+                                      self_calibrate_partitions, site_priors,
+                                      start_diagnostics)
     from mmcalidet.evaluation.partitions import group_partitions
     from mmcalidet.evaluation.report import injection_table, metric_columns
-    from mmcalidet.priors import prior_mae
     from mmcalidet.visualization import (plot_prior_comparison,
                                          plot_prior_sweep,
                                          plot_self_calibration,
@@ -260,9 +260,8 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
             curves[f'{name}, {site}'] = res.history
             first, last = res.history[0]['AP'], res.history[-1]['AP']
             # what the detector's own predictions know before any feedback
-            presence = presence_accuracy(
-                rescorer.predict(e_t, idx), [labels[j] for j in idx], len(e_t),
-                args.score_thr)
+            known = start_diagnostics(res, [labels[j] for j in idx],
+                                      site_prior[site], e_t, args.score_thr)
             estimate = evaluate(by_name[name].cache,
                                 rescorer.predict(res.start_estimate,
                                                  idx), idx)['AP']
@@ -270,16 +269,12 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
                 dict(
                     site=site,
                     method=name,
-                    epsilon=prior_mae(site_prior[site], e_t),
+                    epsilon=known.pop('epsilon_start'),
                     AP_start=first,
                     AP_end=last,
                     gain=last - first,
-                    epsilon_end=prior_mae(res.prior, site_prior[site]),
-                    presence_precision=presence['precision'],
-                    presence_recall=presence['recall'],
-                    epsilon_estimate=prior_mae(res.start_estimate,
-                                               site_prior[site]),
-                    AP_estimate=estimate))
+                    AP_estimate=estimate,
+                    **known))
     timings['self_calibration'] = time.perf_counter() - t0
 
     def table(rows, keys, gain=True):

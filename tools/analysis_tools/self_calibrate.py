@@ -22,9 +22,9 @@ import numpy as np
 
 from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                   cache_evaluator, calibration_subsets,
-                                  markdown_table, presence_accuracy,
-                                  self_calibrate_partitions, write_report)
-from mmcalidet.priors import batch_prior, prior_mae
+                                  markdown_table, self_calibrate_partitions,
+                                  start_diagnostics, write_report)
+from mmcalidet.evaluation.partitions import partition_priors
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.visualization import plot_self_calibration
 
@@ -85,42 +85,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def what_predictions_know(method, labels: Sequence, subsets: Sequence,
-                          results: Sequence, e_t: np.ndarray,
-                          score_thr: float) -> Dict[str, float]:
-    """Means over subsets of how far E_t, the detector's own statistics
-    before any feedback (E_i, ``start_estimate``) and the final E_c lie
-    from each subset's annotated statistics, and of the presence precision
-    and recall of its predictions under E_t.
+def mean_start_diagnostics(labels: Sequence, subsets: Sequence,
+                           results: Sequence, e_t: np.ndarray,
+                           score_thr: float) -> Dict[str, float]:
+    """:func:`start_diagnostics` of each subset's run against the subset's
+    annotated statistics, averaged over subsets (``nan`` left out).
 
     Args:
-        method (Method): the detector (and its correction).
         labels (Sequence): per cached image its annotated class indices.
         subsets (Sequence): the image indices of each run.
         results (Sequence): the :class:`SelfCalibrationResult` of each.
-        e_t (np.ndarray): E_t.
-        score_thr (float): the run's score threshold.
+        e_t (np.ndarray): E_t (the runs' initial prior).
+        score_thr (float): the runs' score threshold.
 
     Returns:
-        dict: ``epsilon_start``, ``epsilon_estimate``, ``epsilon_end``,
-        ``presence_precision`` and ``presence_recall``.
+        dict: the mean of each key of :func:`start_diagnostics`.
     """
-    k = len(e_t)
-    rows = []
-    for idx, res in zip(subsets, results):
-        truth = [labels[i] for i in idx]
-        e_sub = batch_prior(k, truth)
-        rows.append(
-            dict(
-                epsilon_start=prior_mae(e_sub, e_t),
-                epsilon_estimate=prior_mae(e_sub, res.start_estimate),
-                epsilon_end=prior_mae(e_sub, res.prior),
-                **{
-                    f'presence_{key}': value
-                    for key, value in presence_accuracy(
-                        method.rescorer.predict(e_t, idx), truth, k,
-                        score_thr).items()
-                }))
+    truths = partition_priors(labels, subsets, len(e_t))
+    rows = [
+        start_diagnostics(res, [labels[i] for i in idx], truth, e_t, score_thr)
+        for idx, res, truth in zip(subsets, results, truths)
+    ]
     means = {}
     for key in rows[0]:
         values = np.array([r[key] for r in rows], dtype=float)
@@ -187,9 +172,9 @@ def main(argv=None) -> int:
                         gain=mean[-1].get('AP', float('nan')) -
                         mean[0].get('AP', float('nan')),
                         step_max_end=mean[-1]['step_max'],
-                        **what_predictions_know(method, labels, out['subsets'],
-                                                out['results'],
-                                                setup.train_prior, thr)))
+                        **mean_start_diagnostics(labels, out['subsets'],
+                                                 out['results'],
+                                                 setup.train_prior, thr)))
                 if method is methods[0] and final is None:
                     final = out['results'][0].prior
     done = time.perf_counter()
