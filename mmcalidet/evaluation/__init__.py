@@ -27,11 +27,13 @@ from .partitions import (SUBSET_SIZES, calibration_subsets, evaluate_groups,
 from .report import markdown_table, write_report
 from .scoring import Rescorer, is_calibratable
 from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
+                               FIT_THRESHOLDS, PredictionReference,
                                SelfCalibrationResult, calibration_step,
+                               debiased_statistics, fit_reference,
                                mean_history, prediction_statistics,
-                               presence_accuracy, self_calibrate,
-                               self_calibrate_partitions, start_diagnostics,
-                               update_target)
+                               presence_accuracy, reference_from_images,
+                               self_calibrate, self_calibrate_partitions,
+                               start_diagnostics, update_target)
 from .sensitivity import prior_sensitivity
 from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
                     check_expected_order, evaluate_priors,
@@ -49,6 +51,8 @@ __all__ = [
     'DEFAULT_ETA', 'DEFAULT_SCORE_THR', 'SelfCalibrationResult',
     'prediction_statistics', 'presence_accuracy', 'update_target',
     'start_diagnostics', 'calibration_step', 'self_calibrate',
+    'FIT_THRESHOLDS', 'PredictionReference', 'fit_reference',
+    'reference_from_images', 'debiased_statistics',
     'self_calibrate_partitions', 'mean_history', 'OnlineSelfCalibrator',
     'CORRECTIONS', 'CORRECTION_NAMES', 'PriorReweighting',
     'CooccurrenceRescoring', 'build_correction', 'class_frequencies',

@@ -132,6 +132,146 @@ def update_target(prior: np.ndarray, stats: np.ndarray,
     return target
 
 
+#: the score thresholds :func:`fit_reference` compares
+FIT_THRESHOLDS = tuple(round(0.1 + 0.05 * k, 2) for k in range(17))
+
+
+@dataclass
+class PredictionReference:
+    """How a detector's own statistics err where the truth is known:
+    annotated images drawn like its training set, scored under E_t.
+
+    Attributes:
+        score_thr (float): the threshold at which the predictions'
+            statistics ``E_i`` lie closest (MAE) to the annotated ones.
+        bias (np.ndarray): ``E_i - truth`` at that threshold (K x K), 0 in
+            the columns of classes that are not both predicted and
+            annotated there and on the diagonal.
+        rows (list[dict]): per threshold compared: ``score_thr``,
+            ``epsilon`` (MAE of E_i to the truth), ``precision`` and
+            ``recall`` (:func:`presence_accuracy`).
+        num_images (int): the annotated images.
+    """
+    score_thr: float
+    bias: np.ndarray
+    rows: List[Dict] = field(default_factory=list)
+    num_images: int = 0
+
+
+def fit_reference(
+        predictions: Sequence,
+        label_lists: Sequence[Sequence[int]],
+        num_classes: int,
+        thresholds: Sequence[float] = FIT_THRESHOLDS) -> PredictionReference:
+    """Choose the score threshold of self-calibration, and measure the bias
+    of the statistics it gives, on annotated images (e.g. a sample of the
+    training set, which E_t describes): the threshold whose ``E_i`` lies
+    closest to the annotated statistics (the lowest on a tie).
+
+    Args:
+        predictions (Sequence): per image, as for
+            :func:`prediction_statistics` (under the prior the loop starts
+            from).
+        label_lists (Sequence[Sequence[int]]): per image the annotated
+            class indices.
+        num_classes (int): K.
+        thresholds (Sequence[float]): the thresholds to compare.
+
+    Returns:
+        PredictionReference: the threshold, the bias at it and the
+        comparison.
+    """
+    if not len(predictions) or len(predictions) != len(label_lists):
+        raise ValueError(f'{len(predictions)} predictions for '
+                         f'{len(label_lists)} label lists: need the same '
+                         'number, at least one')
+    if not len(thresholds):
+        raise ValueError('no score threshold to compare')
+    truth = batch_prior(num_classes, label_lists)
+    annotated = np.zeros(num_classes, dtype=bool)
+    for labels in label_lists:
+        annotated[np.asarray(labels, dtype=np.int64)] = True
+    rows, best = [], None
+    for thr in sorted(float(t) for t in thresholds):
+        stats, z = prediction_statistics(predictions, num_classes, thr)
+        row = dict(score_thr=thr, epsilon=prior_mae(stats, truth),
+                   **presence_accuracy(predictions, label_lists, num_classes,
+                                       thr))
+        rows.append(row)
+        if best is None or row['epsilon'] < best[0]['epsilon']:
+            best = (row, stats, z)
+    row, stats, z = best
+    known = annotated & (z.max(0) > 0)
+    bias = np.where(known[None, :], stats - truth, 0.0)
+    np.fill_diagonal(bias, 0.0)
+    return PredictionReference(row['score_thr'], bias, rows,
+                               len(predictions))
+
+
+def reference_from_images(
+        model,
+        images,
+        label_lists: Sequence[Sequence[int]],
+        init_prior=None,
+        correction=None,
+        thresholds: Sequence[float] = FIT_THRESHOLDS,
+        batch_size: int = 8,
+        progress: bool = False) -> PredictionReference:
+    """:func:`fit_reference` on annotated images scored by ``model`` under
+    the prior self-calibration starts from.
+
+    Args:
+        model (nn.Module): the detector (as for :func:`self_calibrate`).
+        images: a :class:`HiddenStateCache` filled with ``model``, or image
+            paths / arrays (cached through the model's test pipeline).
+        label_lists (Sequence[Sequence[int]]): their annotated classes.
+        init_prior (array-like, optional): the prior to score under;
+            default the model's deployment prior (E_t).
+        correction (callable, optional): post-hoc correction for a plain
+            detector (see :class:`Rescorer`).
+        thresholds (Sequence[float]): the thresholds to compare.
+        batch_size (int): images per forward.
+        progress (bool): show a progress bar while caching.
+
+    Returns:
+        PredictionReference: see :func:`fit_reference`.
+    """
+    from .cache import HiddenStateCache, cache_images
+    from .scoring import Rescorer
+    cache = images if isinstance(images, HiddenStateCache) else \
+        cache_images(model, list(images), batch_size, progress=progress)
+    if init_prior is None and correction is not None:
+        raise ValueError('pass init_prior (E_t) with a post-hoc correction')
+    return fit_reference(
+        Rescorer(model, cache, correction).predict(init_prior), label_lists,
+        model.bbox_head.num_classes, thresholds)
+
+
+def debiased_statistics(stats: np.ndarray,
+                        bias: Optional[np.ndarray]) -> np.ndarray:
+    """``E_i`` less the detector's own bias (:attr:`PredictionReference.
+    bias`), clipped to [0, 1], diagonal 1: where the predictions err on
+    images the truth of which is known, the error is taken off.
+
+    Args:
+        stats (np.ndarray): E_i (K x K).
+        bias (np.ndarray, optional): the bias (K x K); ``None``: none.
+
+    Returns:
+        np.ndarray: the corrected statistics (K x K float64).
+    """
+    stats = np.asarray(stats, dtype=np.float64)
+    if bias is None:
+        return stats
+    bias = np.asarray(bias, dtype=np.float64)
+    if bias.shape != stats.shape or not np.isfinite(bias).all():
+        raise ValueError(f'the statistics bias must be a finite '
+                         f'{stats.shape} matrix, got {bias.shape}')
+    out = np.clip(stats - bias, 0.0, 1.0)
+    np.fill_diagonal(out, 1.0)
+    return out
+
+
 def calibration_step(prior: np.ndarray, stats: np.ndarray, z_mean: np.ndarray,
                      eta: float) -> np.ndarray:
     """One update of Algo. 1: ``clip(E_c + eta * Z * (E_i - E_c), 0, 1)``
@@ -232,6 +372,7 @@ def self_calibrate(model,
                    correction=None,
                    batch_size: int = 64,
                    eval_interval: int = 1,
+                   stats_bias: Optional[np.ndarray] = None,
                    progress: bool = False) -> SelfCalibrationResult:
     """Self-calibrate a frozen detector on a set of images (Algo. 1).
 
@@ -260,6 +401,10 @@ def self_calibrate(model,
         eval_interval (int): call ``evaluate`` every this many iterations
             (and at the first and the last); COCO evaluation can cost more
             than re-scoring.
+        stats_bias (np.ndarray, optional): the detector's own statistics
+            bias (:attr:`PredictionReference.bias`), taken off ``E_i``
+            before each update (:func:`debiased_statistics`); ``None``:
+            the paper's update.
         progress (bool): show a progress bar over iterations.
 
     Returns:
@@ -291,6 +436,7 @@ def self_calibrate(model,
         for it in range(iters + 1):
             preds = rescorer.predict(prior, indices)
             stats, z = prediction_statistics(preds, k, score_thr)
+            stats = debiased_statistics(stats, stats_bias)
             z_mean = z.mean(0) if len(z) else np.zeros(k)
             if it == 0:
                 start_estimate = update_target(prior, stats, z_mean)

@@ -51,6 +51,20 @@ from _benchmark_training import (VARIANTS, ensure_data,  # noqa: E402
 SITES = ('like_train', 'left_only', 'crossed')
 
 
+def score_threshold(value: str):
+    """``--score-thr``: a number in [0, 1] or ``fit``."""
+    if value == 'fit':
+        return value
+    try:
+        thr = float(value)
+    except ValueError:
+        thr = float('nan')
+    if not 0 <= thr <= 1:
+        raise argparse.ArgumentTypeError(
+            f'a number in [0, 1] or "fit", got {value!r}')
+    return thr
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Context-shift benchmark: generate, train, evaluate')
@@ -122,9 +136,22 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='self-calibration iterations per site')
     parser.add_argument(
         '--score-thr',
-        type=float,
+        type=score_threshold,
         default=0.3,
-        help='self-calibration score threshold')
+        help='self-calibration score threshold: a number, or "fit": per '
+        'method the threshold at which its predictions\' statistics on '
+        '--reference-images training images lie closest to theirs')
+    parser.add_argument(
+        '--self-cal-bias',
+        action='store_true',
+        help='self-calibration takes off E_i the bias its statistics show '
+        'on the --reference-images training images')
+    parser.add_argument(
+        '--reference-images',
+        type=int,
+        default=500,
+        help='training images (a fixed random sample) that --score-thr fit '
+        'and --self-cal-bias measure the predictions on')
     parser.add_argument(
         '--cfg-options',
         nargs='+',
@@ -238,6 +265,16 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
 
     # 4. self-calibration on each site, from E_t
     t0 = time.perf_counter()
+    calibrated = [m for m in methods if m.takes_prior]
+    references = {}
+    if args.score_thr == 'fit' or args.self_cal_bias:
+        references = fit_references(args, calibrated, e_t, setup.classes,
+                                    progress)
+    thr = {
+        m.name: references[m.name].score_thr
+        if args.score_thr == 'fit' else args.score_thr
+        for m in calibrated
+    }
     runs = {
         m.name: self_calibrate_partitions(
             m.rescorer.model,
@@ -245,12 +282,14 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
             list(sites.values()),
             evaluate=evaluate,
             iters=args.self_cal_iters,
-            score_thr=args.score_thr,
+            score_thr=thr[m.name],
             tol=0,
             init_prior=e_t,
             correction=m.rescorer.correction,
-            batch_size=setup.rescore_batch_size)['results']
-        for m in methods if m.takes_prior
+            batch_size=setup.rescore_batch_size,
+            stats_bias=references[m.name].bias
+            if args.self_cal_bias else None)['results']
+        for m in calibrated
     }
     curves, selfcal_rows = {}, []
     by_name = {m.name: m for m in methods}
@@ -261,7 +300,7 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
             first, last = res.history[0]['AP'], res.history[-1]['AP']
             # what the detector's own predictions know before any feedback
             known = start_diagnostics(res, [labels[j] for j in idx],
-                                      site_prior[site], e_t, args.score_thr)
+                                      site_prior[site], e_t, thr[name])
             estimate = evaluate(by_name[name].cache,
                                 rescorer.predict(res.start_estimate,
                                                  idx), idx)['AP']
@@ -269,6 +308,7 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
                 dict(
                     site=site,
                     method=name,
+                    score_thr=thr[name],
                     epsilon=known.pop('epsilon_start'),
                     AP_start=first,
                     AP_end=last,
@@ -301,6 +341,7 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
         self_calibration=selfcal_rows,
         self_calibration_md=markdown_table(
             selfcal_rows, [('site', 'site', ''), ('method', 'method', ''),
+                           ('score_thr', 'score threshold', '.2f'),
                            ('epsilon', 'epsilon(E_site, E_t)', '.3f'),
                            ('AP_start', 'AP(E_t)', 'pct'),
                            ('AP_end', 'AP(E_c)', 'pct'),
@@ -311,6 +352,11 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
                            ('epsilon_estimate', 'epsilon(E_site, E_i)', '.3f'),
                            ('AP_estimate', 'AP(E_i)', 'pct')]),
         curves=curves,
+        references={
+            name: dict(score_thr=ref.score_thr, num_images=ref.num_images,
+                       rows=ref.rows)
+            for name, ref in references.items()
+        },
         claims=claims(prior_rows, site_rows, selfcal_rows, orders))
     plots = [
         plot_prior_sweep(prior_rows, osp.join(out_dir, 'priors.png')),
@@ -337,6 +383,47 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
         timings=timings,
         num_images=len(cache),
         data_epsilon=data_meta.get('epsilon', {}))
+
+
+def fit_references(args, methods: Sequence, e_t, classes: Sequence[str],
+                   progress: bool) -> Dict:
+    """Per method, how its predictions under E_t err on a fixed random
+    sample of the training images (``--reference-images``): the score
+    threshold that fits them best and the bias of their statistics
+    (:func:`mmcalidet.evaluation.reference_from_images`). Methods that
+    share a detector share its decoder cache."""
+    import json
+
+    import numpy as np
+
+    from mmcalidet.evaluation import cache_images, reference_from_images
+    from mmcalidet.priors.label_io import read_coco_labels
+    ann_file = osp.join(args.data, 'annotations', 'instances_train.json')
+    label_lists = read_coco_labels(ann_file, classes).label_lists()
+    with open(ann_file) as f:
+        files = [img['file_name'] for img in json.load(f)['images']]
+    if args.reference_images < 1:
+        raise ValueError('--reference-images must be at least 1')
+    pick = np.sort(
+        np.random.default_rng(0).choice(
+            len(files), min(args.reference_images, len(files)),
+            replace=False))
+    paths = [osp.join(args.data, 'images', files[k]) for k in pick]
+    labels = [label_lists[k] for k in pick]
+    caches, out = {}, {}
+    for m in methods:
+        model = m.rescorer.model
+        if id(model) not in caches:
+            print(f'[eval] {m.name}: {len(paths)} training images for the '
+                  'self-calibration reference', flush=True)
+            caches[id(model)] = cache_images(
+                model, paths, batch_size=8, progress=progress)
+        out[m.name] = reference_from_images(model, caches[id(model)], labels,
+                                            e_t, m.rescorer.correction)
+        print(f'[eval] {m.name}: score threshold '
+              f'{out[m.name].score_thr:.2f} fits the training images best',
+              flush=True)
+    return out
 
 
 def claims(prior_rows, site_rows, selfcal_rows, orders) -> List[str]:
