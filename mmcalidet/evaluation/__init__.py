@@ -33,7 +33,7 @@ from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                mean_history, prediction_statistics,
                                presence_accuracy, reference_from_images,
                                self_calibrate, self_calibrate_partitions,
-                               start_diagnostics, update_target)
+                               shift_seen, start_diagnostics, update_target)
 from .sensitivity import prior_sensitivity
 from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
                     check_expected_order, evaluate_priors,
@@ -52,7 +52,7 @@ __all__ = [
     'prediction_statistics', 'presence_accuracy', 'update_target',
     'start_diagnostics', 'calibration_step', 'self_calibrate',
     'FIT_THRESHOLDS', 'PredictionReference', 'fit_reference',
-    'reference_from_images', 'debiased_statistics',
+    'reference_from_images', 'debiased_statistics', 'shift_seen',
     'self_calibrate_partitions', 'mean_history', 'OnlineSelfCalibrator',
     'CORRECTIONS', 'CORRECTION_NAMES', 'PriorReweighting',
     'CooccurrenceRescoring', 'build_correction', 'class_frequencies',

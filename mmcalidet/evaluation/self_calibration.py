@@ -194,9 +194,10 @@ def fit_reference(
     rows, best = [], None
     for thr in sorted(float(t) for t in thresholds):
         stats, z = prediction_statistics(predictions, num_classes, thr)
-        row = dict(score_thr=thr, epsilon=prior_mae(stats, truth),
-                   **presence_accuracy(predictions, label_lists, num_classes,
-                                       thr))
+        row = dict(
+            score_thr=thr,
+            epsilon=prior_mae(stats, truth),
+            **presence_accuracy(predictions, label_lists, num_classes, thr))
         rows.append(row)
         if best is None or row['epsilon'] < best[0]['epsilon']:
             best = (row, stats, z)
@@ -204,19 +205,17 @@ def fit_reference(
     known = annotated & (z.max(0) > 0)
     bias = np.where(known[None, :], stats - truth, 0.0)
     np.fill_diagonal(bias, 0.0)
-    return PredictionReference(row['score_thr'], bias, rows,
-                               len(predictions))
+    return PredictionReference(row['score_thr'], bias, rows, len(predictions))
 
 
-def reference_from_images(
-        model,
-        images,
-        label_lists: Sequence[Sequence[int]],
-        init_prior=None,
-        correction=None,
-        thresholds: Sequence[float] = FIT_THRESHOLDS,
-        batch_size: int = 8,
-        progress: bool = False) -> PredictionReference:
+def reference_from_images(model,
+                          images,
+                          label_lists: Sequence[Sequence[int]],
+                          init_prior=None,
+                          correction=None,
+                          thresholds: Sequence[float] = FIT_THRESHOLDS,
+                          batch_size: int = 8,
+                          progress: bool = False) -> PredictionReference:
     """:func:`fit_reference` on annotated images scored by ``model`` under
     the prior self-calibration starts from.
 
@@ -323,6 +322,38 @@ class SelfCalibrationResult:
     start_predictions: List[InstanceData] = field(default_factory=list)
 
 
+def shift_seen(estimate: np.ndarray, truth: np.ndarray, init_prior: np.ndarray,
+               label_lists: Sequence[Sequence[int]]) -> float:
+    """How much of the images' true shift from the initial prior an
+    estimate moves along: ``<E - E_t, T - E_t> / <T - E_t, T - E_t>`` over
+    the off-diagonal entries of the columns of the classes annotated there
+    (a column of a class the images never show is a flat 0.5, no shift).
+    1: the estimate lands on the truth's shift, 0: it sees none of it,
+    negative: it moves against it.
+
+    Args:
+        estimate (np.ndarray): the estimate ``E`` (K x K), e.g. the first
+            update's target :attr:`SelfCalibrationResult.start_estimate`.
+        truth (np.ndarray): the images' annotated statistics ``T``.
+        init_prior (np.ndarray): E_t.
+        label_lists (Sequence[Sequence[int]]): the annotated classes.
+
+    Returns:
+        float: the fraction; ``nan`` when the truth does not differ from
+        the initial prior.
+    """
+    init_prior = np.asarray(init_prior, dtype=np.float64)
+    shift = np.asarray(truth, dtype=np.float64) - init_prior
+    moved = np.asarray(estimate, dtype=np.float64) - init_prior
+    columns = np.zeros(len(shift), dtype=bool)
+    for labels in label_lists:
+        columns[np.asarray(labels, dtype=np.int64)] = True
+    mask = columns[None, :] & ~np.eye(len(shift), dtype=bool)
+    norm = float((shift[mask]**2).sum())
+    return float((moved[mask] * shift[mask]).sum()) / norm if norm > 0 \
+        else float('nan')
+
+
 def start_diagnostics(
         result: SelfCalibrationResult,
         label_lists: Sequence[Sequence[int]],
@@ -345,9 +376,10 @@ def start_diagnostics(
     Returns:
         dict: ``epsilon_start``, ``epsilon_estimate`` and ``epsilon_end``
         (MAE to ``truth`` of the initial prior, ``result.start_estimate``
-        and the final E_c), and ``presence_precision`` /
-        ``presence_recall`` of the predictions under the initial prior
-        (:func:`presence_accuracy`).
+        and the final E_c), ``shift_seen_estimate`` and ``shift_seen_end``
+        (:func:`shift_seen` of ``result.start_estimate`` and the final
+        E_c), and ``presence_precision`` / ``presence_recall`` of the
+        predictions under the initial prior (:func:`presence_accuracy`).
     """
     presence = presence_accuracy(result.start_predictions, label_lists,
                                  len(truth), score_thr)
@@ -355,6 +387,10 @@ def start_diagnostics(
         epsilon_start=prior_mae(truth, init_prior),
         epsilon_estimate=prior_mae(truth, result.start_estimate),
         epsilon_end=prior_mae(truth, result.prior),
+        shift_seen_estimate=shift_seen(result.start_estimate, truth,
+                                       init_prior, label_lists),
+        shift_seen_end=shift_seen(result.prior, truth, init_prior,
+                                  label_lists),
         presence_precision=presence['precision'],
         presence_recall=presence['recall'])
 

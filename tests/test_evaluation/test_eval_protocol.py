@@ -20,13 +20,15 @@ from mmengine.runner import Runner
 from mmcalidet.evaluation import (METRICS, CocoEvaluator, OnlineSelfCalibrator,
                                   Rescorer, build_priors, cache_evaluator,
                                   cache_hidden_states, calibration_step,
-                                  calibration_subsets, evaluate_groups,
-                                  evaluate_partitions, evaluate_priors,
-                                  evaluate_subsets, is_calibratable,
+                                  calibration_subsets, debiased_statistics,
+                                  evaluate_groups, evaluate_partitions,
+                                  evaluate_priors, evaluate_subsets,
+                                  fit_reference, is_calibratable,
                                   prediction_statistics, presence_accuracy,
-                                  read_image_groups, self_calibrate,
-                                  self_calibrate_partitions, site_priors,
-                                  split_subsets, start_diagnostics)
+                                  read_image_groups, reference_from_images,
+                                  self_calibrate, self_calibrate_partitions,
+                                  shift_seen, site_priors, split_subsets,
+                                  start_diagnostics)
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import batch_prior, prior_mae
 from mmcalidet.testing import get_config, set_known_scores
@@ -127,6 +129,10 @@ def test_self_calibration_follows_algorithm_1(setup):
     assert known['epsilon_estimate'] == pytest.approx(
         prior_mae(truth, priors[1]))
     assert known['epsilon_end'] == pytest.approx(prior_mae(truth, prior))
+    assert known['shift_seen_estimate'] == pytest.approx(
+        shift_seen(priors[1], truth, e_t, labels))
+    assert known['shift_seen_end'] == pytest.approx(
+        shift_seen(prior, truth, e_t, labels))
     presence = presence_accuracy(seen[0], labels, K, 0.5)
     assert known['presence_precision'] == presence['precision']
     assert known['presence_recall'] == presence['recall']
@@ -145,6 +151,35 @@ def test_self_calibration_follows_algorithm_1(setup):
         evaluate=lambda p: dict(AP=0.5),
         eval_interval=2)
     assert ['AP' in h for h in sparse.history] == [True, False, True, True]
+
+
+def test_self_calibration_against_a_training_reference(setup):
+    model, _, cache, _ = setup
+    e_t = model.get_prior()
+    labels = cache.gt_label_lists()
+    ref = reference_from_images(model, cache, labels, thresholds=(0.5, 0.3))
+    # the predictions under E_t, scored against the annotations
+    by_hand = fit_reference(
+        Rescorer(model, cache).predict(e_t), labels, K, (0.3, 0.5))
+    assert ref.score_thr == by_hand.score_thr == 0.3  # a tie: the lowest
+    np.testing.assert_array_equal(ref.bias, by_hand.bias)
+    assert ref.rows == by_hand.rows and ref.num_images == len(cache)
+    # every image predicts {1, 2}: their columns carry a bias where the
+    # annotations differ
+    assert np.abs(ref.bias[:, list(PREDICTED)]).max() > 0
+    # the loop takes the bias off E_i before each update
+    result = self_calibrate(
+        model, cache, iters=2, score_thr=0.5, tol=0, stats_bias=ref.bias)
+    rescorer, prior = Rescorer(model, cache), e_t
+    for _ in range(2):
+        stats, z = prediction_statistics(rescorer.predict(prior), K, 0.5)
+        prior = calibration_step(prior, debiased_statistics(stats, ref.bias),
+                                 z.mean(0), 4.0)
+    np.testing.assert_allclose(result.prior, prior)
+    plain = self_calibrate(model, cache, iters=2, score_thr=0.5, tol=0)
+    assert np.abs(plain.prior - result.prior).max() > 0
+    with pytest.raises(ValueError, match='init_prior'):
+        reference_from_images(model, cache, labels, correction=lambda x, p: x)
 
 
 def test_prior_table_and_subsets(setup):

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from mmcalidet.datasets.context_shift import make_context_shift
+from mmcalidet.evaluation import FIT_THRESHOLDS
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TOOL = osp.join('tools', 'analysis_tools', 'context_shift_benchmark.py')
@@ -88,6 +89,7 @@ def test_benchmark_writes_every_table(bench):
     assert all(len(c) == 3 for c in res['curves'].values())
     # beside each run: what the predictions under E_t know of the site
     for r in res['self_calibration']:
+        assert r['score_thr'] == 0  # as asked
         for key in ('presence_precision', 'presence_recall'):
             assert r[key] is None or 0 <= r[key] <= 1, (key, r)
         assert 0 <= r['epsilon_estimate'] <= 1
@@ -100,7 +102,7 @@ def test_benchmark_writes_every_table(bench):
     for section in ('## Claims', '## Injected priors', '## Deployment sites',
                     '## Subsets', '## Self-calibration per site',
                     '| presence precision | presence recall | '
-                    'epsilon(E_site, E_i) | AP(E_i) |'):
+                    'epsilon(E_site, E_i) | shift seen by E_i | AP(E_i) |'):
         assert section in md
     for png in ['priors', 'sites', 'subsets', 'self_calibration'] + [
             f'prior_{s}' for s in SITES
@@ -120,10 +122,15 @@ def test_benchmark_compares_only_the_chosen_corrections(bench, tmp_path):
     root, args, _ = bench
     out = tmp_path / 'results'
     # the fixture's trainings are reused; only the evaluation runs again
-    # (a correction named twice is compared once)
+    # (a correction named twice is compared once); self-calibration with
+    # the threshold and the bias measured on 4 training images
     code, log = _run(
-        args + ['--posthoc', 'reweight', 'reweight', '--out-dir',
-                str(out)], timeout=300)
+        args + [
+            '--posthoc', 'reweight', 'reweight', '--out-dir',
+            str(out), '--score-thr', 'fit', '--self-cal-bias',
+            '--reference-images', '4'
+        ],
+        timeout=300)
     assert code == 0, log[-3000:]
     assert log.count('[train] reusing') == 2
     with open(out / 'results.json') as f:
@@ -135,6 +142,20 @@ def test_benchmark_compares_only_the_chosen_corrections(bench, tmp_path):
     }
     assert len(res['self_calibration']) == 3 * 2
     assert 'co-occurrence' not in (out / 'results.md').read_text()
+    # one decoder cache of the training images serves both methods (the
+    # CaliDINO keeps the DINO's trunk); each has its own threshold
+    assert log.count('4 training images for the self-calibration') == 1
+    refs = res['references']
+    assert set(refs) == {'CaliDINO', 'DINO + marginal re-weighting'}
+    for name, ref in refs.items():
+        assert ref['num_images'] == 4
+        assert [r['score_thr'] for r in ref['rows']] == list(FIT_THRESHOLDS)
+        best = min(r['epsilon'] for r in ref['rows'])
+        assert ref['score_thr'] == next(r['score_thr'] for r in ref['rows']
+                                        if r['epsilon'] == best)
+        assert f'{name}: score threshold {ref["score_thr"]:.2f}' in log
+        assert all(r['score_thr'] == ref['score_thr']
+                   for r in res['self_calibration'] if r['method'] == name)
 
 
 def test_benchmark_rejects_a_bad_schedule(tmp_path):
@@ -150,7 +171,9 @@ def test_benchmark_rejects_a_bad_schedule(tmp_path):
     for extra, message in ((['--calibrator-config', 'no/such.py'],
                             'no/such.py: not a file'),
                            (['--calibrator-config', TOOL, '--calidet-init',
-                             'finetune'], 'only with --calidet-init cached')):
+                             'finetune'], 'only with --calidet-init cached'),
+                           (['--score-thr', '1.5'],
+                            'a number in [0, 1] or "fit", got \'1.5\'')):
         code, log = _run(['--data', str(tmp_path / 'd')] + extra,
                          timeout=120)
         assert code != 0 and message in log, log[-2000:]

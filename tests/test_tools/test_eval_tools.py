@@ -169,6 +169,9 @@ def test_eval_subsets_and_self_calibrate(checkpoints, tmp_path, monkeypatch):
     run = report['summary'][0]
     assert run['epsilon_estimate'] == pytest.approx(run['epsilon_end'])
     assert run['epsilon_estimate'] != pytest.approx(run['epsilon_start'])
+    assert run['shift_seen_estimate'] == pytest.approx(run['shift_seen_end'])
+    with open(osp.join(out, 'self_calibration.md')) as f:
+        assert '| shift seen by E_i | shift seen by E_c |' in f.read()
     assert 0 <= run['presence_precision'] <= 1
     assert 0 <= run['presence_recall'] <= 1
     prior, meta = load_prior(prior_file, return_meta=True)

@@ -189,7 +189,9 @@ def main(argv=None) -> int:
                   ('presence_recall', 'presence recall', '.2f'),
                   ('epsilon_start', 'epsilon E_t', '.3f'),
                   ('epsilon_estimate', 'epsilon E_i', '.3f'),
-                  ('epsilon_end', 'epsilon E_c', '.3f')])
+                  ('epsilon_end', 'epsilon E_c', '.3f'),
+                  ('shift_seen_estimate', 'shift seen by E_i', '.2f'),
+                  ('shift_seen_end', 'shift seen by E_c', '.2f')])
     curve_table = markdown_table(rows, [('method', 'method', ''),
                                         ('size', 'size', ''),
                                         ('score_thr', 'thr', 'g'),
