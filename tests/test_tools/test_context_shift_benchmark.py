@@ -173,7 +173,9 @@ def test_benchmark_rejects_a_bad_schedule(tmp_path):
                            (['--calibrator-config', TOOL, '--calidet-init',
                              'finetune'], 'only with --calidet-init cached'),
                            (['--score-thr', '1.5'],
-                            'a number in [0, 1] or "fit", got \'1.5\'')):
+                            'a number in [0, 1] or "fit", got \'1.5\''),
+                           (['--reference-images', '0'],
+                            '--reference-images must be at least 1')):
         code, log = _run(['--data', str(tmp_path / 'd')] + extra,
                          timeout=120)
         assert code != 0 and message in log, log[-2000:]

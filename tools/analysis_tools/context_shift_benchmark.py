@@ -181,7 +181,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         'default <work-dir>/dino): ablations of the CaliDINO share one')
     parser.add_argument(
         '--no-progress', action='store_true', help='no progress bars')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.reference_images < 1:
+        parser.error('--reference-images must be at least 1')
+    return args
 
 
 def _pct(v: Optional[float]) -> str:
@@ -403,8 +406,6 @@ def fit_references(args, methods: Sequence, e_t, classes: Sequence[str],
     label_lists = read_coco_labels(ann_file, classes).label_lists()
     with open(ann_file) as f:
         files = [img['file_name'] for img in json.load(f)['images']]
-    if args.reference_images < 1:
-        raise ValueError('--reference-images must be at least 1')
     pick = np.sort(
         np.random.default_rng(0).choice(
             len(files), min(args.reference_images, len(files)),
