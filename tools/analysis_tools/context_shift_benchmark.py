@@ -395,7 +395,8 @@ def fit_references(args, methods: Sequence, e_t, classes: Sequence[str],
     sample of the training images (``--reference-images``): the score
     threshold that fits them best and the bias of their statistics
     (:func:`mmcalidet.evaluation.reference_from_images`). Methods that
-    share a detector share its decoder cache."""
+    share a decoder cache of the val images (one detector, or a CaliDINO
+    that keeps the DINO's trunk) share one of the training images."""
     import json
 
     import numpy as np
@@ -415,13 +416,15 @@ def fit_references(args, methods: Sequence, e_t, classes: Sequence[str],
     caches, out = {}, {}
     for m in methods:
         model = m.rescorer.model
-        if id(model) not in caches:
+        # methods that share the val images' decoder cache share a trunk
+        if id(m.cache) not in caches:
             print(f'[eval] {m.name}: {len(paths)} training images for the '
                   'self-calibration reference', flush=True)
-            caches[id(model)] = cache_images(
+            caches[id(m.cache)] = cache_images(
                 model, paths, batch_size=8, progress=progress)
-        out[m.name] = reference_from_images(model, caches[id(model)], labels,
-                                            e_t, m.rescorer.correction)
+        out[m.name] = reference_from_images(model, caches[id(m.cache)],
+                                            labels, e_t,
+                                            m.rescorer.correction)
         print(f'[eval] {m.name}: score threshold '
               f'{out[m.name].score_thr:.2f} fits the training images best',
               flush=True)
