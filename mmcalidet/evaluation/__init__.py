@@ -23,17 +23,19 @@ from .online import OnlineSelfCalibrator
 from .partitions import (SUBSET_SIZES, calibration_subsets, evaluate_groups,
                          evaluate_partitions, evaluate_subsets,
                          read_evaluation_labels, read_image_groups,
-                         site_priors, split_subsets, subset_epsilon)
+                         sample_annotated_images, site_priors, split_subsets,
+                         subset_epsilon)
 from .report import markdown_table, write_report
 from .scoring import Rescorer, is_calibratable
 from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                FIT_THRESHOLDS, PredictionReference,
                                SelfCalibrationResult, calibration_step,
                                debiased_statistics, fit_reference,
-                               mean_history, prediction_statistics,
-                               presence_accuracy, reference_from_images,
-                               self_calibrate, self_calibrate_partitions,
-                               shift_seen, start_diagnostics, update_target)
+                               mean_history, method_references,
+                               prediction_statistics, presence_accuracy,
+                               reference_from_images, self_calibrate,
+                               self_calibrate_partitions, shift_seen,
+                               start_diagnostics, update_target)
 from .sensitivity import prior_sensitivity
 from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
                     check_expected_order, evaluate_priors,
@@ -52,7 +54,8 @@ __all__ = [
     'prediction_statistics', 'presence_accuracy', 'update_target',
     'start_diagnostics', 'calibration_step', 'self_calibrate',
     'FIT_THRESHOLDS', 'PredictionReference', 'fit_reference',
-    'reference_from_images', 'debiased_statistics', 'shift_seen',
+    'reference_from_images', 'method_references', 'debiased_statistics',
+    'shift_seen', 'sample_annotated_images',
     'self_calibrate_partitions', 'mean_history', 'OnlineSelfCalibrator',
     'CORRECTIONS', 'CORRECTION_NAMES', 'PriorReweighting',
     'CooccurrenceRescoring', 'build_correction', 'class_frequencies',

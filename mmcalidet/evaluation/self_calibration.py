@@ -246,6 +246,41 @@ def reference_from_images(model,
         model.bbox_head.num_classes, thresholds)
 
 
+def method_references(
+        methods: Sequence,
+        images: Sequence,
+        label_lists: Sequence[Sequence[int]],
+        init_prior,
+        progress: bool = False) -> Dict[str, PredictionReference]:
+    """:func:`reference_from_images` for each method of an evaluation run
+    (:class:`~mmcalidet.evaluation.sweep.Method`): methods that share the
+    evaluation images' decoder cache (one detector, or a CaliDet that
+    keeps a baseline's trunk) share one cache of ``images``.
+
+    Args:
+        methods (Sequence[Method]): the methods (those taking a prior).
+        images (Sequence): image paths / arrays.
+        label_lists (Sequence[Sequence[int]]): their annotated classes.
+        init_prior (array-like): E_t.
+        progress (bool): show progress bars while caching.
+
+    Returns:
+        dict: per method name its :class:`PredictionReference`.
+    """
+    from .cache import cache_images
+    caches, out = {}, {}
+    for method in methods:
+        model = method.rescorer.model
+        if id(method.cache) not in caches:
+            caches[id(method.cache)] = cache_images(
+                model, list(images), batch_size=8, progress=progress)
+        out[method.name] = reference_from_images(model,
+                                                 caches[id(method.cache)],
+                                                 label_lists, init_prior,
+                                                 method.rescorer.correction)
+    return out
+
+
 def debiased_statistics(stats: np.ndarray,
                         bias: Optional[np.ndarray]) -> np.ndarray:
     """``E_i`` less the detector's own bias (:attr:`PredictionReference.

@@ -24,10 +24,12 @@ from mmcalidet.evaluation import (METRICS, CocoEvaluator, OnlineSelfCalibrator,
                                   evaluate_groups, evaluate_partitions,
                                   evaluate_priors, evaluate_subsets,
                                   fit_reference, is_calibratable,
-                                  prediction_statistics, presence_accuracy,
-                                  read_image_groups, reference_from_images,
-                                  self_calibrate, self_calibrate_partitions,
-                                  shift_seen, site_priors, split_subsets,
+                                  method_references, prediction_statistics,
+                                  presence_accuracy, read_image_groups,
+                                  reference_from_images,
+                                  sample_annotated_images, self_calibrate,
+                                  self_calibrate_partitions, shift_seen,
+                                  site_priors, split_subsets,
                                   start_diagnostics)
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import batch_prior, prior_mae
@@ -180,6 +182,67 @@ def test_self_calibration_against_a_training_reference(setup):
     assert np.abs(plain.prior - result.prior).max() > 0
     with pytest.raises(ValueError, match='init_prior'):
         reference_from_images(model, cache, labels, correction=lambda x, p: x)
+
+
+def test_method_references_share_a_cache_where_the_methods_do(
+        setup, monkeypatch):
+    import copy
+
+    import mmcalidet.evaluation.cache as cache_module
+    model, _, cache, _ = setup
+    labels = cache.gt_label_lists()
+    calls = []
+
+    def fake_cache_images(model, images, batch_size=1, **kwargs):
+        calls.append(list(images))
+        return cache  # the images are the cached ones
+
+    monkeypatch.setattr(cache_module, 'cache_images', fake_cache_images)
+    shared = Rescorer(model, cache)
+    other = Rescorer(model, copy.copy(cache))
+    methods = [Method('a', shared), Method('b', shared), Method('c', other)]
+    refs = method_references(methods, ['x.jpg'] * len(cache), labels,
+                             model.get_prior())
+    assert len(calls) == 2  # a and b share the evaluation cache
+    assert set(refs) == {'a', 'b', 'c'}
+    by_hand = reference_from_images(model, cache, labels)
+    for ref in refs.values():
+        assert ref.score_thr == by_hand.score_thr
+        np.testing.assert_array_equal(ref.bias, by_hand.bias)
+
+
+def test_sample_annotated_images(tmp_path):
+    ann = dict(
+        images=[
+            dict(id=k, file_name=f'im{k}.jpg', width=8, height=8)
+            for k in range(1, 6)
+        ],
+        annotations=[
+            dict(id=1, image_id=2, category_id=7, bbox=[0, 0, 2, 2]),
+            dict(id=2, image_id=2, category_id=3, bbox=[0, 0, 2, 2]),
+            dict(id=3, image_id=4, category_id=7, bbox=[0, 0, 2, 2]),
+        ],
+        categories=[dict(id=3, name='b'), dict(id=7, name='a')])
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(ann))
+    for k in range(1, 6):
+        (tmp_path / f'im{k}.jpg').write_bytes(b'')
+    paths, labels = sample_annotated_images(
+        str(path), str(tmp_path), ['a', 'b'], 3, seed=0)
+    pick = np.sort(np.random.default_rng(0).choice(5, 3, replace=False))
+    assert paths == [str(tmp_path / f'im{k + 1}.jpg') for k in pick]
+    expect = {0: [], 1: [0, 1], 2: [], 3: [0], 4: []}  # classes by name
+    assert [sorted(x.tolist()) for x in labels] == [expect[k] for k in pick]
+    # all of them when there are fewer; the same sample each time
+    assert len(sample_annotated_images(str(path), str(tmp_path), ['a', 'b'],
+                                       10)[0]) == 5
+    assert sample_annotated_images(str(path), str(tmp_path), ['a', 'b'],
+                                   3)[0] == paths
+    (tmp_path / 'im2.jpg').unlink()
+    with pytest.raises(ValueError, match='not in'):
+        sample_annotated_images(str(path), str(tmp_path), ['a', 'b'], 5)
+    with pytest.raises(ValueError, match='at least one'):
+        sample_annotated_images(str(path), str(tmp_path), ['a', 'b'], 0)
 
 
 def test_prior_table_and_subsets(setup):

@@ -17,7 +17,8 @@ from mmengine.registry import init_default_scope
 from mmengine.runner import save_checkpoint
 
 from mmcalidet.priors import load_prior
-from mmcalidet.testing import PROJECT_ROOT, get_config, set_known_scores
+from mmcalidet.testing import (PROJECT_ROOT, data_root, get_config,
+                               set_known_scores)
 
 CALI = 'configs/calidet/calidet_dino_tiny_coco-mini.py'
 DINO = 'configs/calidet/dino_tiny_coco-mini.py'
@@ -174,6 +175,29 @@ def test_eval_subsets_and_self_calibrate(checkpoints, tmp_path, monkeypatch):
         assert '| shift seen by E_i | shift seen by E_c |' in f.read()
     assert 0 <= run['presence_precision'] <= 1
     assert 0 <= run['presence_recall'] <= 1
+    # the threshold and the bias measured on 4 training images: every
+    # image predicts {1, 2} at >= 0.9, so every threshold up to 0.9 gives
+    # the same E_i and the lowest is kept
+    root = osp.join(data_root(), 'coco-mini')
+    fitted = str(tmp_path / 'fitted')
+    assert tool('self_calibrate')([
+        CALI, cali, '--sizes', '0', '--iters', '2', '--tol', '0', '--out-dir',
+        fitted, '--score-thrs', 'fit', '0.5', '--self-cal-bias',
+        '--reference',
+        osp.join(root, 'reference', 'instances_train2017_coco-mini.json'),
+        '--reference-img-dir',
+        osp.join(root, 'images', 'train2017'), '--reference-images', '4',
+        *SMALL, 'model.test_cfg.max_per_img=60'
+    ]) == 0
+    with open(osp.join(fitted, 'self_calibration.json')) as f:
+        fit_report = json.load(f)
+    ref = fit_report['references']['CaliDINO']
+    assert ref['num_images'] == 4 and ref['score_thr'] == 0.1
+    assert [r['score_thr'] for r in fit_report['summary']] == [0.1, 0.5]
+    assert fit_report['options']['self_cal_bias'] is True
+    # the bias moves E_c off where the paper's update takes it
+    assert fit_report['summary'][1]['epsilon_end'] != pytest.approx(
+        run['epsilon_end'])
     prior, meta = load_prior(prior_file, return_meta=True)
     assert prior.shape == (80, 80) and len(meta['classes']) == 80
     e_t = load_prior(
@@ -213,3 +237,10 @@ def test_usage_errors(capsys):
         tool('self_calibrate')(
             ['c.py', 'c.pth', '--sizes', '8', '--save-prior', 'p.json'])
     assert '--save-prior needs --sizes 0' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tool('self_calibrate')(['c.py', 'c.pth', '--score-thrs', 'fit'])
+    assert 'need --reference and --reference-img-dir' in \
+        capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tool('self_calibrate')(['c.py', 'c.pth', '--score-thrs', '2'])
+    assert 'a number in [0, 1] or "fit"' in capsys.readouterr().err

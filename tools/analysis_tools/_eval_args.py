@@ -13,6 +13,21 @@ from mmengine.config import DictAction
 from mmcalidet.evaluation.baselines import CORRECTIONS
 
 
+def score_threshold(value: str):
+    """A self-calibration score threshold option: a number in [0, 1] or
+    ``fit`` (fitted on annotated reference images)."""
+    if value == 'fit':
+        return value
+    try:
+        thr = float(value)
+    except ValueError:
+        thr = float('nan')
+    if not 0 <= thr <= 1:
+        raise argparse.ArgumentTypeError(
+            f'a number in [0, 1] or "fit", got {value!r}')
+    return thr
+
+
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     """The options shared by the evaluation tools."""
     parser.add_argument(

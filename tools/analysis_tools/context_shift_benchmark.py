@@ -47,22 +47,9 @@ sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from _benchmark_training import (VARIANTS, ensure_data,  # noqa: E402
                                  ran_schedule, schedule, train_both,
                                  trained_config)
+from _eval_args import score_threshold  # noqa: E402
 
 SITES = ('like_train', 'left_only', 'crossed')
-
-
-def score_threshold(value: str):
-    """``--score-thr``: a number in [0, 1] or ``fit``."""
-    if value == 'fit':
-        return value
-    try:
-        thr = float(value)
-    except ValueError:
-        thr = float('nan')
-    if not 0 <= thr <= 1:
-        raise argparse.ArgumentTypeError(
-            f'a number in [0, 1] or "fit", got {value!r}')
-    return thr
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -394,40 +381,18 @@ def fit_references(args, methods: Sequence, e_t, classes: Sequence[str],
     """Per method, how its predictions under E_t err on a fixed random
     sample of the training images (``--reference-images``): the score
     threshold that fits them best and the bias of their statistics
-    (:func:`mmcalidet.evaluation.reference_from_images`). Methods that
-    share a decoder cache of the val images (one detector, or a CaliDINO
-    that keeps the DINO's trunk) share one of the training images."""
-    import json
-
-    import numpy as np
-
-    from mmcalidet.evaluation import cache_images, reference_from_images
-    from mmcalidet.priors.label_io import read_coco_labels
-    ann_file = osp.join(args.data, 'annotations', 'instances_train.json')
-    label_lists = read_coco_labels(ann_file, classes).label_lists()
-    with open(ann_file) as f:
-        files = [img['file_name'] for img in json.load(f)['images']]
-    pick = np.sort(
-        np.random.default_rng(0).choice(
-            len(files), min(args.reference_images, len(files)),
-            replace=False))
-    paths = [osp.join(args.data, 'images', files[k]) for k in pick]
-    labels = [label_lists[k] for k in pick]
-    caches, out = {}, {}
-    for m in methods:
-        model = m.rescorer.model
-        # methods that share the val images' decoder cache share a trunk
-        if id(m.cache) not in caches:
-            print(f'[eval] {m.name}: {len(paths)} training images for the '
-                  'self-calibration reference', flush=True)
-            caches[id(m.cache)] = cache_images(
-                model, paths, batch_size=8, progress=progress)
-        out[m.name] = reference_from_images(model, caches[id(m.cache)],
-                                            labels, e_t,
-                                            m.rescorer.correction)
-        print(f'[eval] {m.name}: score threshold '
-              f'{out[m.name].score_thr:.2f} fits the training images best',
-              flush=True)
+    (:func:`mmcalidet.evaluation.method_references`)."""
+    from mmcalidet.evaluation import (method_references,
+                                      sample_annotated_images)
+    paths, labels = sample_annotated_images(
+        osp.join(args.data, 'annotations', 'instances_train.json'),
+        osp.join(args.data, 'images'), classes, args.reference_images)
+    print(f'[eval] {len(paths)} training images for the self-calibration '
+          'reference', flush=True)
+    out = method_references(methods, paths, labels, e_t, progress)
+    for name, ref in out.items():
+        print(f'[eval] {name}: score threshold {ref.score_thr:.2f} fits '
+              'the training images best', flush=True)
     return out
 
 

@@ -9,8 +9,10 @@ evaluation set; records AP, step MAE and step MAX per iteration.
 
 ``--sizes 0`` calibrates on the whole evaluation set (``--save-prior``
 then writes the final E_c as a prior file). ``--score-thrs 0.2 0.3 0.5``
-compares thresholds. Writes ``self_calibration.md``, ``.json`` and
-``.png`` (one curve per size, threshold and method).
+compares thresholds; ``fit`` (and ``--self-cal-bias``) measure the
+threshold (and the bias of the statistics) on ``--reference`` annotated
+images like the training set. Writes ``self_calibration.md``, ``.json``
+and ``.png`` (one curve per size, threshold and method).
 """
 import argparse
 import os.path as osp
@@ -22,15 +24,18 @@ import numpy as np
 
 from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                   cache_evaluator, calibration_subsets,
-                                  markdown_table, self_calibrate_partitions,
-                                  start_diagnostics, write_report)
+                                  markdown_table, method_references,
+                                  sample_annotated_images,
+                                  self_calibrate_partitions, start_diagnostics,
+                                  write_report)
 from mmcalidet.evaluation.partitions import partition_priors
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.visualization import plot_self_calibration
 
 # the options shared with the sibling tools
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _eval_args import add_model_args, ensure_out_dir, eval_setup  # noqa: E402
+from _eval_args import (add_model_args, ensure_out_dir,  # noqa: E402
+                        eval_setup, score_threshold)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -56,10 +61,28 @@ def parse_args(argv=None) -> argparse.Namespace:
         '--eta', type=float, default=DEFAULT_ETA, help='step size')
     parser.add_argument(
         '--score-thrs',
-        type=float,
+        type=score_threshold,
         nargs='+',
         default=[DEFAULT_SCORE_THR],
-        help='score thresholds for "class predicted" (several: compare)')
+        help='score thresholds for "class predicted" (several: compare); '
+        '"fit": per method the one whose statistics on the --reference '
+        'images lie closest to theirs')
+    parser.add_argument(
+        '--self-cal-bias',
+        action='store_true',
+        help='take off each E_i the bias its statistics show on the '
+        '--reference images')
+    parser.add_argument(
+        '--reference',
+        help='COCO annotation file of images like the training set (e.g. '
+        'instances_train2017.json), for --score-thrs fit / --self-cal-bias')
+    parser.add_argument(
+        '--reference-img-dir', help='the folder of the --reference images')
+    parser.add_argument(
+        '--reference-images',
+        type=int,
+        default=500,
+        help='a fixed random sample of this many --reference images')
     parser.add_argument(
         '--tol',
         type=float,
@@ -82,6 +105,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                      '> 0 and --tol >= 0 expected')
     if args.save_prior and (args.sizes != [0] or len(args.score_thrs) > 1):
         parser.error('--save-prior needs --sizes 0 and one --score-thrs')
+    needs_reference = 'fit' in args.score_thrs or args.self_cal_bias
+    if needs_reference and not (args.reference and args.reference_img_dir):
+        parser.error('--score-thrs fit and --self-cal-bias need --reference '
+                     'and --reference-img-dir')
+    if args.reference_images < 1:
+        parser.error('--reference-images must be at least 1')
     return args
 
 
@@ -134,9 +163,22 @@ def main(argv=None) -> int:
             len(setup.cache), size, args.num_images, args.seed)
         for size in args.sizes
     }
+    references = {}
+    if 'fit' in args.score_thrs or args.self_cal_bias:
+        images, ref_labels = sample_annotated_images(args.reference,
+                                                     args.reference_img_dir,
+                                                     setup.classes,
+                                                     args.reference_images)
+        references = method_references(methods, images, ref_labels,
+                                       setup.train_prior, not args.no_progress)
+        for name, ref in references.items():
+            print(f'{name}: score threshold {ref.score_thr:g} fits the '
+                  f'{ref.num_images} reference images best')
     for method in methods:
+        ref = references.get(method.name)
         for size in args.sizes:
-            for thr in args.score_thrs:
+            for asked in args.score_thrs:
+                thr = ref.score_thr if asked == 'fit' else asked
                 out = self_calibrate_partitions(
                     method.rescorer.model,
                     method.cache,
@@ -150,11 +192,13 @@ def main(argv=None) -> int:
                     init_prior=setup.train_prior,
                     correction=method.rescorer.correction,
                     batch_size=args.rescore_batch_size,
-                    eval_interval=args.eval_interval)
+                    eval_interval=args.eval_interval,
+                    stats_bias=ref.bias if args.self_cal_bias else None)
                 mean = out['mean']
                 n = len(out['subsets'][0])
-                label = f'{method.name}, size {n}' + (f', thr {thr:g}' if len(
-                    args.score_thrs) > 1 else '')
+                shown = f'fit {thr:g}' if asked == 'fit' else f'{thr:g}'
+                label = f'{method.name}, size {n}' + (
+                    f', thr {shown}' if len(args.score_thrs) > 1 else '')
                 curves[label] = mean
                 for rec in mean:
                     rows.append(
@@ -205,6 +249,7 @@ def main(argv=None) -> int:
         iters=args.iters,
         tol=args.tol,
         score_thrs=args.score_thrs,
+        self_cal_bias=args.self_cal_bias,
         num_images=args.num_images,
         seed=args.seed,
         eval_interval=args.eval_interval)
@@ -220,6 +265,13 @@ def main(argv=None) -> int:
            f'feedback and of the final E_c: the loop gains where E_i is '
            f'closer than E_t, or comes closer as the detector predicts '
            f'better under each new E_c. Options: {options}.')
+    if references:
+        how += (f' The threshold "fit" is the one whose E_i under E_t lies '
+                f'closest to the annotated statistics of '
+                f'{args.reference_images} (or all) images of '
+                f'{args.reference}; --self-cal-bias takes off each E_i the '
+                f'difference E_i - annotated there (results.json: '
+                f'"references").')
     timing = (f'{setup.info["num_images"]} images cached in '
               f'{cached - start:.1f} s; self-calibration {done - cached:.1f} '
               's.')
@@ -227,7 +279,18 @@ def main(argv=None) -> int:
         out_dir, 'self_calibration', 'Self-calibration',
         [(None, summary_table), ('Per iteration', curve_table), ('How', how),
          ('Run', timing)],
-        dict(summary=summary, curves=rows, options=options, info=setup.info))
+        dict(
+            summary=summary,
+            curves=rows,
+            options=options,
+            info=setup.info,
+            references={
+                name: dict(
+                    score_thr=ref.score_thr,
+                    num_images=ref.num_images,
+                    rows=ref.rows)
+                for name, ref in references.items()
+            }))
     paths.append(
         plot_self_calibration(curves, osp.join(out_dir,
                                                'self_calibration.png')))
