@@ -198,6 +198,21 @@ def test_eval_subsets_and_self_calibrate(checkpoints, tmp_path, monkeypatch):
     # the bias moves E_c off where the paper's update takes it
     assert fit_report['summary'][1]['epsilon_end'] != pytest.approx(
         run['epsilon_end'])
+    # a saved prior says which threshold was fitted
+    fitted_prior = str(tmp_path / 'e_c_fit.json')
+    assert tool('self_calibrate')([
+        CALI, cali, '--sizes', '0', '--iters', '1', '--out-dir', fitted,
+        '--score-thrs', 'fit', '--reference',
+        osp.join(root, 'reference', 'instances_train2017_coco-mini.json'),
+        '--reference-img-dir',
+        osp.join(root, 'images', 'train2017'), '--reference-images', '4',
+        '--save-prior', fitted_prior, *SMALL, 'model.test_cfg.max_per_img=60'
+    ]) == 0
+    _, fit_meta = load_prior(fitted_prior, return_meta=True)
+    assert fit_meta['self_calibration']['score_thrs'] == ['fit']
+    assert fit_meta['self_calibration']['fitted_score_thrs'] == {
+        'CaliDINO': 0.1
+    }
     prior, meta = load_prior(prior_file, return_meta=True)
     assert prior.shape == (80, 80) and len(meta['classes']) == 80
     e_t = load_prior(

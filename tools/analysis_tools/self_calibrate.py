@@ -270,7 +270,7 @@ def main(argv=None) -> int:
                 f'closest to the annotated statistics of '
                 f'{args.reference_images} (or all) images of '
                 f'{args.reference}; --self-cal-bias takes off each E_i the '
-                f'difference E_i - annotated there (results.json: '
+                f'difference E_i - annotated there (self_calibration.json: '
                 f'"references").')
     timing = (f'{setup.info["num_images"]} images cached in '
               f'{cached - start:.1f} s; self-calibration {done - cached:.1f} '
@@ -303,7 +303,12 @@ def main(argv=None) -> int:
                 classes=setup.classes,
                 source=f'self-calibration of {args.checkpoint}',
                 images_used=min(args.num_images, setup.info['num_images']),
-                self_calibration=options))
+                self_calibration=dict(
+                    options,
+                    fitted_score_thrs={
+                        name: ref.score_thr
+                        for name, ref in references.items()
+                    })))
     print(summary_table)
     print(timing)
     print('wrote ' + ', '.join(paths))
