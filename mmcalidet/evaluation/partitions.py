@@ -170,12 +170,8 @@ def read_evaluation_labels(
             read_yolo_tarball(src, classes, keep_names=True)
         names = [_stem(f) for f in sets.extra['files']]
     else:
-        sets = read_coco_labels(src, classes)
-        with open(src, encoding='utf-8') as f:
-            names = [
-                _stem(img.get('file_name', str(img['id'])))
-                for img in json.load(f)['images']
-            ]
+        sets = read_coco_labels(src, classes, keep_names=True)
+        names = [_stem(f) for f in sets.extra['files']]
     label_lists = sets.label_lists()
     if image_list is not None:
         known = set(names)
@@ -384,19 +380,17 @@ def sample_annotated_images(
         tuple[list[str], list[np.ndarray]]: the image paths and class
         indices, in file order.
     """
-    from ..priors.label_io import MAX_ANNOTATION_BYTES, read_coco_labels
-    from ..utils.file_io import load_json
+    from ..priors.label_io import read_coco_labels
     if num_images < 1:
         raise ValueError(f'sample at least one image, got {num_images}')
-    label_lists = read_coco_labels(ann_file, classes).label_lists()
-    images = load_json(ann_file, 'annotation file',
-                       MAX_ANNOTATION_BYTES)['images']
-    if not images:
+    sets = read_coco_labels(ann_file, classes, keep_names=True)
+    files, label_lists = sets.extra['files'], sets.label_lists()
+    if not files:
         raise ValueError(f'{ann_file}: no images')
     pick = np.sort(
         np.random.default_rng(seed).choice(
-            len(images), min(num_images, len(images)), replace=False))
-    paths = [osp.join(img_dir, images[k]['file_name']) for k in pick]
+            len(files), min(num_images, len(files)), replace=False))
+    paths = [osp.join(img_dir, files[k]) for k in pick]
     missing = [p for p in paths if not osp.isfile(p)]
     if missing:
         raise ValueError(f'{len(missing)} of the {len(paths)} sampled images '

@@ -146,7 +146,8 @@ def _coco_category_order(data: dict, classes: Optional[Sequence[str]],
 
 
 def read_coco_labels(path: str,
-                     classes: Optional[Sequence[str]] = None) -> LabelSets:
+                     classes: Optional[Sequence[str]] = None,
+                     keep_names: bool = False) -> LabelSets:
     """Image-level labels from a COCO annotation JSON (crowd ignored).
 
     Images without (non-crowd) annotations count as images with no object.
@@ -155,6 +156,8 @@ def read_coco_labels(path: str,
         path (str): the annotation file.
         classes (Sequence[str], optional): class order by name; default:
             the categories sorted by id (mmdet's contiguous order).
+        keep_names (bool): keep each image's ``file_name`` (its id, as a
+            string, where it has none) in ``extra['files']``.
 
     Returns:
         LabelSets: one entry per image of ``images``.
@@ -207,7 +210,10 @@ def read_coco_labels(path: str,
     counts = np.bincount(img_col[:n], minlength=len(images))
     offsets = np.zeros(len(images) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    return LabelSets(labels, offsets, list(names), source=path)
+    extra = dict(
+        files=[str(img.get('file_name', img['id']))
+               for img in images]) if keep_names else {}
+    return LabelSets(labels, offsets, list(names), source=path, extra=extra)
 
 
 def _check_yolo_result(result, names: Callable[[int], str]) -> tuple:

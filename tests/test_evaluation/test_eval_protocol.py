@@ -25,8 +25,8 @@ from mmcalidet.evaluation import (METRICS, CocoEvaluator, OnlineSelfCalibrator,
                                   evaluate_priors, evaluate_subsets,
                                   fit_reference, is_calibratable,
                                   method_references, prediction_statistics,
-                                  presence_accuracy, read_image_groups,
-                                  reference_from_images,
+                                  presence_accuracy, read_evaluation_labels,
+                                  read_image_groups, reference_from_images,
                                   sample_annotated_images, self_calibrate,
                                   self_calibrate_partitions, shift_seen,
                                   site_priors, split_subsets,
@@ -243,6 +243,19 @@ def test_sample_annotated_images(tmp_path):
         sample_annotated_images(str(path), str(tmp_path), ['a', 'b'], 5)
     with pytest.raises(ValueError, match='at least one'):
         sample_annotated_images(str(path), str(tmp_path), ['a', 'b'], 0)
+    # the evaluation labels of the same file: names are the file stems, in
+    # file order; listed images without an entry follow as empty
+    del ann['images'][2]['file_name']  # named by its id
+    path.write_text(json.dumps(ann))
+    listed = tmp_path / 'list.txt'
+    listed.write_text('\n'.join(['im1.jpg', 'im2.jpg', '3', 'im4.jpg',
+                                  'im5.jpg', 'im9.jpg']))
+    label_lists, names, classes = read_evaluation_labels(
+        str(path), ['a', 'b'], str(listed))
+    assert names == ['im1', 'im2', '3', 'im4', 'im5', 'im9']
+    assert classes == ['a', 'b']
+    assert [sorted(x.tolist()) for x in label_lists] == [[], [0, 1], [], [0],
+                                                         [], []]
 
 
 def test_prior_table_and_subsets(setup):

@@ -261,6 +261,17 @@ def test_coco_labels_crowd_ignored_and_id_order(tmp_path):
     assert [sorted(x) for x in sets.label_lists()] == [[0, 1], [1], []]
     sets = read_coco_labels(path, classes=['b', 'a'])
     assert [sorted(x) for x in sets.label_lists()] == [[0, 1], [0], []]
+    assert 'files' not in sets.extra
+
+
+def test_coco_labels_keep_file_names(tmp_path):
+    data = _coco_data()
+    del data['images'][1]['file_name']  # named by its id
+    path = tmp_path / 'ann.json'
+    path.write_text(json.dumps(data))
+    sets = read_coco_labels(str(path), keep_names=True)
+    assert sets.extra['files'] == ['10.jpg', '20', '30.jpg']
+    assert len(sets.label_lists()) == 3
 
 
 @pytest.mark.parametrize('anns, message', [
