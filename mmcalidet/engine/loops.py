@@ -273,7 +273,9 @@ class SelfCalibrationTestLoop(CachedTestLoop):
         reference (dict, optional): annotated images like the training
             set for ``score_thr='fit'`` and ``stats_bias``: ``ann_file``
             (COCO), ``img_dir`` and optionally ``num_images`` (a fixed
-            random sample, default 500) and ``seed`` (default 0).
+            random sample, default
+            :data:`~mmcalidet.evaluation.DEFAULT_REFERENCE_IMAGES`) and
+            ``seed`` (default 0).
         stats_bias (bool): take off each E_i the bias its statistics show
             on the ``reference`` images.
         **kwargs: see :class:`CachedTestLoop`.
@@ -323,19 +325,21 @@ class SelfCalibrationTestLoop(CachedTestLoop):
         on the ``reference`` images (through the config's test
         pipeline)."""
         from ..apis.inference import build_test_pipeline
-        from ..evaluation import (cache_images, reference_from_images,
+        from ..evaluation import (DEFAULT_REFERENCE_IMAGES,
+                                  reference_from_images,
                                   sample_annotated_images)
         ref = self.reference
         paths, labels = sample_annotated_images(
             ref['ann_file'], ref['img_dir'],
             self.dataloader.dataset.metainfo['classes'],
-            ref.get('num_images', 500), ref.get('seed', 0))
-        cache = cache_images(
+            ref.get('num_images',
+                    DEFAULT_REFERENCE_IMAGES), ref.get('seed', 0))
+        return reference_from_images(
             self.detector,
             paths,
-            batch_size=8,
+            labels,
+            self.e_t,
             pipeline=build_test_pipeline(self.runner.cfg, False))
-        return reference_from_images(self.detector, cache, labels, self.e_t)
 
     def evaluate_cache(self, cache) -> Dict:
         from ..evaluation.report import write_report

@@ -134,6 +134,8 @@ def update_target(prior: np.ndarray, stats: np.ndarray,
 
 #: the score thresholds :func:`fit_reference` compares
 FIT_THRESHOLDS = tuple(round(0.1 + 0.05 * k, 2) for k in range(17))
+#: the annotated images the tools sample for :func:`reference_from_images`
+DEFAULT_REFERENCE_IMAGES = 500
 
 
 @dataclass
@@ -215,6 +217,7 @@ def reference_from_images(model,
                           correction=None,
                           thresholds: Sequence[float] = FIT_THRESHOLDS,
                           batch_size: int = 8,
+                          pipeline=None,
                           progress: bool = False) -> PredictionReference:
     """:func:`fit_reference` on annotated images scored by ``model`` under
     the prior self-calibration starts from.
@@ -230,6 +233,8 @@ def reference_from_images(model,
             detector (see :class:`Rescorer`).
         thresholds (Sequence[float]): the thresholds to compare.
         batch_size (int): images per forward.
+        pipeline (Callable, optional): the test pipeline of the images
+            (default the one of ``model.cfg``, see :func:`cache_images`).
         progress (bool): show a progress bar while caching.
 
     Returns:
@@ -237,10 +242,11 @@ def reference_from_images(model,
     """
     from .cache import HiddenStateCache, cache_images
     from .scoring import Rescorer
-    cache = images if isinstance(images, HiddenStateCache) else \
-        cache_images(model, list(images), batch_size, progress=progress)
     if init_prior is None and correction is not None:
         raise ValueError('pass init_prior (E_t) with a post-hoc correction')
+    cache = images if isinstance(images, HiddenStateCache) else \
+        cache_images(model, list(images), batch_size, pipeline,
+                     progress=progress)
     return fit_reference(
         Rescorer(model, cache, correction).predict(init_prior), label_lists,
         model.bbox_head.num_classes, thresholds)

@@ -41,6 +41,8 @@ sys.path.insert(0, ROOT)
 
 from mmcalidet.evaluation.baselines import (CORRECTION_NAMES,  # noqa: E402
                                             CORRECTIONS)
+from mmcalidet.evaluation.self_calibration import (  # noqa: E402
+    DEFAULT_REFERENCE_IMAGES)
 from mmcalidet.utils.cli import run_tool  # noqa: E402
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
@@ -136,7 +138,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         '--reference-images',
         type=int,
-        default=500,
+        default=DEFAULT_REFERENCE_IMAGES,
         help='training images (a fixed random sample) that --score-thr fit '
         'and --self-cal-bias measure the predictions on')
     parser.add_argument(

@@ -22,7 +22,8 @@ from typing import Dict, Sequence
 
 import numpy as np
 
-from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_SCORE_THR,
+from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_REFERENCE_IMAGES,
+                                  DEFAULT_SCORE_THR,
                                   cache_evaluator, calibration_subsets,
                                   markdown_table, method_references,
                                   sample_annotated_images,
@@ -81,7 +82,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         '--reference-images',
         type=int,
-        default=500,
+        default=DEFAULT_REFERENCE_IMAGES,
         help='a fixed random sample of this many --reference images')
     parser.add_argument(
         '--tol',
