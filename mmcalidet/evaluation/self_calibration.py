@@ -363,8 +363,14 @@ class SelfCalibrationResult:
     start_predictions: List[InstanceData] = field(default_factory=list)
 
 
-def shift_seen(estimate: np.ndarray, truth: np.ndarray, init_prior: np.ndarray,
-               label_lists: Sequence[Sequence[int]]) -> float:
+SHIFT_PARTS = ('all', 'added', 'removed')
+
+
+def shift_seen(estimate: np.ndarray,
+               truth: np.ndarray,
+               init_prior: np.ndarray,
+               label_lists: Sequence[Sequence[int]],
+               part: str = 'all') -> float:
     """How much of the images' true shift from the initial prior an
     estimate moves along: ``<E - E_t, T - E_t> / <T - E_t, T - E_t>`` over
     the off-diagonal entries of the columns of the classes annotated there
@@ -372,17 +378,27 @@ def shift_seen(estimate: np.ndarray, truth: np.ndarray, init_prior: np.ndarray,
     1: the estimate lands on the truth's shift, 0: it sees none of it,
     negative: it moves against it.
 
+    ``part`` reads one side of the shift: ``'added'`` the entries the
+    images raise over E_t (pairs of classes they show together more often,
+    ``T > E_t``), ``'removed'`` those they lower (``T < E_t``). The whole
+    is the two parts weighted by their squared shift, so a detector that
+    drops the pairs a site leaves out but never finds the pairs it adds
+    reads well on ``'all'`` and 0 on ``'added'``.
+
     Args:
         estimate (np.ndarray): the estimate ``E`` (K x K), e.g. the first
             update's target :attr:`SelfCalibrationResult.start_estimate`.
         truth (np.ndarray): the images' annotated statistics ``T``.
         init_prior (np.ndarray): E_t.
         label_lists (Sequence[Sequence[int]]): the annotated classes.
+        part (str): ``'all'`` (default), ``'added'`` or ``'removed'``.
 
     Returns:
         float: the fraction; ``nan`` when the truth does not differ from
-        the initial prior.
+        the initial prior in that part.
     """
+    if part not in SHIFT_PARTS:
+        raise ValueError(f'part must be one of {SHIFT_PARTS}, got {part!r}')
     init_prior = np.asarray(init_prior, dtype=np.float64)
     shift = np.asarray(truth, dtype=np.float64) - init_prior
     moved = np.asarray(estimate, dtype=np.float64) - init_prior
@@ -390,6 +406,10 @@ def shift_seen(estimate: np.ndarray, truth: np.ndarray, init_prior: np.ndarray,
     for labels in label_lists:
         columns[np.asarray(labels, dtype=np.int64)] = True
     mask = columns[None, :] & ~np.eye(len(shift), dtype=bool)
+    if part == 'added':
+        mask &= shift > 0
+    elif part == 'removed':
+        mask &= shift < 0
     norm = float((shift[mask]**2).sum())
     return float((moved[mask] * shift[mask]).sum()) / norm if norm > 0 \
         else float('nan')
@@ -419,8 +439,11 @@ def start_diagnostics(
         (MAE to ``truth`` of the initial prior, ``result.start_estimate``
         and the final E_c), ``shift_seen_estimate`` and ``shift_seen_end``
         (:func:`shift_seen` of ``result.start_estimate`` and the final
-        E_c), and ``presence_precision`` / ``presence_recall`` of the
-        predictions under the initial prior (:func:`presence_accuracy`).
+        E_c), ``added_seen_estimate`` and ``removed_seen_estimate`` (the
+        same for the estimate, on the pairs the images add to E_t and on
+        those they remove), and ``presence_precision`` /
+        ``presence_recall`` of the predictions under the initial prior
+        (:func:`presence_accuracy`).
     """
     presence = presence_accuracy(result.start_predictions, label_lists,
                                  len(truth), score_thr)
@@ -432,6 +455,10 @@ def start_diagnostics(
                                        init_prior, label_lists),
         shift_seen_end=shift_seen(result.prior, truth, init_prior,
                                   label_lists),
+        added_seen_estimate=shift_seen(result.start_estimate, truth,
+                                       init_prior, label_lists, 'added'),
+        removed_seen_estimate=shift_seen(result.start_estimate, truth,
+                                         init_prior, label_lists, 'removed'),
         presence_precision=presence['precision'],
         presence_recall=presence['recall'])
 

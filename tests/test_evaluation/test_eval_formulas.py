@@ -284,6 +284,41 @@ def test_shift_seen_projects_on_the_annotated_columns():
     assert np.isnan(shift_seen(est, e_t, e_t, labels))  # no shift
 
 
+def test_shift_seen_parts_split_the_added_and_removed_pairs():
+    e_t = batch_prior(K, [[0, 1], [0, 2], [1, 2]])
+    labels = [[0, 1], [0, 1], [1]]
+    truth = batch_prior(K, labels)
+    shift = truth - e_t
+    # this site adds pairs (1 with 0: 0.5 -> 1) and removes others (2 with
+    # 0 and 1): both parts exist
+    assert shift[1, 0] > 0 and shift[2, 0] < 0 and shift[2, 1] < 0
+    # an estimate that finds only the removed pairs
+    est = np.where(shift < 0, truth, e_t)
+    assert shift_seen(est, truth, e_t, labels, 'added') == 0
+    assert shift_seen(est, truth, e_t, labels, 'removed') == pytest.approx(1)
+    whole = shift_seen(est, truth, e_t, labels)
+    assert 0 < whole < 1
+    # the whole is the parts weighted by their squared shift
+    mask = np.zeros((K, K), dtype=bool)
+    mask[:, :2] = True
+    np.fill_diagonal(mask, False)
+    added = (shift[mask & (shift > 0)]**2).sum()
+    removed = (shift[mask & (shift < 0)]**2).sum()
+    est = e_t + 0.3 * np.where(shift > 0, shift, 0) - 0.2 * np.where(
+        shift < 0, shift, 0)
+    parts = [
+        shift_seen(est, truth, e_t, labels, p) for p in ('added', 'removed')
+    ]
+    assert parts == pytest.approx([0.3, -0.2])
+    assert shift_seen(est, truth, e_t, labels) == pytest.approx(
+        (added * 0.3 - removed * 0.2) / (added + removed))
+    # a site that only removes pairs has no added part
+    only = np.minimum(truth, e_t)
+    assert np.isnan(shift_seen(est, only, e_t, labels, 'added'))
+    with pytest.raises(ValueError, match="part must be one of"):
+        shift_seen(est, truth, e_t, labels, 'new')
+
+
 def test_debiased_statistics():
     stats = batch_prior(K, [[0, 1], [1]])
     bias = np.zeros((K, K))

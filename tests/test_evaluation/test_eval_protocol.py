@@ -135,6 +135,10 @@ def test_self_calibration_follows_algorithm_1(setup):
         shift_seen(priors[1], truth, e_t, labels))
     assert known['shift_seen_end'] == pytest.approx(
         shift_seen(prior, truth, e_t, labels))
+    for part in ('added', 'removed'):
+        assert known[f'{part}_seen_estimate'] == pytest.approx(
+            shift_seen(priors[1], truth, e_t, labels, part))
+        assert np.isfinite(known[f'{part}_seen_estimate'])
     presence = presence_accuracy(seen[0], labels, K, 0.5)
     assert known['presence_precision'] == presence['precision']
     assert known['presence_recall'] == presence['recall']

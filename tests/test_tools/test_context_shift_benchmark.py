@@ -102,7 +102,8 @@ def test_benchmark_writes_every_table(bench):
     for section in ('## Claims', '## Injected priors', '## Deployment sites',
                     '## Subsets', '## Self-calibration per site',
                     '| presence precision | presence recall | '
-                    'epsilon(E_site, E_i) | shift seen by E_i | AP(E_i) |'):
+                    'epsilon(E_site, E_i) | shift seen by E_i | added seen | '
+                    'removed seen | AP(E_i) |'):
         assert section in md
     for png in ['priors', 'sites', 'subsets', 'self_calibration'] + [
             f'prior_{s}' for s in SITES

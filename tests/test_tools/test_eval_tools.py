@@ -171,8 +171,10 @@ def test_eval_subsets_and_self_calibrate(checkpoints, tmp_path, monkeypatch):
     assert run['epsilon_estimate'] == pytest.approx(run['epsilon_end'])
     assert run['epsilon_estimate'] != pytest.approx(run['epsilon_start'])
     assert run['shift_seen_estimate'] == pytest.approx(run['shift_seen_end'])
+    assert {'added_seen_estimate', 'removed_seen_estimate'} <= set(run)
     with open(osp.join(out, 'self_calibration.md')) as f:
-        assert '| shift seen by E_i | shift seen by E_c |' in f.read()
+        assert '| shift seen by E_i | shift seen by E_c | added seen by E_i ' \
+            '| removed seen by E_i |' in f.read()
     assert 0 <= run['presence_precision'] <= 1
     assert 0 <= run['presence_recall'] <= 1
     # the threshold and the bias measured on 4 training images: every

@@ -343,6 +343,8 @@ def evaluate_all(args, trained: Dict, out_dir: str, data_meta: Dict,
                            ('presence_recall', 'presence recall', '.2f'),
                            ('epsilon_estimate', 'epsilon(E_site, E_i)', '.3f'),
                            ('shift_seen_estimate', 'shift seen by E_i', '.2f'),
+                           ('added_seen_estimate', 'added seen', '.2f'),
+                           ('removed_seen_estimate', 'removed seen', '.2f'),
                            ('AP_estimate', 'AP(E_i)', 'pct')]),
         curves=curves,
         references={

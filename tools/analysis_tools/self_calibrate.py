@@ -236,7 +236,9 @@ def main(argv=None) -> int:
                   ('epsilon_estimate', 'epsilon E_i', '.3f'),
                   ('epsilon_end', 'epsilon E_c', '.3f'),
                   ('shift_seen_estimate', 'shift seen by E_i', '.2f'),
-                  ('shift_seen_end', 'shift seen by E_c', '.2f')])
+                  ('shift_seen_end', 'shift seen by E_c', '.2f'),
+                  ('added_seen_estimate', 'added seen by E_i', '.2f'),
+                  ('removed_seen_estimate', 'removed seen by E_i', '.2f')])
     curve_table = markdown_table(rows, [('method', 'method', ''),
                                         ('size', 'size', ''),
                                         ('score_thr', 'thr', 'g'),
