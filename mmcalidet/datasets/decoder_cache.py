@@ -42,6 +42,7 @@ import torch
 from mmdet.registry import DATASETS
 from mmdet.structures import DetDataSample
 from mmengine.dist import barrier, get_rank
+from mmengine.logging import print_log
 from mmengine.structures import InstanceData
 from torch.utils.data import Dataset
 
@@ -279,16 +280,42 @@ def read_cache_meta(cache_dir: str) -> Optional[Dict]:
     return meta if isinstance(meta, dict) else None
 
 
+def stale_reasons(cache_dir: str, config: str, checkpoint: str, passes: int,
+                  indices: Optional[Sequence[int]], dtype: str) -> List[str]:
+    """Why ``cache_dir`` does not hold a complete cache of this source.
+
+    Args:
+        cache_dir (str): the cache folder.
+        config (str): the detector's config file.
+        checkpoint (str): its checkpoint.
+        passes (int): passes over the training set.
+        indices (Sequence[int], optional): the cached images.
+        dtype (str): the stored dtype.
+
+    Returns:
+        list[str]: empty when the cache is current; else ``'no complete
+        cache'``, ``'another cache format'``, or ``'KEY changed'`` for
+        each setting that differs from the cache's (``config``,
+        ``checkpoint``, ``passes``, ``indices``, ``dtype``).
+    """
+    meta = read_cache_meta(cache_dir)
+    if meta is None:
+        return ['no complete cache']
+    if meta.get('format') != CACHE_FORMAT:
+        return ['another cache format']
+    wanted = json.loads(
+        json.dumps(
+            source_settings(config, checkpoint, passes, indices, dtype)))
+    made = meta.get('source') or {}
+    return [f'{key} changed' for key in wanted if made.get(key) != wanted[key]]
+
+
 def cache_is_current(cache_dir: str, config: str, checkpoint: str,
                      passes: int, indices: Optional[Sequence[int]],
                      dtype: str) -> bool:
     """Whether ``cache_dir`` holds a complete cache of this source."""
-    meta = read_cache_meta(cache_dir)
-    if meta is None or meta.get('format') != CACHE_FORMAT:
-        return False
-    return meta.get('source') == json.loads(
-        json.dumps(source_settings(config, checkpoint, passes, indices,
-                                   dtype)))
+    return not stale_reasons(cache_dir, config, checkpoint, passes, indices,
+                             dtype)
 
 
 @DATASETS.register_module()
@@ -352,9 +379,15 @@ class DecoderCacheDataset(Dataset):
         passes = int(source.get('passes', 1))
         indices = source.get('indices')
         dtype = source.get('dtype', 'float32')
-        if get_rank() == 0 and not cache_is_current(
-                self.cache_dir, source['config'], source['checkpoint'],
-                passes, indices, dtype):
+        reasons = stale_reasons(self.cache_dir, source['config'],
+                                source['checkpoint'], passes, indices,
+                                dtype) if get_rank() == 0 else []
+        if reasons:
+            if osp.isdir(self.cache_dir):
+                print_log(
+                    f'decoder cache {self.cache_dir}: {", ".join(reasons)}; '
+                    'making it again',
+                    logger='current')
             build_decoder_cache(
                 source['config'],
                 source['checkpoint'],

@@ -1,5 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """DecoderCacheDataset / build_decoder_cache on the tiny coco-mini DINO."""
+import logging
 import os
 import os.path as osp
 import shutil
@@ -9,10 +10,11 @@ import torch
 from mmdet.registry import DATASETS
 from mmengine.config import Config
 from mmengine.dataset import pseudo_collate
+from mmengine.logging import MMLogger
 from mmengine.runner import save_checkpoint
 
 from mmcalidet.datasets import DecoderCacheDataset, build_decoder_cache
-from mmcalidet.datasets.decoder_cache import cache_is_current
+from mmcalidet.datasets.decoder_cache import cache_is_current, stale_reasons
 from mmcalidet.testing import PROJECT_ROOT, build_detector
 
 INDICES = [0, 3, 5]
@@ -89,6 +91,14 @@ def test_source_makes_the_cache_once_and_again_when_stale(dino, tmp_path):
     assert cache_is_current(out, config, ckpt, 1, INDICES[:2], 'float32')
     assert not cache_is_current(out, config, ckpt, 2, INDICES[:2],
                                 'float32')
+    # ... and why
+    assert stale_reasons(out, config, ckpt, 1, INDICES[:2], 'float32') == []
+    assert stale_reasons(out, config, ckpt, 2, INDICES[:3], 'float16') == [
+        'passes changed', 'indices changed', 'dtype changed'
+    ]
+    assert stale_reasons(
+        str(tmp_path / 'none'), config, ckpt, 1, INDICES[:2],
+        'float32') == ['no complete cache']
     # the same config at another path (another clone): still current; an
     # edited training pipeline: stale
     moved = str(tmp_path / 'moved.py')
@@ -104,6 +114,8 @@ def test_source_makes_the_cache_once_and_again_when_stale(dino, tmp_path):
                 "    dict(type='Resize', scale=(128, 128), keep_ratio=True),\n"
                 "    dict(type='PackDetInputs')]))\n")
     assert not cache_is_current(out, edited, ckpt, 1, INDICES[:2], 'float32')
+    assert stale_reasons(out, edited, ckpt, 1, INDICES[:2],
+                         'float32') == ['config changed']
     # the same checkpoint copied elsewhere: current
     copy = str(tmp_path / 'copy.pth')
     shutil.copy(ckpt, copy)
@@ -113,9 +125,22 @@ def test_source_makes_the_cache_once_and_again_when_stale(dino, tmp_path):
     state['bbox_head.cls_branches.0.bias'] = state[
         'bbox_head.cls_branches.0.bias'] + 1
     save_checkpoint(dict(state_dict=state), ckpt)
-    assert not cache_is_current(out, config, ckpt, 1, INDICES[:2], 'float32')
-    DecoderCacheDataset(out, source=source)
+    assert stale_reasons(out, config, ckpt, 1, INDICES[:2],
+                         'float32') == ['checkpoint changed']
+    # made again, saying why
+    logger = MMLogger.get_current_instance()
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    try:
+        DecoderCacheDataset(out, source=source)
+    finally:
+        logger.removeHandler(handler)
     assert os.stat(osp.join(out, 'hidden.npy')).st_mtime_ns != stamp
+    assert f'decoder cache {out}: checkpoint changed; making it again' in [
+        r.getMessage() for r in records
+    ]
 
 
 def test_missing_cache_names_the_fix(tmp_path):
