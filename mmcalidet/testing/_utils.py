@@ -1,10 +1,12 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
+import contextlib
 import json
+import logging
 import os
 import os.path as osp
 import subprocess
 import sys
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -256,3 +258,22 @@ def eval_inputs(model: torch.nn.Module,
     """Preprocessed test inputs and data samples of a :func:`demo_batch`."""
     data = model.data_preprocessor(demo_batch(labels, size=size), False)
     return data['inputs'], data['data_samples']
+
+
+@contextlib.contextmanager
+def captured_log() -> Iterator[List[str]]:
+    """Collect what mmengine's current logger writes inside the block.
+
+    Yields:
+        list[str]: the messages, filled as they are logged.
+    """
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance()
+    messages: List[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)

@@ -1,6 +1,5 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """DecoderCacheDataset / build_decoder_cache on the tiny coco-mini DINO."""
-import logging
 import os
 import os.path as osp
 import shutil
@@ -10,12 +9,11 @@ import torch
 from mmdet.registry import DATASETS
 from mmengine.config import Config
 from mmengine.dataset import pseudo_collate
-from mmengine.logging import MMLogger
 from mmengine.runner import save_checkpoint
 
 from mmcalidet.datasets import DecoderCacheDataset, build_decoder_cache
 from mmcalidet.datasets.decoder_cache import cache_is_current, stale_reasons
-from mmcalidet.testing import PROJECT_ROOT, build_detector
+from mmcalidet.testing import PROJECT_ROOT, build_detector, captured_log
 
 INDICES = [0, 3, 5]
 
@@ -128,19 +126,10 @@ def test_source_makes_the_cache_once_and_again_when_stale(dino, tmp_path):
     assert stale_reasons(out, config, ckpt, 1, INDICES[:2],
                          'float32') == ['checkpoint changed']
     # made again, saying why
-    logger = MMLogger.get_current_instance()
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger.addHandler(handler)
-    try:
+    with captured_log() as lines:
         DecoderCacheDataset(out, source=source)
-    finally:
-        logger.removeHandler(handler)
     assert os.stat(osp.join(out, 'hidden.npy')).st_mtime_ns != stamp
-    assert f'decoder cache {out}: checkpoint changed; making it again' in [
-        r.getMessage() for r in records
-    ]
+    assert f'decoder cache {out}: checkpoint changed; making it again' in lines
 
 
 def test_missing_cache_names_the_fix(tmp_path):

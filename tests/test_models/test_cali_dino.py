@@ -1,6 +1,5 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 import copy
-import logging
 import re
 
 import numpy as np
@@ -8,13 +7,12 @@ import pytest
 import torch
 from mmdet.registry import MODELS
 from mmdet.utils import register_all_modules
-from mmengine.logging import MMLogger
 from mmengine.runner import load_checkpoint, save_checkpoint
 
 from mmcalidet.priors import (default_prior_path, flat_prior, load_prior,
                               sample_prior, save_prior)
-from mmcalidet.testing import (build_detector, demo_batch, eval_inputs,
-                               get_config)
+from mmcalidet.testing import (build_detector, captured_log, demo_batch,
+                               eval_inputs, get_config)
 from mmcalidet.testing import random_prior as make_random_prior
 from mmcalidet.testing import train_steps
 from mmcalidet.utils.prior_source import (model_classes,
@@ -280,17 +278,10 @@ def test_dino_checkpoint_loads_with_a_report_of_the_new_keys(tmp_path):
     path = str(tmp_path / 'dino.pth')
     save_checkpoint(dict(state_dict=dino.state_dict()), path)
     model = build(seed=4)
-    logger = MMLogger.get_current_instance()
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger.addHandler(handler)
-    try:
+    with captured_log() as lines:
         load_checkpoint(
             model, path, map_location='cpu', strict=False, logger='current')
-    finally:
-        logger.removeHandler(handler)
-    report = '\n'.join(r.getMessage() for r in records)
+    report = '\n'.join(lines)
     assert 'missing keys in source state_dict' in report
     assert 'bbox_head.califormer.nodes' in report and 'prior' in report
     assert 'unexpected key' not in report
