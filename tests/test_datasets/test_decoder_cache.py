@@ -166,6 +166,15 @@ def test_cache_tool_makes_the_cache_once(dino, tmp_path):
     again = subprocess.run(
         cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
     assert again.returncode == 0 and 'is up to date' in again.stdout
+    fewer = subprocess.run(
+        cmd[:-2] + ['1', '--no-progress'],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True)
+    assert fewer.returncode == 0, fewer.stderr[-3000:]
+    assert f'{out}: indices changed; making it again' in fewer.stdout
+    assert 'cached 1 entries' in fewer.stdout
     bad = subprocess.run(
         cmd[:3] + [str(tmp_path / 'none.pth')] + cmd[4:],
         cwd=PROJECT_ROOT,

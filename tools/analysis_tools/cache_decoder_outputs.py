@@ -57,14 +57,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from mmcalidet.datasets.decoder_cache import (build_decoder_cache,
-                                                  cache_is_current,
-                                                  read_cache_meta)
+                                                  read_cache_meta,
+                                                  stale_reasons)
     indices = list(range(args.num_images)) if args.num_images else None
-    if not args.force and cache_is_current(args.out, args.config,
-                                           args.checkpoint, args.passes,
-                                           indices, args.dtype):
-        print(f'{args.out} is up to date (--force to remake it)')
-        return 0
+    if not args.force:
+        reasons = stale_reasons(args.out, args.config, args.checkpoint,
+                                args.passes, indices, args.dtype)
+        if not reasons:
+            print(f'{args.out} is up to date (--force to remake it)')
+            return 0
+        if osp.isdir(args.out):
+            print(f'{args.out}: {", ".join(reasons)}; making it again')
     start = time.perf_counter()
     build_decoder_cache(
         args.config,
