@@ -298,8 +298,11 @@ class SelfCalibrationTestLoop(CachedTestLoop):
         super().__init__(runner, dataloader, evaluator, **kwargs)
         from ..evaluation import DEFAULT_SCORE_THR
         reference = reference or {}
-        needs_reference = score_thr == 'fit' or stats_bias
-        if needs_reference and not {'ann_file', 'img_dir'} <= set(reference):
+        # the fitted threshold and the statistics bias are both read off
+        # annotated reference images
+        self.needs_reference = score_thr == 'fit' or stats_bias
+        if self.needs_reference and \
+                not {'ann_file', 'img_dir'} <= set(reference):
             raise ValueError('score_thr="fit" and stats_bias need reference='
                              'dict(ann_file=..., img_dir=...): annotated '
                              'images like the training set')
@@ -345,7 +348,7 @@ class SelfCalibrationTestLoop(CachedTestLoop):
         from ..evaluation.report import write_report
         from ..visualization import plot_self_calibration
         options, fitted, bias = dict(self.options), {}, None
-        if options['score_thr'] == 'fit' or self.stats_bias:
+        if self.needs_reference:
             ref = self.fit_reference()
             if options['score_thr'] == 'fit':
                 options['score_thr'] = ref.score_thr

@@ -252,12 +252,12 @@ def reference_from_images(model,
         model.bbox_head.num_classes, thresholds)
 
 
-def method_references(
-        methods: Sequence,
-        images: Sequence,
-        label_lists: Sequence[Sequence[int]],
-        init_prior,
-        progress: bool = False) -> Dict[str, PredictionReference]:
+def method_references(methods: Sequence,
+                      images: Sequence,
+                      label_lists: Sequence[Sequence[int]],
+                      init_prior,
+                      progress: bool = False,
+                      batch_size: int = 8) -> Dict[str, PredictionReference]:
     """:func:`reference_from_images` for each method of an evaluation run
     (:class:`~mmcalidet.evaluation.sweep.Method`): methods that share the
     evaluation images' decoder cache (one detector, or a CaliDet that
@@ -269,6 +269,7 @@ def method_references(
         label_lists (Sequence[Sequence[int]]): their annotated classes.
         init_prior (array-like): E_t.
         progress (bool): show progress bars while caching.
+        batch_size (int): images per forward while caching.
 
     Returns:
         dict: per method name its :class:`PredictionReference`.
@@ -279,7 +280,7 @@ def method_references(
         model = method.rescorer.model
         if id(method.cache) not in caches:
             caches[id(method.cache)] = cache_images(
-                model, list(images), batch_size=8, progress=progress)
+                model, list(images), batch_size, progress=progress)
         out[method.name] = reference_from_images(model,
                                                  caches[id(method.cache)],
                                                  label_lists, init_prior,

@@ -199,6 +199,7 @@ def test_method_references_share_a_cache_where_the_methods_do(
 
     def fake_cache_images(model, images, batch_size=1, **kwargs):
         calls.append(list(images))
+        assert batch_size == 3
         return cache  # the images are the cached ones
 
     monkeypatch.setattr(cache_module, 'cache_images', fake_cache_images)
@@ -206,7 +207,7 @@ def test_method_references_share_a_cache_where_the_methods_do(
     other = Rescorer(model, copy.copy(cache))
     methods = [Method('a', shared), Method('b', shared), Method('c', other)]
     refs = method_references(methods, ['x.jpg'] * len(cache), labels,
-                             model.get_prior())
+                             model.get_prior(), batch_size=3)
     assert len(calls) == 2  # a and b share the evaluation cache
     assert set(refs) == {'a', 'b', 'c'}
     by_hand = reference_from_images(model, cache, labels)
