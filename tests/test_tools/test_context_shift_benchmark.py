@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+import torch
+from mmengine.config import Config
 
 from mmcalidet.datasets.context_shift import make_context_shift
 from mmcalidet.evaluation import FIT_THRESHOLDS
@@ -227,29 +229,87 @@ def test_benchmark_same_budget_starts_from_an_earlier_checkpoint(
     assert 'load_from=' + str(work / 'dino' / 'iter_1.pth') in log
 
 
-def test_benchmark_retrains_when_the_settings_changed(bench, tmp_path):
+def test_benchmark_fine_tunes_from_a_reused_dino(bench, tmp_path):
     root, _, _ = bench
     work = tmp_path / 'work'
     # the fixture's DINO (4 iterations on the same data) is reused
-    args = [
+    code, log = _run([
         '--data',
         str(root / 'data'), '--work-dir',
         str(work), '--dino-work-dir',
         str(root / 'work' / 'dino'), '--dino-iters', '4',
         '--finetune-iters', '1', '--calidet-init', 'finetune',
         '--train-only', '--no-progress'
-    ]
-    code, log = _run(args, timeout=300)
+    ], timeout=300)
     assert code == 0, log[-3000:]
     assert log.count('[train] reusing') == 1
+    assert 'load_from=' + str(root / 'work' / 'dino' / 'iter_4.pth') in log
+    assert osp.isfile(work / 'calidet' / 'iter_1.pth')
+
+
+def test_benchmark_trains_again_what_ran_with_other_settings(
+        bench, tmp_path, monkeypatch, capsys):
+    root, args, _ = bench
+    tool = _tool_module()
+    training = sys.modules[tool.train_both.__module__]
+    # the decision only: a training the benchmark would start is recorded
+    launched = []
+
+    class Recorded:
+
+        def __init__(self, cmd, **kwargs):
+            launched.append(cmd)
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(training.subprocess, 'Popen', Recorded)
+    monkeypatch.chdir(ROOT)
+    work = str(root / 'work')
+
+    def plan(extra_front=(), extra_options=()):
+        launched.clear()
+        parsed = tool.parse_args(
+            list(extra_front) + args + list(extra_options))
+        tool.train_both(parsed, tool.schedule(parsed), work)
+        return capsys.readouterr().out
+
+    # the fixture's own settings: both checkpoints are reused
+    out = plan()
+    assert out.count('[train] reusing') == 2 and not launched
     # another rho: the DINO is reused, the CaliDINO trained again
-    code, log = _run(
-        args + ['--calidet-options', 'model.bbox_head.rho=0.5'], timeout=300)
-    assert code == 0, log[-3000:]
-    assert log.count('[train] reusing') == 1
-    assert 'trained with other settings' in log
-    dumped = work / 'calidet' / 'calidet_dino_tiny_context-shift.py'
-    assert 'rho=0.5' in dumped.read_text()
+    out = plan(extra_options=['model.bbox_head.rho=0.5'])
+    assert out.count('[train] reusing') == 1
+    assert 'was trained with other settings (model differs)' in out
+    assert len(launched) == 1 and 'model.bbox_head.rho=0.5' in launched[0]
+    # another calibrator config in the same folder: trained with it, not
+    # the checkpoint of the default config taken for it
+    filled = osp.join('configs', 'context_shift',
+                      'calidet_dino_tiny_context-shift_cached_filled.py')
+    out = plan(extra_front=['--calibrator-config', filled])
+    assert 'was trained with other settings (model differs)' in out
+    assert len(launched) == 1 and filled in launched[0]
+    # a checkpoint that keeps no config (rebuilt from its weights) is
+    # compared through the config dumped beside it; without one, nothing is
+    # overwritten
+    bare = tmp_path / 'bare'
+    bare.mkdir()
+    torch.save(dict(state_dict={}), str(bare / 'iter_3.pth'))
+    launched.clear()
+    with pytest.raises(
+            ValueError,
+            match='keeps no config and no calidet_'
+            'dino_tiny_context-shift_cached_filled.py was dumped'):
+        training.Training(filled, str(bare), 3, [], False, str(root / 'data'))
+    assert not launched
+    monkeypatch.setenv('MMCALIDET_CS_DATA', osp.realpath(root / 'data'))
+    Config.fromfile(filled).dump(str(bare / osp.basename(filled)))
+    training.Training(filled, str(bare), 3, [], False, str(root / 'data'))
+    assert f'[train] reusing {bare}' in capsys.readouterr().out
+    training.Training(filled, str(bare), 3, ['model.bbox_head.rho=0.5'], False,
+                      str(root / 'data'))
+    assert 'other settings (model differs)' in capsys.readouterr().out
+    assert len(launched) == 1 and launched[0][2] == filled
 
 
 def test_benchmark_trains_the_chosen_calibrator_config(bench, tmp_path):

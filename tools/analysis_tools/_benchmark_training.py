@@ -1,8 +1,9 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The trainings of ``context_shift_benchmark.py``: the data, the schedules
 of the plain DINO and the CaliDINO, and one ``tools/train.py`` run per work
-folder, skipped when its last checkpoint exists and the config that
-training dumped has the same model, optimizer, schedule and init."""
+folder, skipped when its last checkpoint exists and was trained with the
+same model, optimizer, schedule and init (the config mmengine keeps in the
+checkpoint)."""
 import argparse
 import json
 import os
@@ -73,6 +74,43 @@ def training_settings(config: str,
         else:
             os.environ['MMCALIDET_CS_DATA'] = old
     cfg.merge_from_dict(overrides)
+    return _settings(cfg)
+
+
+def checkpoint_settings(checkpoint: str) -> Optional[str]:
+    """:func:`training_settings` of the config a checkpoint was trained
+    with, which mmengine keeps in its ``meta['cfg']``.
+
+    Args:
+        checkpoint (str): a checkpoint written by an mmengine runner.
+
+    Returns:
+        str | None: the settings, or ``None`` when the checkpoint cannot be
+        read or keeps no config.
+    """
+    from mmengine.config import Config
+
+    from mmcalidet.utils.checkpoint import (CheckpointError,
+                                            read_checkpoint_mapped)
+    try:
+        meta = read_checkpoint_mapped(checkpoint).get('meta')
+    except CheckpointError:
+        return None
+    text = meta.get('cfg') if isinstance(meta, dict) else None
+    if not isinstance(text, str):
+        return None
+    return _settings(Config.fromstring(text, '.py'))
+
+
+def changed_keys(ran: str, planned: str) -> List[str]:
+    """The :data:`TRAINING_KEYS` in which two :func:`training_settings`
+    differ."""
+    ran_d, planned_d = json.loads(ran), json.loads(planned)
+    return [k for k in TRAINING_KEYS if ran_d.get(k) != planned_d.get(k)]
+
+
+def _settings(cfg) -> str:
+    """:func:`training_settings` of a loaded config."""
     picked = {k: cfg.get(k) for k in TRAINING_KEYS}
     if isinstance(picked['load_from'], str):
         # the same checkpoint, named relative to the working folder or not
@@ -83,8 +121,13 @@ def training_settings(config: str,
 
 class Training:
     """One tools/train.py run, skipped when ``iter_<max_iters>.pth``
-    exists and the config that training dumped has the same
-    :func:`training_settings` as this run (unless ``retrain``).
+    exists and was trained with the same :func:`training_settings` as this
+    run (read from the checkpoint, :func:`checkpoint_settings`), unless
+    ``retrain``. A checkpoint of another config in the same folder (another
+    ``--calibrator-config``) is trained again, not reused. A checkpoint that
+    keeps no config (one rebuilt from its weights) is compared through the
+    copy of ``config`` dumped beside it; without either, nothing is
+    overwritten: a ``ValueError`` asks for ``--retrain``.
 
     Args:
         config (str): the config.
@@ -104,18 +147,24 @@ class Training:
         self.proc = None
         self.start = time.perf_counter()
         if osp.isfile(self.last) and not retrain:
+            ran = checkpoint_settings(self.last)
             dumped = trained_config(work_dir, config)
-            if dumped == config:
-                print(f'[train] reusing {self.last} (no config dumped '
-                      'beside it to compare)')
-                return
-            if training_settings(dumped) == training_settings(
-                    config, options, data):
+            if ran is None and dumped != config:
+                ran = training_settings(dumped)
+            if ran is None:
+                raise ValueError(
+                    f'{self.last} keeps no config and no '
+                    f'{osp.basename(config)} was dumped beside it: what it '
+                    'was trained with is unknown; pass --retrain to train '
+                    'over it, or choose another work folder')
+            planned = training_settings(config, options, data)
+            if ran == planned:
                 print(f'[train] reusing {self.last}')
                 return
-            print(f'[train] {work_dir} was trained with other settings '
-                  f'(model, optimizer, schedule or init; see {dumped}): '
-                  'training again')
+            keys = changed_keys(ran, planned)
+            print(f'[train] {self.last} was trained with other settings '
+                  f'({", ".join(keys)} differ{"s" if len(keys) == 1 else ""}'
+                  '): training again')
         cmd = [
             sys.executable,
             osp.join(ROOT, 'tools', 'train.py'), config, '--work-dir',
