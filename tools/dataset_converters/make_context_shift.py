@@ -20,6 +20,11 @@ COCO's (40 digit x colour style classes, 2-4 distinct per image)::
         --out data/context_shift_many-class --variant many-class --seed 0
 """
 import argparse
+import os
+
+# images and annotations only: skip registering the models (see
+# mmcalidet/__init__.py)
+os.environ.setdefault('MMCALIDET_LIGHT', '1')
 
 from mmcalidet.datasets.context_shift import VARIANTS, make_context_shift
 from mmcalidet.utils.cli import run_tool
