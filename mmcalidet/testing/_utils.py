@@ -262,7 +262,10 @@ def eval_inputs(model: torch.nn.Module,
 
 @contextlib.contextmanager
 def captured_log() -> Iterator[List[str]]:
-    """Collect what mmengine's current logger writes inside the block.
+    """Collect what mmengine's current logger writes inside the block, from
+    INFO up, whatever level an earlier caller left the logger at (the
+    evaluation quiets it to WARNING, see
+    :func:`mmcalidet.evaluation.methods.quiet_mmengine`).
 
     Yields:
         list[str]: the messages, filled as they are logged.
@@ -272,8 +275,12 @@ def captured_log() -> Iterator[List[str]]:
     messages: List[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: messages.append(record.getMessage())
+    level = logger.level
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
     logger.addHandler(handler)
     try:
         yield messages
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
