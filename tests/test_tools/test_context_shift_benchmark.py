@@ -310,6 +310,11 @@ def test_benchmark_trains_again_what_ran_with_other_settings(
                       str(root / 'data'))
     assert 'other settings (model differs)' in capsys.readouterr().out
     assert len(launched) == 1 and launched[0][2] == filled
+    # a checkpoint that cannot be read is trained over
+    (bare / 'iter_3.pth').write_bytes(b'PK\x03\x04 half a zip')
+    training.Training(filled, str(bare), 3, [], False, str(root / 'data'))
+    assert 'iter_3.pth cannot be read (' in capsys.readouterr().out
+    assert len(launched) == 2
 
 
 def test_benchmark_trains_the_chosen_calibrator_config(bench, tmp_path):

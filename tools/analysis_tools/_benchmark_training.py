@@ -85,17 +85,16 @@ def checkpoint_settings(checkpoint: str) -> Optional[str]:
         checkpoint (str): a checkpoint written by an mmengine runner.
 
     Returns:
-        str | None: the settings, or ``None`` when the checkpoint cannot be
-        read or keeps no config.
+        str | None: the settings, or ``None`` when the checkpoint keeps no
+        config.
+
+    Raises:
+        CheckpointError: when the checkpoint cannot be read.
     """
     from mmengine.config import Config
 
-    from mmcalidet.utils.checkpoint import (CheckpointError,
-                                            read_checkpoint_mapped)
-    try:
-        meta = read_checkpoint_mapped(checkpoint).get('meta')
-    except CheckpointError:
-        return None
+    from mmcalidet.utils.checkpoint import read_checkpoint_mapped
+    meta = read_checkpoint_mapped(checkpoint).get('meta')
     text = meta.get('cfg') if isinstance(meta, dict) else None
     if not isinstance(text, str):
         return None
@@ -147,24 +146,11 @@ class Training:
         self.proc = None
         self.start = time.perf_counter()
         if osp.isfile(self.last) and not retrain:
-            ran = checkpoint_settings(self.last)
-            dumped = trained_config(work_dir, config)
-            if ran is None and dumped != config:
-                ran = training_settings(dumped)
-            if ran is None:
-                raise ValueError(
-                    f'{self.last} keeps no config and no '
-                    f'{osp.basename(config)} was dumped beside it: what it '
-                    'was trained with is unknown; pass --retrain to train '
-                    'over it, or choose another work folder')
-            planned = training_settings(config, options, data)
-            if ran == planned:
+            why = self.why_train_again(options, data)
+            if why is None:
                 print(f'[train] reusing {self.last}')
                 return
-            keys = changed_keys(ran, planned)
-            print(f'[train] {self.last} was trained with other settings '
-                  f'({", ".join(keys)} differ{"s" if len(keys) == 1 else ""}'
-                  '): training again')
+            print(f'[train] {self.last} {why}: training again')
         cmd = [
             sys.executable,
             osp.join(ROOT, 'tools', 'train.py'), config, '--work-dir',
@@ -177,6 +163,42 @@ class Training:
             env.update(OMP_NUM_THREADS=str(threads),
                        MKL_NUM_THREADS=str(threads))
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+
+    def why_train_again(self, options: List[str], data: str) -> Optional[str]:
+        """Why the existing last checkpoint cannot be reused.
+
+        Args:
+            options (list[str]): this run's ``--cfg-options``.
+            data (str): the benchmark data folder.
+
+        Returns:
+            str | None: the reason (unreadable, or the settings that
+            differ); ``None``: it can be reused.
+
+        Raises:
+            ValueError: when it keeps no config and none of this name was
+                dumped beside it (nothing to compare; not overwritten).
+        """
+        from mmcalidet.utils.checkpoint import CheckpointError
+        try:
+            ran = checkpoint_settings(self.last)
+        except CheckpointError as exc:
+            return f'cannot be read ({exc})'
+        dumped = trained_config(self.work_dir, self.config)
+        if ran is None and dumped != self.config:
+            ran = training_settings(dumped)
+        if ran is None:
+            raise ValueError(
+                f'{self.last} keeps no config and no '
+                f'{osp.basename(self.config)} was dumped beside it: what it '
+                'was trained with is unknown; pass --retrain to train over '
+                'it, or choose another work folder')
+        planned = training_settings(self.config, options, data)
+        if ran == planned:
+            return None
+        keys = changed_keys(ran, planned)
+        return ('was trained with other settings (' + ', '.join(keys) +
+                (' differs)' if len(keys) == 1 else ' differ)'))
 
     def wait(self) -> float:
         """Wait for the run; returns its wall-clock seconds (0: reused)."""
