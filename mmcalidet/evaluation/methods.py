@@ -5,9 +5,10 @@ outputs are cached once, and a plain detector adds its post-hoc
 corrections. The tools parse their options in ``tools/analysis_tools/
 _eval_args.py`` and pass them here as plain arguments.
 """
+import contextlib
 import logging
 import os.path as osp
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import torch
 
@@ -20,9 +21,25 @@ from .sweep import Method
 
 
 def quiet_mmengine() -> None:
-    """Keep mmengine's INFO logs (weight loading, init) off the console."""
+    """Keep mmengine's INFO logs (weight loading, init) off the console for
+    the rest of the process (for tools; the library uses
+    :func:`mmengine_quieted`)."""
     from mmengine.logging import MMLogger
     MMLogger.get_current_instance().setLevel(logging.WARNING)
+
+
+@contextlib.contextmanager
+def mmengine_quieted() -> Iterator[None]:
+    """:func:`quiet_mmengine` inside the block only: the logger's level is
+    restored after it, so a caller's own INFO logs still show."""
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    quiet_mmengine()
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def load_config(config: str,
@@ -172,7 +189,6 @@ class EvalSetup:
         if bool(baseline_config) != bool(baseline_checkpoint):
             raise ValueError('pass both --baseline-config and '
                              '--baseline-checkpoint')
-        quiet_mmengine()
         self.posthoc = None if posthoc is None else list(
             dict.fromkeys(posthoc))
         self.cooc_beta = cooc_beta
@@ -204,7 +220,8 @@ class EvalSetup:
                 dtype=getattr(torch, cache_dtype),
                 progress=progress)
 
-        self.model, self.cache = build(config, checkpoint, 'model')
+        with mmengine_quieted():  # weight loading and init reports
+            self.model, self.cache = build(config, checkpoint, 'model')
         self.info.update(
             num_images=len(self.cache),
             cache_bytes_per_image=self.cache.bytes_per_image,
@@ -212,8 +229,9 @@ class EvalSetup:
             device=str(device))
         self._add(self.model, self.cache)
         if baseline_config:
-            bmodel, bcache = build(baseline_config, baseline_checkpoint,
-                                   'baseline')
+            with mmengine_quieted():
+                bmodel, bcache = build(baseline_config, baseline_checkpoint,
+                                       'baseline')
             self.info['shared_cache'] = bcache is self.cache
             if bcache.img_ids() != self.cache.img_ids():
                 raise ValueError('the baseline config evaluates other images '

@@ -263,8 +263,8 @@ def eval_inputs(model: torch.nn.Module,
 @contextlib.contextmanager
 def captured_log() -> Iterator[List[str]]:
     """Collect what mmengine's current logger writes inside the block, from
-    INFO up, whatever level an earlier caller left the logger at (the
-    evaluation quiets it to WARNING, see
+    INFO up, whatever level an earlier caller left the logger at (a tool
+    run in the test process quiets it to WARNING, see
     :func:`mmcalidet.evaluation.methods.quiet_mmengine`).
 
     Yields:
