@@ -184,15 +184,15 @@ class Training:
             ran = checkpoint_settings(self.last)
         except CheckpointError as exc:
             return f'cannot be read ({exc})'
-        dumped = trained_config(self.work_dir, self.config)
-        if ran is None and dumped != self.config:
+        if ran is None:  # compare the config dumped beside it instead
+            dumped = trained_config(self.work_dir, self.config)
+            if dumped == self.config:
+                raise ValueError(
+                    f'{self.last} keeps no config and no '
+                    f'{osp.basename(self.config)} was dumped beside it: what '
+                    'it was trained with is unknown; pass --retrain to train '
+                    'over it, or choose another work folder')
             ran = training_settings(dumped)
-        if ran is None:
-            raise ValueError(
-                f'{self.last} keeps no config and no '
-                f'{osp.basename(self.config)} was dumped beside it: what it '
-                'was trained with is unknown; pass --retrain to train over '
-                'it, or choose another work folder')
         planned = training_settings(self.config, options, data)
         if ran == planned:
             return None
