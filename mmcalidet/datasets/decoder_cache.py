@@ -310,6 +310,22 @@ def stale_reasons(cache_dir: str, config: str, checkpoint: str, passes: int,
     return [f'{key} changed' for key in wanted if made.get(key) != wanted[key]]
 
 
+def stale_message(cache_dir: str, reasons: Sequence[str]) -> Optional[str]:
+    """What to tell a user whose cache folder is made again, or ``None``
+    where there is no folder yet (a first cache needs no reason).
+
+    Args:
+        cache_dir (str): the cache folder.
+        reasons (Sequence[str]): :func:`stale_reasons`' answer.
+
+    Returns:
+        str, optional: ``'DIR: REASONS; making it again'``.
+    """
+    if not reasons or not osp.isdir(cache_dir):
+        return None
+    return f'{cache_dir}: {", ".join(reasons)}; making it again'
+
+
 def cache_is_current(cache_dir: str, config: str, checkpoint: str,
                      passes: int, indices: Optional[Sequence[int]],
                      dtype: str) -> bool:
@@ -383,11 +399,9 @@ class DecoderCacheDataset(Dataset):
                                 source['checkpoint'], passes, indices,
                                 dtype) if get_rank() == 0 else []
         if reasons:
-            if osp.isdir(self.cache_dir):
-                print_log(
-                    f'decoder cache {self.cache_dir}: {", ".join(reasons)}; '
-                    'making it again',
-                    logger='current')
+            message = stale_message(self.cache_dir, reasons)
+            if message:
+                print_log(f'decoder cache {message}', logger='current')
             build_decoder_cache(
                 source['config'],
                 source['checkpoint'],

@@ -5,41 +5,19 @@ outputs are cached once, and a plain detector adds its post-hoc
 corrections. The tools parse their options in ``tools/analysis_tools/
 _eval_args.py`` and pass them here as plain arguments.
 """
-import contextlib
 import logging
 import os.path as osp
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
+from ..utils.log_level import mmengine_log_level
 from .baselines import (CORRECTION_NAMES, CORRECTIONS, build_correction,
                         class_frequencies)
 from .cache import cache_hidden_states
 from .coco import CocoEvaluator, coco_evaluator_from_cfg
 from .scoring import Rescorer, is_calibratable
 from .sweep import Method
-
-
-def quiet_mmengine() -> None:
-    """Keep mmengine's INFO logs (weight loading, init) off the console for
-    the rest of the process (for tools; the library uses
-    :func:`mmengine_quieted`)."""
-    from mmengine.logging import MMLogger
-    MMLogger.get_current_instance().setLevel(logging.WARNING)
-
-
-@contextlib.contextmanager
-def mmengine_quieted() -> Iterator[None]:
-    """:func:`quiet_mmengine` inside the block only: the logger's level is
-    restored after it, so a caller's own INFO logs still show."""
-    from mmengine.logging import MMLogger
-    logger = MMLogger.get_current_instance()
-    level = logger.level
-    quiet_mmengine()
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def load_config(config: str,
@@ -220,7 +198,8 @@ class EvalSetup:
                 dtype=getattr(torch, cache_dtype),
                 progress=progress)
 
-        with mmengine_quieted():  # weight loading and init reports
+        # weight loading and init reports
+        with mmengine_log_level(at_least=logging.WARNING):
             self.model, self.cache = build(config, checkpoint, 'model')
         self.info.update(
             num_images=len(self.cache),
@@ -229,7 +208,7 @@ class EvalSetup:
             device=str(device))
         self._add(self.model, self.cache)
         if baseline_config:
-            with mmengine_quieted():
+            with mmengine_log_level(at_least=logging.WARNING):
                 bmodel, bcache = build(baseline_config, baseline_checkpoint,
                                        'baseline')
             self.info['shared_cache'] = bcache is self.cache

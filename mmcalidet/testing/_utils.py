@@ -13,6 +13,8 @@ import torch
 from mmengine.config import Config
 from mmengine.structures import InstanceData
 
+from ..utils.log_level import mmengine_log_level
+
 #: the source checkout (configs/, tools/ live here)
 PROJECT_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.realpath(__file__))))
 
@@ -265,22 +267,17 @@ def captured_log() -> Iterator[List[str]]:
     """Collect what mmengine's current logger writes inside the block, from
     INFO up, whatever level an earlier caller left the logger at (a tool
     run in the test process quiets it to WARNING, see
-    :func:`mmcalidet.evaluation.methods.quiet_mmengine`).
+    :func:`mmcalidet.utils.log_level.quiet_mmengine`).
 
     Yields:
         list[str]: the messages, filled as they are logged.
     """
-    from mmengine.logging import MMLogger
-    logger = MMLogger.get_current_instance()
     messages: List[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: messages.append(record.getMessage())
-    level = logger.level
-    if logger.getEffectiveLevel() > logging.INFO:
-        logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    try:
-        yield messages
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    with mmengine_log_level(at_most=logging.INFO) as logger:
+        logger.addHandler(handler)
+        try:
+            yield messages
+        finally:
+            logger.removeHandler(handler)

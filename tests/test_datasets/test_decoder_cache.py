@@ -82,7 +82,10 @@ def test_source_makes_the_cache_once_and_again_when_stale(dino, tmp_path):
     out = str(tmp_path / 'cache')
     source = dict(
         config=config, checkpoint=ckpt, indices=INDICES[:2], progress=False)
-    DecoderCacheDataset(out, source=source)
+    with captured_log() as lines:
+        DecoderCacheDataset(out, source=source)
+    # a first cache gives no reason for being made
+    assert not [line for line in lines if 'making it again' in line]
     stamp = os.stat(osp.join(out, 'hidden.npy')).st_mtime_ns
     DecoderCacheDataset(out, source=source)  # up to date: reused
     assert os.stat(osp.join(out, 'hidden.npy')).st_mtime_ns == stamp

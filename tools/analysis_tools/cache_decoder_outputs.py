@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from mmcalidet.datasets.decoder_cache import (build_decoder_cache,
                                                   read_cache_meta,
-                                                  stale_reasons)
+                                                  stale_message, stale_reasons)
     indices = list(range(args.num_images)) if args.num_images else None
     if not args.force:
         reasons = stale_reasons(args.out, args.config, args.checkpoint,
@@ -66,8 +66,9 @@ def main(argv=None) -> int:
         if not reasons:
             print(f'{args.out} is up to date (--force to remake it)')
             return 0
-        if osp.isdir(args.out):
-            print(f'{args.out}: {", ".join(reasons)}; making it again')
+        message = stale_message(args.out, reasons)
+        if message:
+            print(message)
     start = time.perf_counter()
     build_decoder_cache(
         args.config,

@@ -164,8 +164,8 @@ def evaluate(args: argparse.Namespace, config: str,
     from mmcalidet.evaluation.sweep import Method
     from mmcalidet.evaluation.methods import (build_detector,
                                               build_test_loader, load_config,
-                                              quiet_mmengine,
                                               resolve_train_prior)
+    from mmcalidet.utils.log_level import quiet_mmengine
     from mmengine.config import DictAction
     opts = argparse.Namespace()
     DictAction([], 'cfg')(None, opts, list(args.cfg_options))

@@ -1,0 +1,57 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""The level of mmengine's current logger: raised to quiet it, lowered to
+read it, for a block or (for a tool) for the rest of the process. mmengine
+is imported when these are called, so ``mmcalidet.utils`` stays light."""
+import contextlib
+import logging
+from typing import Iterator, Optional
+
+
+def _current_logger() -> logging.Logger:
+    from mmengine.logging import MMLogger
+    return MMLogger.get_current_instance()
+
+
+def _bounded(level: int, at_least: Optional[int],
+             at_most: Optional[int]) -> int:
+    if at_least is not None:
+        level = max(level, at_least)
+    if at_most is not None:
+        level = min(level, at_most)
+    return level
+
+
+def quiet_mmengine() -> None:
+    """Keep mmengine's INFO logs (weight loading, init) off the console for
+    the rest of the process; a logger already quieter stays so. For tools:
+    the library quiets a block only (:func:`mmengine_log_level`)."""
+    logger = _current_logger()
+    logger.setLevel(
+        _bounded(logger.getEffectiveLevel(), logging.WARNING, None))
+
+
+@contextlib.contextmanager
+def mmengine_log_level(
+        at_least: Optional[int] = None,
+        at_most: Optional[int] = None) -> Iterator[logging.Logger]:
+    """Bound the level of mmengine's current logger inside the block, and
+    restore the level it had after it.
+
+    ``at_least=logging.WARNING`` quiets INFO reports without making a
+    logger left at ERROR louder; ``at_most=logging.INFO`` lets INFO
+    through whatever level an earlier caller left.
+
+    Args:
+        at_least (int, optional): the lowest level inside the block.
+        at_most (int, optional): the highest level inside the block.
+
+    Yields:
+        logging.Logger: the logger.
+    """
+    logger = _current_logger()
+    level = logger.level
+    logger.setLevel(_bounded(logger.getEffectiveLevel(), at_least, at_most))
+    try:
+        yield logger
+    finally:
+        logger.setLevel(level)
