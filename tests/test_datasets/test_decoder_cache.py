@@ -151,37 +151,30 @@ def test_bad_arguments(dino, tmp_path):
     assert not [f for f in os.listdir(tmp_path) if 'partial' in f]
 
 
-def test_cache_tool_makes_the_cache_once(dino, tmp_path):
+def test_cache_tool_makes_the_cache_once(dino, tmp_path, capsys):
+    import runpy
     import subprocess
     import sys
     _, config, ckpt = dino
     out = str(tmp_path / 'cache')
-    cmd = [
-        sys.executable, 'tools/analysis_tools/cache_decoder_outputs.py',
-        config, ckpt, '--out', out, '--num-images', '2', '--no-progress'
-    ]
-    env = dict(os.environ, OMP_NUM_THREADS='1')
-    first = subprocess.run(
-        cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert 'cached 2 entries x 2 decoder layers' in first.stdout
+    script = 'tools/analysis_tools/cache_decoder_outputs.py'
+    main = runpy.run_path(
+        osp.join(PROJECT_ROOT, script), run_name='tool')['main']
+    args = [config, ckpt, '--out', out, '--num-images', '2', '--no-progress']
+    assert main(args) == 0
+    assert 'cached 2 entries x 2 decoder layers' in capsys.readouterr().out
     assert len(DecoderCacheDataset(out)) == 2
-    again = subprocess.run(
-        cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
-    assert again.returncode == 0 and 'is up to date' in again.stdout
-    fewer = subprocess.run(
-        cmd[:-2] + ['1', '--no-progress'],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True)
-    assert fewer.returncode == 0, fewer.stderr[-3000:]
-    assert f'{out}: indices changed; making it again' in fewer.stdout
-    assert 'cached 1 entries' in fewer.stdout
+    assert main(args) == 0 and 'is up to date' in capsys.readouterr().out
+    assert main(args[:-2] + ['1', '--no-progress']) == 0
+    fewer = capsys.readouterr().out
+    assert f'{out}: indices changed; making it again' in fewer
+    assert 'cached 1 entries' in fewer
+    # on the command line, a missing checkpoint: one line, exit status 1
+    cmd = [sys.executable, script, config, str(tmp_path / 'none.pth')]
     bad = subprocess.run(
-        cmd[:3] + [str(tmp_path / 'none.pth')] + cmd[4:],
+        cmd + args[2:],
         cwd=PROJECT_ROOT,
-        env=env,
+        env=dict(os.environ, OMP_NUM_THREADS='1'),
         capture_output=True,
         text=True)
     assert bad.returncode == 1 and 'not found' in bad.stderr
