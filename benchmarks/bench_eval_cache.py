@@ -41,8 +41,8 @@ from mmcalidet.evaluation import (CocoEvaluator, Rescorer, build_priors,
                                   cache_evaluator, cache_hidden_states,
                                   evaluate_priors, self_calibrate)
 from mmcalidet.evaluation.sweep import Method
-from mmcalidet.evaluation.methods import quiet_mmengine
 from mmcalidet.testing import get_config
+from mmcalidet.utils.log_level import quiet_mmengine
 
 TARGETS = dict(sweep=1.3, selfcal=2.0, selfcal_ap=None)
 
