@@ -98,9 +98,9 @@ def flatten_label_lists(
         # Name the first offending image for the user.
         for k, arr in enumerate(arrays):
             try:
-                as_label_array(arr, num_classes)
+                as_label_array(arr, num_classes, where=f'label_lists[{k}]')
             except ValueError as inner:
-                raise ValueError(f'label_lists[{k}]: {inner}') from exc
+                raise inner from exc
         raise
     return flat, offsets
 

@@ -104,9 +104,8 @@ def test_unknown_category_ids(tmp_path):
 
 
 @pytest.mark.parametrize('label, message', [
-    (4, 'label_lists[0]: labels: class index 4 is out of range for '
-     'num_classes=4'),
-    (-1, 'label_lists[0]: labels: class index -1 is negative'),
+    (4, 'label_lists[0]: class index 4 is out of range for num_classes=4'),
+    (-1, 'label_lists[0]: class index -1 is negative'),
 ])
 def test_labels_beyond_the_model_classes(label, message):
     sampler = EdgeSampler(num_classes=4, mode_probs=dict(sample=1.0))
