@@ -29,7 +29,7 @@ from mmcalidet.apis import is_calibratable
 from mmcalidet.utils.checkpoint import (check_checkpoint_readable,
                                        name_checkpoint)
 from mmcalidet.utils.checkpoint_compat import CheckpointError
-from mmcalidet.utils.cli import run_tool
+from mmcalidet.utils.cli import run_tool, tool_error
 from mmcalidet.utils.cpu_dist import init_cpu_distributed
 
 
@@ -90,8 +90,7 @@ def main(argv=None) -> None:
         try:
             cfg = trigger_visualization_hook(cfg, args)
         except RuntimeError as exc:
-            raise SystemExit(f'tools/test.py: error: --show/--show-dir: '
-                             f'{exc}')
+            raise tool_error(f'--show/--show-dir: {exc}')
     # evaluating weights that do not fit the config is an error
     cfg.custom_hooks = [
         h for h in cfg.get('custom_hooks', None) or []
@@ -123,16 +122,17 @@ def main(argv=None) -> None:
             runner.load_or_resume()  # the checkpoint's prior, then the new
             model = getattr(runner.model, 'module', runner.model)
             if not is_calibratable(model):
-                raise SystemExit(
-                    f'tools/test.py: error: --prior needs a calibratable '
-                    f'detector, got {type(model).__name__}')
+                raise tool_error('--prior needs a calibratable detector, '
+                                 f'got {type(model).__name__}')
             try:
                 model.set_prior(args.prior)
             except ValueError as exc:
-                raise SystemExit(f'tools/test.py: error: --prior: {exc}')
+                raise tool_error(f'--prior: {exc}')
         runner.test()
         if tmp_out is not None and is_main_process():
             os.replace(tmp_out, args.out)
+            # mmdet's dump logged the temporary name
+            runner.logger.info(f'results renamed to {args.out}')
     except CheckpointError as exc:
         raise name_checkpoint(exc, args.checkpoint) from exc
     finally:

@@ -28,7 +28,7 @@ import mmcalidet.engine.checkpoint_hooks  # noqa: F401  (registers hooks)
 from mmcalidet.models import NonFiniteError
 from mmcalidet.utils.checkpoint import name_checkpoint
 from mmcalidet.utils.checkpoint_compat import CheckpointError
-from mmcalidet.utils.cli import run_tool
+from mmcalidet.utils.cli import run_tool, tool_error
 from mmcalidet.utils.cpu_dist import init_cpu_distributed
 
 
@@ -115,7 +115,7 @@ def main(argv=None) -> None:
         raise name_checkpoint(exc, cfg.get('load_from')) from exc
     except NonFiniteError as exc:
         runner.logger.error(str(exc))  # in the log file too
-        raise SystemExit(f'tools/train.py: error: {exc}') from None
+        raise tool_error(str(exc)) from None
 
 
 if __name__ == '__main__':

@@ -7,13 +7,33 @@ from typing import Callable, Optional, Sequence, Tuple, Type
 ErrorTypes = Tuple[Type[BaseException], ...]
 
 
+def tool_name() -> str:
+    """The running tool's name as argparse writes it in its own errors
+    (``train.py``), so that every error of a tool starts alike."""
+    return osp.basename(sys.argv[0]) or 'mmcalidet'
+
+
+def tool_error(message: str) -> SystemExit:
+    """``<tool>: error: <message>``, raised to end a tool with status 1
+    where no exception of :func:`run_tool`'s would carry the message.
+
+    Args:
+        message (str): what went wrong, naming the option or file.
+
+    Returns:
+        SystemExit: to raise.
+    """
+    return SystemExit(f'{tool_name()}: error: {message}')
+
+
 def run_tool(main: Callable[[Optional[Sequence[str]]], Optional[int]],
              argv: Optional[Sequence[str]] = None,
              errors: ErrorTypes = (ValueError, OSError)) -> None:
     """Run a tool's ``main`` and turn bad-input errors into one line.
 
     A ``ValueError``/``OSError`` raised by ``main`` is printed as
-    ``<tool>: error: <message>`` on stderr and the process exits with 1
+    ``<tool>: error: <message>`` on stderr (``<tool>`` as argparse names it,
+    e.g. ``train.py``) and the process exits with 1
     (argparse's own usage errors exit with 2), so scripts can rely on the
     exit status and users get a message that names the problem, not a
     traceback.
@@ -26,7 +46,7 @@ def run_tool(main: Callable[[Optional[Sequence[str]]], Optional[int]],
             input (e.g. ``CheckpointError``) so that other errors keep
             their traceback.
     """
-    tool = osp.splitext(osp.basename(sys.argv[0]))[0] or 'mmcalidet'
+    tool = tool_name()
     try:
         code = main(argv)
     except errors as exc:

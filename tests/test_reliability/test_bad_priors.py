@@ -329,7 +329,7 @@ def test_test_tool_stops_with_the_error(model, tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as info:
         tool.main()
     assert str(info.value) == \
-        f'tools/test.py: error: --prior: prior file is empty: {prior}'
+        f'test.py: error: --prior: prior file is empty: {prior}'
 
 
 # Known gaps, in mmcalidet/priors/prior_io.py and

@@ -381,4 +381,4 @@ def test_test_tool_says_in_one_line_that_a_checkpoint_is_unreadable(
     }.get(content, f'checkpoint {path} is truncated, corrupt or not a '
           'checkpoint (RuntimeError: PytorchStreamReader failed reading zip '
           'archive: not a ZIP archive)')
-    assert res.stderr.strip().splitlines()[-1] == f'test: error: {expected}'
+    assert res.stderr.strip().splitlines()[-1] == f'test.py: error: {expected}'

@@ -244,7 +244,7 @@ def test_errors_exit_with_one_line(run_tool, tmp_path):
                     '--device', 'cpu')
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith('eval_priors: error: checkpoint not found')
+    assert last.startswith('eval_priors.py: error: checkpoint not found')
 
 
 def test_usage_errors(capsys):

@@ -120,6 +120,6 @@ def test_demo_refuses_a_checkpoint_of_other_classes(checkpoint, tmp_path,
     assert res.returncode == 1
     assert 'Traceback' not in res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith(
-        f'image_demo: error: checkpoint {path} does not fit CaliDINO: the '
+        f'image_demo.py: error: checkpoint {path} does not fit CaliDINO: the '
         'checkpoint was trained for 20 classes, the model has 80.')
     assert not (tmp_path / 'o').exists()

@@ -162,6 +162,7 @@ def test_test_tool_with_an_injected_prior(tested):
     scores = {}
     for name, (_, out_file, output) in tested.items():
         assert 'coco/bbox_mAP' in output
+        assert f'results renamed to {out_file}' in output
         scores[name] = torch.cat(
             [r['pred_instances']['scores'] for r in mmengine.load(out_file)])
     # the prior is injected after the checkpoint (which has its own) loads
@@ -216,7 +217,7 @@ def test_nan_weights_stop_training_with_one_line(tmp_path):
     assert 'invalid numeric entries' not in proc.stdout + proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        'tools/train.py: error: non-finite head outputs at iteration 1 '
+        'train.py: error: non-finite head outputs at iteration 1 '
         '(before the Hungarian matching): decoder layer 0 logits ('), last
     # everything downstream of the encoder is NaN, the CaliFormer is not
     assert last.endswith('; inputs: decoder hidden states not finite, '
