@@ -116,3 +116,16 @@ def test_the_built_optimizer_clips():
     wrapper.step()  # clips, then steps
     norm = torch.norm(torch.stack([p.grad.norm() for p in params]))
     assert float(norm) == pytest.approx(0.1, rel=1e-3)
+
+
+def test_calidet_configs_that_load_a_baseline_start_as_it():
+    # V' = 0 at the start (zero_init_output) wherever a trained baseline
+    # is loaded: the first step is then the baseline's (model.md)
+    loading = []
+    for name in CONFIGS:
+        cfg = get_config(name)
+        califormer = cfg.model.get('bbox_head', {}).get('califormer')
+        if califormer is not None and cfg.get('load_from'):
+            loading.append(name)
+            assert califormer.get('zero_init_output') is True, name
+    assert len(loading) >= 15, loading

@@ -10,7 +10,12 @@ _base_ = ['./calidet_dino_tiny_coco-mini.py', '../_base_/calibrator.py']
 dino_checkpoint = 'work_dirs/dino_tiny_coco-mini/iter_400.pth'
 load_from = dino_checkpoint
 
-model = dict(data_preprocessor=_base_.calibrator_preprocessor)
+# V' = 0 at the start: the calibrator starts as the baseline it calibrates
+# (docs/user_guides/model.md)
+califormer = dict(_base_.califormer, zero_init_output=True)
+model = dict(
+    data_preprocessor=_base_.calibrator_preprocessor,
+    bbox_head=dict(califormer=califormer))
 
 train_dataloader = dict(
     _base_.calibrator_dataloader,

@@ -101,6 +101,12 @@ def test_gradients_reach_the_calibrator_only(train_cls):
     assert with_grad == expected
 
 
+def _without_init(head):
+    head = copy.deepcopy(head)
+    head.califormer.pop('zero_init_output', None)
+    return head
+
+
 @pytest.mark.parametrize('name', [
     'calidet/calidet_dino_tiny_coco-mini_cached.py',
     'calidet/calidet_dino-4scale_r50_8xb2-cached_coco.py',
@@ -125,6 +131,10 @@ def test_calibrator_configs(name):
     assert cfg.train_cfg.type == 'IterBasedTrainLoop'
     parent = get_config(name.replace('_cached', '').replace(
         '-cached_coco', '-6e_coco'))
-    assert cfg.model.bbox_head == parent.model.bbox_head
+    # the parent's head but for the CaliFormer's initial output (V' = 0:
+    # the calibrator starts as the baseline), an initial value, no tensor
+    assert cfg.model.bbox_head.califormer.zero_init_output is True
+    assert _without_init(cfg.model.bbox_head) == \
+        _without_init(parent.model.bbox_head)
     assert cfg.model.type == parent.model.type
     assert sampler == parent.model.data_preprocessor.batch_augments[0]
