@@ -6,6 +6,7 @@ new ``type`` would drop it, and CaliDet's fine-tune starts with large
 CaliFormer gradients. The fragments of ``configs/_base_/`` are not training
 configs: each loads, defines only named variables that no mmdet detector
 config defines (so it can sit beside one as a sibling base) and is used."""
+import functools
 import glob
 import os.path as osp
 
@@ -65,6 +66,12 @@ def test_fragments_load_and_clash_with_no_detector_key(name):
     assert f"'../{name}'" in text, f'no config lists {name}'
 
 
+@functools.lru_cache(maxsize=None)
+def _read(name):
+    """``configs/<name>`` parsed once for the tests that only read it."""
+    return get_config(name)
+
+
 def _prior_for(cfg, tmp_path):
     """The config's own prior where it ships (COCO), else (the generated
     context-shift data) a valid K x K prior file with its class names."""
@@ -98,7 +105,7 @@ def test_every_config_builds_its_detector(name, tmp_path):
 
 @pytest.mark.parametrize('name', CONFIGS)
 def test_training_configs_clip_gradients(name):
-    cfg = get_config(name)
+    cfg = _read(name)
     assert 'train_cfg' in cfg, f'{name} is not a training config'
     wrapper = cfg.optim_wrapper
     assert wrapper.get('type', 'OptimWrapper') == 'OptimWrapper', name
@@ -123,7 +130,7 @@ def test_calidet_configs_that_load_a_baseline_start_as_it():
     # is loaded: the first step is then the baseline's (model.md)
     loading = []
     for name in CONFIGS:
-        cfg = get_config(name)
+        cfg = _read(name)
         califormer = cfg.model.get('bbox_head', {}).get('califormer')
         if califormer is not None and cfg.get('load_from'):
             loading.append(name)
