@@ -125,3 +125,71 @@ def test_errors(coco):
         ev.evaluate([1, 2], [])
     with pytest.raises(ValueError, match='of the 3 classes'):
         CocoEvaluator(ann, ['person', 'car', 'no such class'])
+
+
+def plain_cocoeval(ev, ids, preds):
+    """COCOeval's six metrics with its four area ranges, on the categories
+    with ground truth in these images (as ``CocoEvaluator`` evaluates)."""
+    from mmdet.datasets.api_wrappers import COCOeval
+    with_gt = set().union(*(ev._img_cats[i] for i in ids))
+    cat_ids = [c for c in ev.cat_ids if c in with_gt]
+    dets = ev.to_array(ids, preds)
+    dets = dets[np.isin(dets[:, 6], cat_ids)]
+    coco_eval = COCOeval(ev.coco, ev.coco.loadRes(dets), 'bbox')
+    coco_eval.params.catIds = cat_ids
+    coco_eval.params.imgIds = list(ids)
+    coco_eval.params.maxDets = ev.proposal_nums
+    assert len(coco_eval.params.areaRng) == 4
+    coco_eval.evaluate()
+    coco_eval.accumulate()
+    coco_eval.summarize()
+    return {
+        k: float(v) if v > -1 else float('nan')
+        for k, v in zip(METRICS, coco_eval.stats)
+    }
+
+
+def _same(ours, ref):
+    for m in METRICS:
+        assert (np.isnan(ours[m]) and np.isnan(ref[m])) or ours[m] == ref[m], m
+
+
+def test_area_ranges_without_ground_truth_are_skipped_exactly(coco, tmp_path):
+    ann, data, classes, index = coco
+    ev = CocoEvaluator(ann, classes)
+    from mmdet.datasets.api_wrappers import COCOeval
+    params = COCOeval(iouType='bbox').params
+    # real images: a range is kept exactly where a box of it is annotated
+    for images in (data['images'][:10], data['images'][20:23],
+                   data['images'][40:41]):
+        ids = [img['id'] for img in images]
+        anns = [a for a in data['annotations'] if a['image_id'] in ids]
+        kept = ev.area_ranges(ids, [a['category_id'] for a in anns], params)
+        for i, (lo, hi) in enumerate(params.areaRng):
+            has = any(lo <= a['area'] <= hi for a in anns)
+            assert (i in kept) == (has or i == 0), (i, ids)
+        preds = predictions(data, index, images, noise=0.15)
+        _same(ev.evaluate(ids, preds), plain_cocoeval(ev, ids, preds))
+    # every box small (the context-shift benchmark's digits): two ranges of
+    # four are evaluated, to the same figures
+    small = dict(data)
+    small['annotations'] = []
+    for a in data['annotations']:
+        x, y, w, h = a['bbox']
+        scale = min(1.0, 30.0 / max(w, h))
+        small['annotations'].append(
+            dict(
+                a,
+                bbox=[x, y, w * scale, h * scale],
+                area=w * h * scale * scale,
+                segmentation=[]))
+    path = tmp_path / 'small.json'
+    path.write_text(json.dumps(small))
+    ev = CocoEvaluator(str(path), classes)
+    images = small['images'][:10]
+    ids = [img['id'] for img in images]
+    assert ev.area_ranges(ids, ev.cat_ids, params) == [0, 1]
+    preds = predictions(small, index, images, noise=0.15)
+    ours = ev.evaluate(ids, preds)
+    assert 0.05 < ours['AP'] and np.isnan(ours['APm'])
+    _same(ours, plain_cocoeval(ev, ids, preds))
