@@ -10,6 +10,7 @@ figures equal ``CocoMetric``'s up to that rounding.
 """
 import contextlib
 import io
+import numbers
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -58,6 +59,14 @@ class CocoEvaluator:
             }
             for img_id in self.all_img_ids
         }
+        # COCOeval reads every box's area: name the one without it
+        for ann in self.coco.dataset.get('annotations', []):
+            if not isinstance(ann.get('area'), numbers.Real):
+                where = f'{ann_file}: ' if isinstance(ann_file, str) else ''
+                raise ValueError(
+                    f'{where}annotation {ann.get("id")!r} of image '
+                    f'{ann.get("image_id")!r} has no numeric "area" (COCO '
+                    'box metrics need one per box)')
         # (category id, area) of each ground truth box, per image
         self._img_areas = {
             img_id: [(ann['category_id'], ann['area'])
@@ -84,10 +93,11 @@ class CocoEvaluator:
             list[int]: indices into ``params.areaRng``.
         """
         cats = set(cat_ids)
-        areas = np.array([
+        areas = [
             area for img_id in img_ids for cat, area in self._img_areas[img_id]
             if cat in cats
-        ])
+        ]
+        areas = np.asarray(areas, dtype=np.float64)
         keep = []
         for i, label in enumerate(params.areaRngLbl):
             lo, hi = params.areaRng[i]

@@ -193,3 +193,17 @@ def test_area_ranges_without_ground_truth_are_skipped_exactly(coco, tmp_path):
     ours = ev.evaluate(ids, preds)
     assert 0.05 < ours['AP'] and np.isnan(ours['APm'])
     _same(ours, plain_cocoeval(ev, ids, preds))
+
+
+def test_a_box_without_an_area_is_named(coco, tmp_path):
+    ann, data, classes, _ = coco
+    first = dict(data['annotations'][0])
+    del first['area']
+    broken = dict(data, annotations=[first] + data['annotations'][1:])
+    path = tmp_path / 'no_area.json'
+    path.write_text(json.dumps(broken))
+    with pytest.raises(
+            ValueError,
+            match=f'no_area.json: annotation {first["id"]} of image '
+            f'{first["image_id"]} has no numeric "area"'):
+        CocoEvaluator(str(path), classes)
