@@ -51,14 +51,6 @@ class CocoEvaluator:
                 f'{len(self.classes)} classes of the model')
         self.proposal_nums = list(proposal_nums)
         self.all_img_ids = list(self.coco.get_img_ids())
-        # categories with ground truth, per image
-        self._img_cats = {
-            img_id: {
-                ann['category_id']
-                for ann in self.coco.imgToAnns.get(img_id, [])
-            }
-            for img_id in self.all_img_ids
-        }
         # COCOeval reads every box's area: name the one without it
         for ann in self.coco.dataset.get('annotations', []):
             if not isinstance(ann.get('area'), numbers.Real):
@@ -67,11 +59,17 @@ class CocoEvaluator:
                     f'{where}annotation {ann.get("id")!r} of image '
                     f'{ann.get("image_id")!r} has no numeric "area" (COCO '
                     'box metrics need one per box)')
-        # (category id, area) of each ground truth box, per image
+        # (category id, area) of each ground truth box, per image, and the
+        # categories with ground truth, per image
         self._img_areas = {
             img_id: [(ann['category_id'], ann['area'])
                      for ann in self.coco.imgToAnns.get(img_id, [])]
             for img_id in self.all_img_ids
+        }
+        self._img_cats = {
+            img_id: {cat
+                     for cat, _ in boxes}
+            for img_id, boxes in self._img_areas.items()
         }
 
     def area_ranges(self, img_ids: Sequence[int], cat_ids: Sequence[int],
@@ -187,10 +185,10 @@ class CocoEvaluator:
         with contextlib.redirect_stdout(io.StringIO()):
             coco_dt = self.coco.loadRes(dets)
             coco_eval = COCOeval(self.coco, coco_dt, 'bbox')
-            coco_eval.params.catIds = cat_ids
-            coco_eval.params.imgIds = eval_img_ids
-            coco_eval.params.maxDets = self.proposal_nums
             params = coco_eval.params
+            params.catIds = cat_ids
+            params.imgIds = eval_img_ids
+            params.maxDets = self.proposal_nums
             keep = self.area_ranges(eval_img_ids, cat_ids, params)
             params.areaRng = [params.areaRng[i] for i in keep]
             params.areaRngLbl = [params.areaRngLbl[i] for i in keep]

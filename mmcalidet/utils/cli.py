@@ -13,6 +13,12 @@ def tool_name() -> str:
     return osp.basename(sys.argv[0]) or 'mmcalidet'
 
 
+def error_line(message) -> str:
+    """``<tool>: error: <message>``, the one line every error of a tool
+    prints (:func:`run_tool`, :func:`tool_error`)."""
+    return f'{tool_name()}: error: {message}'
+
+
 def tool_error(message: str) -> SystemExit:
     """``<tool>: error: <message>``, raised to end a tool with status 1
     where no exception of :func:`run_tool`'s would carry the message.
@@ -23,7 +29,7 @@ def tool_error(message: str) -> SystemExit:
     Returns:
         SystemExit: to raise.
     """
-    return SystemExit(f'{tool_name()}: error: {message}')
+    return SystemExit(error_line(message))
 
 
 def run_tool(main: Callable[[Optional[Sequence[str]]], Optional[int]],
@@ -46,13 +52,12 @@ def run_tool(main: Callable[[Optional[Sequence[str]]], Optional[int]],
             input (e.g. ``CheckpointError``) so that other errors keep
             their traceback.
     """
-    tool = tool_name()
     try:
         code = main(argv)
     except errors as exc:
-        print(f'{tool}: error: {exc}', file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
-        print(f'{tool}: interrupted', file=sys.stderr)
+        print(f'{tool_name()}: interrupted', file=sys.stderr)
         sys.exit(130)
     sys.exit(code or 0)
