@@ -80,7 +80,7 @@ class CocoEvaluator:
         area. A range without one scores -1 in every metric, evaluated or
         not (``summarize`` gives -1 for a range it does not find), so
         leaving it out changes no figure and saves its share of COCOeval's
-        per-image work (more than half of it where every object is small).
+        per-image work (two ranges of four where every object is small).
 
         Args:
             img_ids (Sequence[int]): the evaluated images.
