@@ -6,7 +6,7 @@ DATA ?= ../shared/datasets
 OUT ?= outputs/demo
 export MMCALIDET_DATA := $(abspath $(DATA))
 
-.PHONY: env check-data demo stats-demo benchmark test
+.PHONY: env check-data demo stats-demo benchmark test test-fast
 
 env:
 	bash tools/setup_env.sh
@@ -47,3 +47,10 @@ test: check-data env
 	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) \
 	    $(PY) -m pytest tests -q -p no:cacheprovider --durations=20 \
 	    -n $(TEST_JOBS) --dist loadfile
+
+# the same without the tests marked slow (trainings, tools run as
+# subprocesses): the unit tests in about two minutes on 2 cores
+test-fast: check-data env
+	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) \
+	    $(PY) -m pytest tests -m "not slow" -q -p no:cacheprovider \
+	    --durations=20 -n $(TEST_JOBS) --dist loadfile
