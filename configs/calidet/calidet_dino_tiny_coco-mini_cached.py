@@ -1,6 +1,6 @@
 # The tiny CaliDINO of calidet_dino_tiny_coco-mini.py calibrated on cached
 # decoder outputs of a trained tiny DINO (dino_tiny_coco-mini.py): only the
-# CaliFormer learns (see configs/context_shift/
+# CaliFormer learns (see projects/context_shift/configs/
 # calidet_dino_tiny_context-shift_cached.py for the recipe). Set the DINO:
 #   python tools/train.py configs/calidet/calidet_dino_tiny_coco-mini_cached.py \
 #       --cfg-options load_from=DINO.pth \
