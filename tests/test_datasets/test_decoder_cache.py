@@ -3,6 +3,7 @@
 import os
 import os.path as osp
 import shutil
+import socket
 
 import pytest
 import torch
@@ -12,10 +13,27 @@ from mmengine.dataset import pseudo_collate
 from mmengine.runner import save_checkpoint
 
 from mmcalidet.datasets import DecoderCacheDataset, build_decoder_cache
-from mmcalidet.datasets.decoder_cache import cache_is_current, stale_reasons
+from mmcalidet.decoder_cache import (DecoderCache, cache_hidden_states,
+                                     stale_reasons, train_fingerprint)
 from mmcalidet.testing import PROJECT_ROOT, build_detector, captured_log
 
 INDICES = [0, 3, 5]
+#: a file of the cache and what happens to it
+CORRUPTIONS = [('hidden.npy', 'truncate'), ('boxes.npy', 'truncate'),
+               ('gt_labels.npy', 'truncate'), ('hidden.npy', 'delete'),
+               ('gt_offsets.npy', 'delete'), ('metainfo.json', 'garble')]
+
+
+def is_current(out, config, ckpt, passes, indices, dtype, batch_size=8):
+    return not stale_reasons(
+        out, train_fingerprint(config, ckpt, passes, indices, batch_size,
+                               dtype))
+
+
+def reasons(out, config, ckpt, passes, indices, dtype, batch_size=8):
+    return stale_reasons(
+        out, train_fingerprint(config, ckpt, passes, indices, batch_size,
+                               dtype))
 
 
 @pytest.fixture(scope='module')
@@ -75,6 +93,13 @@ def test_cache_holds_every_decoder_layer_and_the_ground_truth(dino, tmp_path):
         assert torch.equal(gt.labels, ds.gt_instances.labels)
         torch.testing.assert_close(gt.bboxes, ds.gt_instances.bboxes)
         assert tuple(item['data_samples'].img_shape) == tuple(ds.img_shape)
+    # the evaluation's reader of the same folder: the last layer
+    hidden, bbox, samples = DecoderCache.open(out).get([2, 0])
+    torch.testing.assert_close(
+        hidden, head_inputs['hidden_states'][-1, [2, 0]], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(bbox, boxes[-1, [2, 0]], rtol=1e-4, atol=1e-5)
+    assert [s.img_id for s in samples
+            ] == [batch['data_samples'][k].img_id for k in (2, 0)]
 
 
 def test_source_makes_the_cache_once_and_again_when_stale(dino, tmp_path):
@@ -89,23 +114,23 @@ def test_source_makes_the_cache_once_and_again_when_stale(dino, tmp_path):
     stamp = os.stat(osp.join(out, 'hidden.npy')).st_mtime_ns
     DecoderCacheDataset(out, source=source)  # up to date: reused
     assert os.stat(osp.join(out, 'hidden.npy')).st_mtime_ns == stamp
-    assert cache_is_current(out, config, ckpt, 1, INDICES[:2], 'float32')
-    assert not cache_is_current(out, config, ckpt, 2, INDICES[:2],
-                                'float32')
+    assert is_current(out, config, ckpt, 1, INDICES[:2], 'float32')
+    assert not is_current(out, config, ckpt, 2, INDICES[:2], 'float32')
     # ... and why
-    assert stale_reasons(out, config, ckpt, 1, INDICES[:2], 'float32') == []
-    assert stale_reasons(out, config, ckpt, 2, INDICES[:3], 'float16') == [
-        'passes changed', 'indices changed', 'dtype changed'
+    assert reasons(out, config, ckpt, 1, INDICES[:2], 'float32') == []
+    assert reasons(out, config, ckpt, 2, INDICES[:3], 'float16', 4) == [
+        'passes changed', 'indices changed', 'batch_size changed',
+        'dtype changed'
     ]
-    assert stale_reasons(
+    assert reasons(
         str(tmp_path / 'none'), config, ckpt, 1, INDICES[:2],
-        'float32') == ['no complete cache']
+        'float32') == ['no cache']
     # the same config at another path (another clone): still current; an
     # edited training pipeline: stale
     moved = str(tmp_path / 'moved.py')
     with open(moved, 'w') as f:
         f.write(f"_base_ = '{config}'\n")
-    assert cache_is_current(out, moved, ckpt, 1, INDICES[:2], 'float32')
+    assert is_current(out, moved, ckpt, 1, INDICES[:2], 'float32')
     edited = str(tmp_path / 'edited.py')
     with open(edited, 'w') as f:
         f.write(f"_base_ = '{config}'\n"
@@ -114,20 +139,20 @@ def test_source_makes_the_cache_once_and_again_when_stale(dino, tmp_path):
                 "    dict(type='LoadAnnotations', with_bbox=True),\n"
                 "    dict(type='Resize', scale=(128, 128), keep_ratio=True),\n"
                 "    dict(type='PackDetInputs')]))\n")
-    assert not cache_is_current(out, edited, ckpt, 1, INDICES[:2], 'float32')
-    assert stale_reasons(out, edited, ckpt, 1, INDICES[:2],
-                         'float32') == ['config changed']
+    assert not is_current(out, edited, ckpt, 1, INDICES[:2], 'float32')
+    assert reasons(out, edited, ckpt, 1, INDICES[:2],
+                   'float32') == ['config changed']
     # the same checkpoint copied elsewhere: current
     copy = str(tmp_path / 'copy.pth')
     shutil.copy(ckpt, copy)
-    assert cache_is_current(out, config, copy, 1, INDICES[:2], 'float32')
+    assert is_current(out, config, copy, 1, INDICES[:2], 'float32')
     # another checkpoint at the same path: stale, made again
     state = model.state_dict()
     state['bbox_head.cls_branches.0.bias'] = state[
         'bbox_head.cls_branches.0.bias'] + 1
     save_checkpoint(dict(state_dict=state), ckpt)
-    assert stale_reasons(out, config, ckpt, 1, INDICES[:2],
-                         'float32') == ['checkpoint changed']
+    assert reasons(out, config, ckpt, 1, INDICES[:2],
+                   'float32') == ['checkpoint changed']
     # made again, saying why
     with captured_log() as lines:
         DecoderCacheDataset(out, source=source)
@@ -146,11 +171,92 @@ def test_bad_arguments(dino, tmp_path):
         build_decoder_cache(config, ckpt, str(tmp_path / 'c'), passes=0)
     with pytest.raises(ValueError, match='out of range'):
         build_decoder_cache(
-            config, ckpt, str(tmp_path / 'c'), indices=[10**6],
-            progress=False)
+            config, ckpt, str(tmp_path / 'c'), indices=[10**6], progress=False)
     assert not [f for f in os.listdir(tmp_path) if 'partial' in f]
 
 
+@pytest.fixture(scope='module')
+def made(dino, tmp_path_factory):
+    """A cache of two images as a dataset ``source`` makes it."""
+    _, config, ckpt = dino
+    out = str(tmp_path_factory.mktemp('made') / 'cache')
+    source = dict(
+        config=config, checkpoint=ckpt, indices=INDICES[:2], progress=False)
+    DecoderCacheDataset(out, source=source)
+    return out, source
+
+
+def damage(folder, name, how):
+    path = osp.join(folder, name)
+    if how == 'truncate':
+        with open(path, 'r+b') as f:
+            f.truncate(osp.getsize(path) - 5)
+    elif how == 'delete':
+        os.remove(path)
+    else:
+        with open(path, 'w') as f:
+            f.write('[{"img_id": ')
+    return path
+
+
+@pytest.mark.parametrize('name,how', CORRUPTIONS)
+def test_a_torn_cache_is_an_error_naming_the_file(made, tmp_path, name, how):
+    out = str(tmp_path / 'cache')
+    shutil.copytree(made[0], out)
+    path = damage(out, name, how)
+    with pytest.raises(ValueError, match=f'decoder cache file {path}: '):
+        DecoderCacheDataset(out)
+
+
+@pytest.mark.parametrize('name,how', [('hidden.npy', 'truncate'),
+                                      ('gt_offsets.npy', 'delete'),
+                                      ('metainfo.json', 'garble')])
+def test_a_torn_cache_is_made_again_from_its_source(made, tmp_path, name, how):
+    source = made[1]
+    out = str(tmp_path / 'cache')
+    shutil.copytree(made[0], out)
+    damage(out, name, how)
+    # a partial folder of a killed build
+    stale = tmp_path / f'.cache.partial-{2**22 + 1}-0123abcd@' \
+        f'{socket.gethostname()}'
+    stale.mkdir()
+    with captured_log() as lines:
+        dataset = DecoderCacheDataset(out, source=source)
+    assert len(
+        dataset) == 2 and dataset[1]['inputs']['hidden_states'].shape[0] == 2
+    remade = [line for line in lines if 'making it again' in line]
+    assert len(remade) == 1 and remade[0].startswith(
+        f'decoder cache {out}: {name} ')
+    assert sorted(os.listdir(tmp_path)) == ['cache']
+    # the same arrays as the intact cache
+    torch.testing.assert_close(
+        dataset[1]['inputs']['hidden_states'],
+        DecoderCacheDataset(made[0])[1]['inputs']['hidden_states'])
+
+
+def test_evaluation_caches_of_all_layers_train_a_calibrator(dino, tmp_path):
+    """One format: a cache made by the evaluation's writer with every
+    layer is a training set."""
+    from mmengine.runner import Runner
+    model, config, _ = dino
+    cfg = Config.fromfile(config)
+    cfg.test_dataloader.dataset.indices = 2
+    loader = Runner.build_dataloader(cfg.test_dataloader)
+    cache = cache_hidden_states(
+        model,
+        loader,
+        cache_dir=str(tmp_path),
+        fingerprint=dict(weights='dino'),
+        layers='all',
+        progress=False)
+    dataset = DecoderCacheDataset(cache.folder)
+    assert len(dataset) == 2 and dataset.num_layers == 2
+    item = dataset[1]
+    torch.testing.assert_close(item['inputs']['hidden_states'][-1],
+                               cache.get([1])[0][0])
+
+
+@pytest.mark.slow
 def test_cache_tool_makes_the_cache_once(dino, tmp_path, capsys):
     import runpy
     import subprocess
@@ -165,6 +271,16 @@ def test_cache_tool_makes_the_cache_once(dino, tmp_path, capsys):
     assert 'cached 2 entries x 2 decoder layers' in capsys.readouterr().out
     assert len(DecoderCacheDataset(out)) == 2
     assert main(args) == 0 and 'is up to date' in capsys.readouterr().out
+    assert main(['--check', out]) == 0
+    assert 'valid: 2 entries x 2 decoder layers' in capsys.readouterr().out
+    # a torn file: --check names it; a build makes the cache again
+    damage(out, 'boxes.npy', 'truncate')
+    with pytest.raises(ValueError, match='boxes.npy: truncated'):
+        main(['--check', out])
+    assert main(args) == 0
+    torn = capsys.readouterr().out
+    assert f'decoder cache {out}: boxes.npy truncated' in torn
+    assert 'cached 2 entries' in torn
     assert main(args[:-2] + ['1', '--no-progress']) == 0
     fewer = capsys.readouterr().out
     assert f'{out}: indices changed; making it again' in fewer

@@ -1,15 +1,20 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Cache a trained detector's decoder outputs over its training set, for
-calibrator training (``DecoderCacheDataset``).
+calibrator training (``DecoderCacheDataset``), or check a cache folder.
 
     python tools/analysis_tools/cache_decoder_outputs.py \
         configs/context_shift/dino_tiny_context-shift.py \
         work_dirs/context_shift/dino/iter_3000.pth \
         --out work_dirs/context_shift/dino/decoder_cache_train
 
+    python tools/analysis_tools/cache_decoder_outputs.py --check \
+        work_dirs/context_shift/dino/decoder_cache_train
+
 A calibrator config whose dataset has a ``source`` makes the cache itself
 on first use; this tool makes it ahead (e.g. on a GPU machine, or with more
-augmented passes) and says how large it is.
+augmented passes) and says how large it is. A current cache (same config,
+checkpoint and settings, every file complete) is kept; a stale or torn one
+is made again, saying why.
 """
 import argparse
 import os
@@ -26,10 +31,15 @@ from mmcalidet.utils.cli import run_tool  # noqa: E402
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Cache every decoder layer\'s hidden states and boxes '
-        'of a trained detector over its training set')
-    parser.add_argument('config', help='the detector\'s config')
-    parser.add_argument('checkpoint', help='its trained checkpoint')
-    parser.add_argument('--out', required=True, help='the cache folder')
+        'of a trained detector over its training set, or check a cache')
+    parser.add_argument('config', nargs='?', help='the detector\'s config')
+    parser.add_argument('checkpoint', nargs='?', help='its trained checkpoint')
+    parser.add_argument('--out', help='the cache folder')
+    parser.add_argument(
+        '--check',
+        metavar='DIR',
+        help='only validate the cache folder DIR (every file against its '
+        'meta.json) and describe it')
     parser.add_argument(
         '--passes',
         type=int,
@@ -45,47 +55,61 @@ def parse_args(argv=None) -> argparse.Namespace:
         default='float32',
         help='storage type of the hidden states')
     parser.add_argument(
+        '--layers',
+        choices=('all', 'last'),
+        default='all',
+        help='decoder layers kept (calibrator training reads all)')
+    parser.add_argument(
+        '--seed', type=int, help='random seed of the augmentations')
+    parser.add_argument(
         '--batch-size', type=int, default=8, help='images per forward')
     parser.add_argument('--device', default='cpu', help='e.g. cuda:0')
     parser.add_argument(
         '--force', action='store_true', help='remake an up-to-date cache')
     parser.add_argument(
         '--no-progress', action='store_true', help='no progress bar')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.check is None and not (args.config and args.checkpoint
+                                   and args.out):
+        parser.error('give CONFIG CHECKPOINT --out DIR, or --check DIR')
+    return args
+
+
+def describe(cache) -> str:
+    """One line: entries, layers, size and folder of a cache."""
+    size = sum(
+        osp.getsize(osp.join(cache.folder, f))
+        for f in os.listdir(cache.folder))
+    return (f'{len(cache)} entries x {cache.num_layers} decoder layers in '
+            f'{cache.folder} ({size / 2**20:.1f} MiB)')
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from mmcalidet.datasets.decoder_cache import (build_decoder_cache,
-                                                  read_cache_meta,
-                                                  stale_message, stale_reasons)
-    indices = list(range(args.num_images)) if args.num_images else None
-    if not args.force:
-        reasons = stale_reasons(args.out, args.config, args.checkpoint,
-                                args.passes, indices, args.dtype)
-        if not reasons:
-            print(f'{args.out} is up to date (--force to remake it)')
-            return 0
-        message = stale_message(args.out, reasons)
-        if message:
-            print(message)
+    from mmcalidet.decoder_cache import DecoderCache, ensure_decoder_cache
+    if args.check is not None:
+        print(f'valid: {describe(DecoderCache.open(args.check))}')
+        return 0
     start = time.perf_counter()
-    build_decoder_cache(
+    cache, made = ensure_decoder_cache(
+        args.out,
         args.config,
         args.checkpoint,
-        args.out,
         passes=args.passes,
-        indices=indices,
+        indices=list(range(args.num_images)) if args.num_images else None,
         batch_size=args.batch_size,
         dtype=args.dtype,
         device=args.device,
-        progress=not args.no_progress)
-    meta = read_cache_meta(args.out)
-    size = sum(
-        osp.getsize(osp.join(args.out, f)) for f in os.listdir(args.out))
-    print(f'cached {meta["num_entries"]} entries x {meta["num_layers"]} '
-          f'decoder layers to {args.out} ({size / 2**20:.1f} MiB, '
-          f'{time.perf_counter() - start:.0f} s)')
+        progress=not args.no_progress,
+        seed=args.seed,
+        layers=args.layers,
+        force=args.force,
+        logger=print)
+    if not made:
+        print(f'{args.out} is up to date (--force to remake it)')
+        return 0
+    print(f'cached {describe(cache)}, '
+          f'{time.perf_counter() - start:.0f} s')
     return 0
 
 

@@ -1,0 +1,32 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Cached decoder outputs of a DETR-family detector: one format for the
+calibrator's training set (every decoder layer) and the evaluation
+protocol (the last layer, re-scored under any prior).
+
+The decoder's hidden states and boxes do not depend on the prior (the
+encoder's proposal head stays uncalibrated), so they are computed once and
+reused. Modules: ``fingerprint`` (what makes a cache), ``store`` (the
+folder format, its validation, the :class:`DecoderCache` reader),
+``writer`` (atomic writing), ``build`` (running the detector), ``samples``
+and ``npy`` (the stored data samples and arrays).
+"""
+from .build import (build_decoder_cache, cache_folder, cache_hidden_states,
+                    cache_images, ensure_decoder_cache, fill_cache,
+                    image_batches, open_or_make, run_decoder, stale_reasons,
+                    train_fingerprint)
+from .fingerprint import (cache_fingerprint, checkpoint_fingerprint,
+                          config_fingerprint, fingerprint_digest,
+                          weights_fingerprint)
+from .samples import strip_data_sample, with_predictions
+from .store import CACHE_FORMAT, CacheError, DecoderCache, check_cache
+from .writer import DecoderCacheWriter, remove_stale_folders
+
+__all__ = [
+    'DecoderCache', 'DecoderCacheWriter', 'CacheError', 'CACHE_FORMAT',
+    'check_cache', 'cache_fingerprint', 'checkpoint_fingerprint',
+    'config_fingerprint', 'weights_fingerprint', 'fingerprint_digest',
+    'run_decoder', 'fill_cache', 'cache_hidden_states', 'cache_images',
+    'image_batches', 'cache_folder', 'open_or_make', 'stale_reasons',
+    'build_decoder_cache', 'ensure_decoder_cache', 'train_fingerprint',
+    'strip_data_sample', 'with_predictions', 'remove_stale_folders'
+]

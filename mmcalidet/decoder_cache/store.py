@@ -1,0 +1,332 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""The one decoder-cache format, its validation, and its reader.
+
+A cache is a folder (or the same arrays in memory)::
+
+    meta.json        format, fingerprint (what made it), the shape and type
+                     of every array, size and SHA-1 of metainfo.json,
+                     classes
+    hidden.npy       (N, L', Q, d) hidden states: every decoder layer
+                     (L' = L, ``layers='all'``) or the last (L' = 1)
+    boxes.npy        (N, L', Q, 4) float32 boxes of those layers
+                     (normalised cx, cy, w, h)
+    gt_bboxes.npy    (M, 4) ground-truth boxes (x1, y1, x2, y2, pixels of
+                     the transformed image), all images concatenated
+    gt_labels.npy    (M,) their classes
+    gt_offsets.npy   (N + 1,) image n owns rows offsets[n]:offsets[n+1]
+    batch_ids.npy    (N,) the data-loader batch each image came in (the
+                     E_b batches of the evaluation)
+    metainfo.json    per image: img_id, img_path, img_shape, scale_factor,
+                     ... (what the losses, heads and evaluators read)
+
+Opening checks every file against ``meta.json`` (header shape and type,
+file size, JSON digest), so a torn or missing file is named instead of
+failing later in a memory map. The large arrays are memory-mapped.
+"""
+import hashlib
+import json
+import os.path as osp
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from mmdet.structures import DetDataSample
+from torch import Tensor
+
+from .npy import npy_problem
+from .samples import rebuild_data_sample
+
+#: bumped when the folder layout changes (older caches are made again)
+CACHE_FORMAT = 2
+META_FILE = 'meta.json'
+METAINFO_FILE = 'metainfo.json'
+#: the arrays of a cache, each in ``<name>.npy``
+ARRAYS = ('hidden', 'boxes', 'gt_bboxes', 'gt_labels', 'gt_offsets',
+          'batch_ids')
+#: the arrays memory-mapped on open (the others are small and loaded)
+MAPPED = ('hidden', 'boxes')
+
+
+class CacheError(ValueError):
+    """A decoder cache file that is missing, torn or garbled.
+
+    Args:
+        path (str): the file.
+        problem (str): what is wrong with it.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f'decoder cache file {path}: {problem}')
+        self.path = path
+        self.problem = problem
+
+
+def _sha1(path: str) -> str:
+    with open(path, 'rb') as f:
+        return hashlib.sha1(f.read()).hexdigest()
+
+
+def read_meta(folder: str) -> Dict:
+    """The parsed ``meta.json`` of a cache folder.
+
+    Raises:
+        CacheError: missing, not JSON, or another format.
+    """
+    path = osp.join(folder, META_FILE)
+    if not osp.isfile(path):
+        raise CacheError(path, 'missing')
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise CacheError(path, f'unreadable ({exc})') from None
+    if not isinstance(meta, dict) or not isinstance(meta.get('arrays'), dict):
+        raise CacheError(path, 'not a decoder cache meta file')
+    if meta.get('format') != CACHE_FORMAT:
+        raise CacheError(
+            path, f'cache format {meta.get("format")}, this '
+            f'version reads {CACHE_FORMAT}')
+    return meta
+
+
+def _expected_shapes(meta: Dict) -> Dict[str, Tuple[int, ...]]:
+    """The array shapes implied by the meta file's counts."""
+    arrays = meta['arrays']
+    n, layers = meta['num_entries'], meta['num_stored_layers']
+    q, d = meta['num_queries'], meta['embed_dims']
+    m = arrays['gt_labels']['shape'][0]
+    return dict(
+        hidden=(n, layers, q, d),
+        boxes=(n, layers, q, 4),
+        gt_bboxes=(m, 4),
+        gt_labels=(m, ),
+        gt_offsets=(n + 1, ),
+        batch_ids=(n, ))
+
+
+def check_cache(folder: str) -> Dict:
+    """Validate a cache folder against its ``meta.json``: every array's
+    header (shape, type) and size, the metainfo file's digest and length,
+    the ground-truth offsets.
+
+    Args:
+        folder (str): the cache folder.
+
+    Returns:
+        dict: the meta file's content.
+
+    Raises:
+        CacheError: naming the first bad file.
+    """
+    meta = read_meta(folder)
+    meta_path = osp.join(folder, META_FILE)
+    try:
+        expected = _expected_shapes(meta)
+        recorded = {
+            name: tuple(meta['arrays'][name]['shape'])
+            for name in ARRAYS
+        }
+    except (KeyError, TypeError, IndexError) as exc:
+        raise CacheError(meta_path, f'incomplete ({exc!r})') from None
+    for name in ARRAYS:
+        if recorded[name] != expected[name]:
+            raise CacheError(
+                meta_path, f'{name} recorded as {recorded[name]}, '
+                f'{expected[name]} by the counts')
+        path = osp.join(folder, f'{name}.npy')
+        problem = npy_problem(path, recorded[name],
+                              meta['arrays'][name]['dtype'])
+        if problem:
+            raise CacheError(path, problem)
+    path = osp.join(folder, METAINFO_FILE)
+    if not osp.isfile(path):
+        raise CacheError(path, 'missing')
+    info = meta.get('files', {}).get(METAINFO_FILE, {})
+    if osp.getsize(path) != info.get('size') or _sha1(path) != info.get(
+            'sha1'):
+        raise CacheError(
+            path, 'differs from the size and SHA-1 that '
+            f'{META_FILE} records')
+    offsets = np.load(osp.join(folder, 'gt_offsets.npy'))
+    if offsets[0] != 0 or offsets[-1] != recorded['gt_labels'][0] or \
+            (np.diff(offsets) < 0).any():
+        raise CacheError(
+            osp.join(folder, 'gt_offsets.npy'),
+            'not increasing from 0 to the number of ground-truth boxes')
+    return meta
+
+
+class DecoderCache:
+    """Cached decoder outputs with the images' data samples: the reader
+    of both the calibrator's training set and the evaluation protocol,
+    over a cache folder (:meth:`open`) or arrays in memory.
+
+    Args:
+        hidden (np.ndarray): (N, L', Q, d) hidden states.
+        boxes (np.ndarray): (N, L', Q, 4) boxes (normalised cxcywh).
+        gt_bboxes (np.ndarray): (M, 4) ground-truth boxes.
+        gt_labels (np.ndarray): (M,) their classes.
+        gt_offsets (np.ndarray): (N + 1,) each image's rows of them.
+        batch_ids (np.ndarray): (N,) each image's data-loader batch.
+        metainfo (list[dict]): each image's metainfo record.
+        meta (dict): what ``meta.json`` holds (fingerprint, counts,
+            ``num_decoder_layers``, ``layers``, ``classes``).
+        folder (str, optional): the folder the arrays are mapped from.
+    """
+
+    def __init__(self,
+                 hidden: np.ndarray,
+                 boxes: np.ndarray,
+                 gt_bboxes: np.ndarray,
+                 gt_labels: np.ndarray,
+                 gt_offsets: np.ndarray,
+                 batch_ids: np.ndarray,
+                 metainfo: List[Dict],
+                 meta: Dict,
+                 folder: Optional[str] = None) -> None:
+        n = len(hidden)
+        if not (len(boxes) == n == len(metainfo) == len(batch_ids) ==
+                len(gt_offsets) - 1):
+            raise ValueError('the cache arrays disagree on the number of '
+                             'images')
+        self.hidden = hidden
+        self.boxes = boxes
+        self.gt_bboxes = gt_bboxes
+        self.gt_labels = gt_labels
+        self.gt_offsets = gt_offsets
+        self.metainfo = metainfo
+        self.meta = meta
+        self.folder = folder
+        #: the data-loader batch of each image (the E_b batches)
+        self.batch_ids: List[int] = [int(b) for b in batch_ids]
+        #: whether an existing folder was reused rather than made
+        self.reused = False
+        self._samples: Optional[List[DetDataSample]] = None
+
+    @classmethod
+    def open(cls, folder: str) -> 'DecoderCache':
+        """Validate (:func:`check_cache`) and memory-map a cache folder.
+
+        Raises:
+            CacheError: naming a missing, torn or garbled file.
+        """
+        meta = check_cache(folder)
+        arrays = {
+            name:
+            np.load(
+                osp.join(folder, f'{name}.npy'),
+                mmap_mode='r' if name in MAPPED else None)
+            for name in ARRAYS
+        }
+        path = osp.join(folder, METAINFO_FILE)
+        try:
+            with open(path) as f:
+                metainfo = json.load(f)
+        except ValueError as exc:
+            raise CacheError(path, f'unreadable ({exc})') from None
+        if not isinstance(metainfo, list) or \
+                len(metainfo) != meta['num_entries']:
+            raise CacheError(path, 'not one record per image')
+        return cls(metainfo=metainfo, meta=meta, folder=folder, **arrays)
+
+    def __len__(self) -> int:
+        return len(self.hidden)
+
+    @property
+    def fingerprint(self) -> Optional[Dict]:
+        """What made the cache (``None`` for an unkeyed one)."""
+        return self.meta.get('fingerprint')
+
+    @property
+    def classes(self) -> Optional[Tuple[str, ...]]:
+        """The detector's class names, where known."""
+        classes = self.meta.get('classes')
+        return tuple(classes) if classes else None
+
+    @property
+    def num_layers(self) -> int:
+        """L', the stored decoder layers."""
+        return int(self.hidden.shape[1])
+
+    @property
+    def layer_index(self) -> int:
+        """Index among the detector's decoder layers of the last stored
+        one (what the evaluation scores)."""
+        return int(self.meta['num_decoder_layers']) - 1
+
+    @property
+    def num_queries(self) -> int:
+        return int(self.hidden.shape[2])
+
+    @property
+    def embed_dims(self) -> int:
+        return int(self.hidden.shape[3])
+
+    @property
+    def bytes_per_image(self) -> int:
+        """Bytes of hidden states and boxes per image."""
+        return int(self.hidden[:1].nbytes + self.boxes[:1].nbytes)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the hidden states and boxes of all images."""
+        return self.bytes_per_image * len(self)
+
+    def gt_arrays(self, index: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Ground-truth boxes (M, 4) and classes (M,) of an image."""
+        lo, hi = int(self.gt_offsets[index]), int(self.gt_offsets[index + 1])
+        return self.gt_bboxes[lo:hi], self.gt_labels[lo:hi]
+
+    def data_sample(self, index: int) -> DetDataSample:
+        """A new data sample of an image: metainfo and ``gt_instances``."""
+        return rebuild_data_sample(self.metainfo[index],
+                                   *self.gt_arrays(index))
+
+    @property
+    def data_samples(self) -> List[DetDataSample]:
+        """The data samples of all images (made once)."""
+        if self._samples is None:
+            self._samples = [self.data_sample(k) for k in range(len(self))]
+        return self._samples
+
+    def layers_of(self, index: int) -> Tuple[Tensor, Tensor]:
+        """Every stored layer of an image: hidden states (L', Q, d) and
+        boxes (L', Q, 4), float32 CPU tensors (training items)."""
+        return (torch.from_numpy(
+            np.array(self.hidden[index], dtype=np.float32)),
+                torch.from_numpy(
+                    np.array(self.boxes[index], dtype=np.float32)))
+
+    def get(
+        self,
+        indices: Sequence[int],
+        device: Union[str, torch.device] = 'cpu'
+    ) -> Tuple[Tensor, Tensor, List[DetDataSample]]:
+        """The last stored layer of some images (what the evaluation
+        re-scores).
+
+        Args:
+            indices (Sequence[int]): image indices.
+            device (str | torch.device): where to put the tensors.
+
+        Returns:
+            tuple: hidden states (B, Q, d) and boxes (B, Q, 4), float32,
+            and the data samples.
+        """
+        idx = np.asarray(indices, dtype=np.int64)
+        hidden = np.array(self.hidden[idx, -1], dtype=np.float32)
+        boxes = np.array(self.boxes[idx, -1], dtype=np.float32)
+        samples = self.data_samples
+        return (torch.from_numpy(hidden).to(device),
+                torch.from_numpy(boxes).to(device), [samples[k] for k in idx])
+
+    def gt_label_lists(self) -> List[np.ndarray]:
+        """Per-image ground-truth class indices (int64)."""
+        return [
+            np.array(self.gt_arrays(k)[1], dtype=np.int64)
+            for k in range(len(self))
+        ]
+
+    def img_ids(self) -> List:
+        """The ``img_id`` of every image (``None`` where unknown)."""
+        return [m.get('img_id') for m in self.metainfo]
