@@ -3,12 +3,12 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Cython core of the relation statistics.
 
-Three loops that would be slow in Python, each over flat arrays:
+Loops that would be slow in Python, over flat arrays or Python lists:
 
-* :func:`cooccurrence_lists` does the same straight from per-image Python
-  label lists (lists / tuples of ints, or int64 arrays), reading and
-  counting in one pass: flattening them first would cost more than the
-  counting.
+* :func:`cooccurrence_lists` counts classes and pairs straight from
+  per-image Python label lists (lists / tuples of ints, or int64 arrays),
+  reading and counting in one pass: flattening them first would cost more
+  than the counting.
 * :func:`cooccurrence` counts, over images given as a flat label array plus
   offsets, how often each class is present (``n[j]``) and how often two
   classes are present together (``C[i, j]``). A class listed twice in one
@@ -18,6 +18,11 @@ Three loops that would be slow in Python, each over flat arrays:
   stream held in memory and returns where each ``*.txt`` member's data lies.
 * :func:`parse_yolo` reads the class index of every line of YOLO label files
   held in one buffer.
+
+Python objects are read only through CPython's public C API (the exact type
+checks, the list and tuple accessors, ``PyLong_AsLongLongAndOverflow``) and
+numpy's C API, plus object identity; nothing here depends on how an
+interpreter lays out its objects in memory.
 
 Input checks (ranges, dtypes) are done by the Python wrappers in
 :mod:`mmcalidet.priors.statistics` and :mod:`mmcalidet.priors.label_io`.
@@ -33,81 +38,124 @@ from cpython.ref cimport PyObject
 cnp.import_array()
 
 ctypedef cnp.int64_t i64
+ctypedef unsigned long long u64
 
 
 cdef extern from "Python.h":
-    # borrowed references, no type checks: the callers check the types
+    # CPython's public C API. The GET accessors return borrowed references
+    # and do not check the type: the callers check it first.
     bint PyList_CheckExact(PyObject*)
     bint PyTuple_CheckExact(PyObject*)
     bint PyLong_CheckExact(PyObject*)
-    Py_ssize_t PySequence_Fast_GET_SIZE(PyObject*)
-    PyObject** PySequence_Fast_ITEMS(PyObject*)
+    Py_ssize_t PyList_GET_SIZE(PyObject*)
+    PyObject* PyList_GET_ITEM(PyObject*, Py_ssize_t)
+    Py_ssize_t PyTuple_GET_SIZE(PyObject*)
+    PyObject* PyTuple_GET_ITEM(PyObject*, Py_ssize_t)
+    long long PyLong_AsLongLongAndOverflow(PyObject*, int*)
+    PyObject* PyErr_Occurred()
+    void PyErr_Clear()
 
 
-cdef extern from *:
-    """
-    /* The value of an exact int object if it is a one-digit ("compact")
-       int, i.e. below 2**30 in magnitude: 0 and the value in *out; -1 for a
-       larger int (never a class index). */
-    static inline int mmcd_compact_int(PyObject* o, long long* out) {
-    #if PY_VERSION_HEX >= 0x030C0000
-        if (!PyUnstable_Long_IsCompact((PyLongObject*)o)) return -1;
-        *out = (long long)PyUnstable_Long_CompactValue((PyLongObject*)o);
-        return 0;
-    #else
-        Py_ssize_t size = Py_SIZE(o);
-        if (size == 0) { *out = 0; return 0; }
-        if (size == 1) { *out = (long long)((PyLongObject*)o)->ob_digit[0];
-                         return 0; }
-        if (size == -1) { *out = -(long long)((PyLongObject*)o)->ob_digit[0];
-                          return 0; }
-        return -1;
-    #endif
-    }
-    """
-    int mmcd_compact_int(PyObject*, long long*) noexcept
+cdef extern int __builtin_ctzll(unsigned long long) nogil
 
-
-# CPython keeps the ints -5 .. 256 as singletons in one array; a label that
-# is one of them is read from its address, without touching the object.
-# Checked at import (equal, power-of-two spacing); otherwise (another
-# Python implementation) every int goes through ``mmcd_compact_int``.
-cdef char* _small_base = NULL
-cdef size_t _small_span = 0
-cdef size_t _small_mask = 0
-cdef int _small_shift = 0
-
-
-def _find_small_ints() -> bool:
-    global _small_base, _small_span, _small_mask, _small_shift
-    addresses = [id(i) for i in range(257)]
-    step = addresses[1] - addresses[0]
-    if step <= 0 or step & (step - 1) or any(
-            a != addresses[0] + i * step for i, a in enumerate(addresses)):
-        return False
-    _small_base = <char*><size_t>addresses[0]
-    _small_shift = step.bit_length() - 1
-    _small_mask = step - 1
-    _small_span = 257 * step
-    return True
-
-
-SMALL_INTS_BY_ADDRESS = _find_small_ints()
+#: up to this many classes an image's class set is a 2-word bit mask
+cdef enum:
+    MASK_CLASSES = 128
 
 
 cdef inline int _int_label(PyObject* obj, long long* out) noexcept:
-    """The value of an exact int: 0 and ``*out``, or -1 for anything else
-    (another type, a large int)."""
-    cdef size_t d = <size_t>(<char*>obj - _small_base)
-    if d < _small_span and (d & _small_mask) == 0:
-        out[0] = <long long>(d >> _small_shift)
-        return 0
+    """The value of an exact ``int`` that fits a C ``long long``: 0 and
+    ``*out``; -1, with no exception left set, for anything else (another
+    type, an ``int`` subclass such as ``bool``, a larger int)."""
+    cdef int overflow = 0
     if not PyLong_CheckExact(obj):
         return -1
-    return mmcd_compact_int(obj, out)
+    out[0] = PyLong_AsLongLongAndOverflow(obj, &overflow)
+    if overflow != 0:
+        return -1
+    if out[0] == -1 and PyErr_Occurred() != NULL:  # not expected for an int
+        PyErr_Clear()
+        return -1
+    return 0
 
 
-cdef inline bint _is_int64_vector(PyObject* obj):
+# An identity table of the label values' int objects: ``list(range(K))``
+# holds the objects the interpreter hands out for 0 .. K - 1, and a label
+# that *is* one of them (CPython shares its small ints, so the labels of a
+# typical list are) is known from its address by a hash lookup, without a
+# call. Any other object goes through ``_int_label``. Only object identity
+# is used: the results do not depend on whether, or which, ints are shared.
+cdef struct IntSlot:
+    PyObject* obj  # NULL: an empty slot
+    i64 value
+
+
+cdef struct IntTable:
+    IntSlot* slots  # 2 ** (64 - shift) slots, open addressing
+    u64 mask
+    int shift
+
+
+#: the identity table holds the values 0 .. min(K, TABLE_VALUES) - 1
+cdef enum:
+    TABLE_VALUES = 1024
+
+
+cdef inline u64 _slot_of(PyObject* obj, int shift) noexcept nogil:
+    """Fibonacci hashing: the high bits of the address times 2**64 / phi."""
+    return ((<u64><size_t>obj) * <u64>0x9E3779B97F4A7C15ULL) >> shift
+
+
+cdef object _fill_table(IntTable* table, Py_ssize_t num_classes):
+    """Fill ``table`` with the int objects of 0 .. min(K, TABLE_VALUES) - 1.
+
+    Args:
+        table (IntTable*): the table to set up.
+        num_classes (Py_ssize_t): K.
+
+    Returns:
+        tuple: ``(held, buf)``: the int objects and the slots' memory, to
+        keep alive while the table is in use.
+    """
+    cdef Py_ssize_t c, num_values = min(max(num_classes, 0), TABLE_VALUES)
+    cdef int bits = 1
+    while (<Py_ssize_t>1 << bits) < 2 * num_values:
+        bits += 1
+    buf = np.zeros((<Py_ssize_t>1 << bits) * sizeof(IntSlot), dtype=np.uint8)
+    held = list(range(num_values))
+    table.slots = <IntSlot*>cnp.PyArray_DATA(buf)
+    table.mask = ((<u64>1) << bits) - 1
+    table.shift = 64 - bits
+    cdef PyObject* obj
+    cdef u64 h
+    for c in range(num_values):
+        obj = PyList_GET_ITEM(<PyObject*>held, c)
+        h = _slot_of(obj, table.shift)
+        while table.slots[h].obj != NULL:
+            h = (h + 1) & table.mask
+        table.slots[h].obj = obj
+        table.slots[h].value = c
+    return held, buf
+
+
+cdef inline int _table_label(const IntTable* table, PyObject* obj,
+                             long long* out) noexcept:
+    """The value of a label object, as :func:`_int_label`: from the
+    identity table when ``obj`` is one of its objects, else from
+    ``_int_label``."""
+    cdef u64 h = _slot_of(obj, table.shift)
+    cdef PyObject* key
+    while True:
+        key = table.slots[h].obj
+        if key == obj:
+            out[0] = table.slots[h].value
+            return 0
+        if key == NULL:
+            return _int_label(obj, out)
+        h = (h + 1) & table.mask
+
+
+cdef inline bint _is_int64_vector(PyObject* obj) noexcept:
     """Whether ``obj`` is a 1-D native-order 64-bit signed int array."""
     if not cnp.PyArray_Check(<object>obj):
         return False
@@ -116,14 +164,6 @@ cdef inline bint _is_int64_vector(PyObject* obj):
     return (cnp.PyArray_NDIM(arr) == 1 and cnp.PyArray_ISNOTSWAPPED(arr)
             and (t == cnp.NPY_LONG or t == cnp.NPY_LONGLONG)
             and cnp.PyArray_ITEMSIZE(arr) == 8)
-
-
-cdef extern int __builtin_ctzll(unsigned long long) nogil
-
-ctypedef unsigned long long u64
-
-#: up to this many classes an image's class set is a 2-word bit mask
-DEF MASK_CLASSES = 128
 
 
 cdef Py_ssize_t _count_images(const i64[::1] labels, const i64[::1] offsets,
@@ -179,35 +219,53 @@ cdef Py_ssize_t _count_images(const i64[::1] labels, const i64[::1] offsets,
     return -1
 
 
-cdef inline Py_ssize_t _image_classes(PyObject* item, Py_ssize_t k,
-                                      Py_ssize_t num_classes, i64* seen,
-                                      i64* uniq):
-    """The distinct classes of one image given as a Python object (a list
-    or tuple of ints, or an int64 vector) into ``uniq``; their number, or -1
-    for an object or a label the fast path does not take."""
-    cdef PyObject** values
-    cdef Py_ssize_t i, size, m = 0
+cdef inline Py_ssize_t _image_classes(PyObject* item, i64 stamp,
+                                      Py_ssize_t num_classes,
+                                      const IntTable* table, i64* seen,
+                                      i64* uniq) noexcept:
+    """The distinct classes of one image given as a Python object (an exact
+    list or tuple of exact ints, or an int64 vector) into ``uniq``.
+
+    Args:
+        item (PyObject*): the image's labels (a borrowed reference).
+        stamp (i64): a value unique to this image, marking its classes in
+            ``seen`` (used for ``num_classes > MASK_CLASSES`` only).
+        num_classes (Py_ssize_t): K.
+        table (IntTable*): the identity table of the label values.
+        seen (i64*): K entries, the stamp of the last image holding each
+            class.
+        uniq (i64*): room for K classes.
+
+    Returns:
+        Py_ssize_t: the number of distinct classes, or -1 for an object or
+        a label this path does not take (the caller falls back).
+    """
+    cdef Py_ssize_t i, size, stride = 0, m = 0
     cdef long long v
-    cdef char* data
-    cdef Py_ssize_t stride
+    cdef char* data = NULL
     cdef u64 lo = 0, hi = 0, x
     cdef bint use_mask = num_classes <= MASK_CLASSES
-    cdef bint is_seq = PyList_CheckExact(item) or PyTuple_CheckExact(item)
-    if is_seq:
-        size = PySequence_Fast_GET_SIZE(item)
-        values = PySequence_Fast_ITEMS(item)
+    # 0: list, 1: tuple, 2: int64 vector
+    cdef int kind
+    if PyList_CheckExact(item):
+        kind = 0
+        size = PyList_GET_SIZE(item)
+    elif PyTuple_CheckExact(item):
+        kind = 1
+        size = PyTuple_GET_SIZE(item)
     elif _is_int64_vector(item):
+        kind = 2
         size = cnp.PyArray_DIMS(<cnp.ndarray>item)[0]
         data = <char*>cnp.PyArray_DATA(<cnp.ndarray>item)
         stride = cnp.PyArray_STRIDES(<cnp.ndarray>item)[0]
     else:
         return -1
     for i in range(size):
-        if is_seq:
-            if _int_label(values[i], &v) < 0:
-                return -1
-        else:
+        if kind == 2:
             v = (<i64*>(data + i * stride))[0]
+        elif _table_label(table, PyList_GET_ITEM(item, i) if kind == 0
+                          else PyTuple_GET_ITEM(item, i), &v) < 0:
+            return -1
         if v < 0 or v >= num_classes:
             return -1
         if use_mask:
@@ -215,8 +273,8 @@ cdef inline Py_ssize_t _image_classes(PyObject* item, Py_ssize_t k,
                 lo |= (<u64>1) << v
             else:
                 hi |= (<u64>1) << (v - 64)
-        elif seen[v] != k + 1:
-            seen[v] = k + 1
+        elif seen[v] != stamp:
+            seen[v] = stamp
             uniq[m] = v
             m += 1
     if use_mask:
@@ -238,11 +296,12 @@ def cooccurrence_lists(seq, Py_ssize_t num_classes):
 
     One pass over the objects, counting as it reads: no flat label array
     is built. Takes a list or tuple whose items are exact lists or tuples of
-    exact ``int`` s, or 1-D int64 numpy arrays. Anything else (another
-    container or element type, a label outside ``[0, num_classes)``)
-    returns ``None``, so that the caller's general path handles it and
-    reports errors with its usual messages. Single-threaded (it reads
-    Python objects).
+    exact ``int`` s, or 1-D int64 numpy arrays (any stride). Anything else
+    (another container or element type, ``bool`` s, numpy scalars, a label
+    outside ``[0, num_classes)``) returns ``None``, so that the caller's
+    general path handles it and reports errors with its usual messages.
+    Single-threaded (it reads Python objects); no Python code runs during
+    the pass, so the borrowed items cannot change under it.
 
     Args:
         seq (list | tuple): one sequence of class indices per image.
@@ -253,10 +312,9 @@ def cooccurrence_lists(seq, Py_ssize_t num_classes):
         ``None``.
     """
     cdef PyObject* outer = <PyObject*>seq
-    if not (PyList_CheckExact(outer) or PyTuple_CheckExact(outer)):
+    cdef bint outer_list = PyList_CheckExact(outer)
+    if not (outer_list or PyTuple_CheckExact(outer)):
         return None
-    cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(outer)
-    cdef PyObject** items = PySequence_Fast_ITEMS(outer)
     C_arr = np.zeros((num_classes, num_classes), dtype=np.int64)
     seen_arr = np.zeros(num_classes if num_classes > MASK_CLASSES else 1,
                         dtype=np.int64)
@@ -264,10 +322,18 @@ def cooccurrence_lists(seq, Py_ssize_t num_classes):
     cdef i64[:, ::1] C = C_arr
     cdef i64* seen = <i64*>cnp.PyArray_DATA(seen_arr)
     cdef i64* uniq = <i64*>cnp.PyArray_DATA(uniq_arr)
+    cdef IntTable table
+    keep_alive = _fill_table(&table, num_classes)
     cdef Py_ssize_t k, m, a, b
     cdef i64 ci
+    # read last: allocating above may run a collection (finalizers)
+    cdef Py_ssize_t n = (PyList_GET_SIZE(outer) if outer_list else
+                         PyTuple_GET_SIZE(outer))
     for k in range(n):
-        m = _image_classes(items[k], k, num_classes, seen, uniq)
+        m = _image_classes(
+            PyList_GET_ITEM(outer, k) if outer_list else
+            PyTuple_GET_ITEM(outer, k), k + 1, num_classes, &table, seen,
+            uniq)
         if m < 0:
             return None
         for a in range(m):

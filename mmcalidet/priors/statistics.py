@@ -83,7 +83,11 @@ def flatten_label_lists(
     lengths = [0]
     for k, labels in enumerate(label_lists):
         arr = np.asarray(labels)
-        if arr.dtype == object:
+        # numpy turns [2, True] into int64 [2, 1]: a bool among ints would
+        # pass as a class index
+        if arr.dtype == object or (
+                arr.dtype != np.bool_ and isinstance(labels, (list, tuple))
+                and any(isinstance(x, (bool, np.bool_)) for x in labels)):
             raise ValueError(f'label_lists[{k}]: class indices must be '
                              f'integers, got {labels!r}')
         arrays.append(arr.reshape(-1))
