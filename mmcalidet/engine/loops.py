@@ -46,7 +46,8 @@ class CachedTestLoop(TestLoop):
         train_prior (str | array-like, optional): E_t (a prior file or
             shipped name); default the model's deployment prior when the
             loop starts (the checkpoint's).
-        spill_dir (str, optional): spill the cache to this folder.
+        spill_dir (str, optional): write the cache to a private folder
+            there (removed after the run) instead of memory.
         cache_dtype (str): ``'float32'`` (exact) or ``'float16'``.
         rescore_batch_size (int): images per re-scoring step.
     """
@@ -105,7 +106,7 @@ class CachedTestLoop(TestLoop):
             return cache_hidden_states(
                 model,
                 self.dataloader,
-                spill_dir=self.spill_dir,
+                cache_dir=self.spill_dir,
                 dtype=self.cache_dtype,
                 progress=False,
                 callback=after,

@@ -14,7 +14,7 @@ import torch
 from ..utils.log_level import mmengine_log_level
 from .baselines import (CORRECTION_NAMES, CORRECTIONS, build_correction,
                         class_frequencies)
-from .cache import cache_hidden_states
+from .cache import cache_hidden_states, eval_fingerprint
 from .coco import CocoEvaluator, coco_evaluator_from_cfg
 from .scoring import Rescorer, is_calibratable
 from .sweep import Method
@@ -132,7 +132,10 @@ class EvalSetup:
         max_images (int, optional): evaluate the first N test images.
         batch_size (int, optional): the test batch size (the E_b batches).
         rescore_batch_size (int): images per re-scoring step.
-        cache_dir (str, optional): spill the decoder caches there.
+        cache_dir (str, optional): keep the decoder caches in this folder,
+            one sub-folder per fingerprint (config's model and test set,
+            checkpoint, batch size, dtype): a later run with the same ones
+            reuses it instead of running the detector; ``None``: in memory.
         cache_dtype (str): ``'float32'`` or ``'float16'`` (approximate).
         device (str): the device.
         cfg_options (dict, optional): overrides of both configs.
@@ -140,12 +143,14 @@ class EvalSetup:
 
     Attributes:
         methods (list[Method]): the rows of the tables.
-        cache (HiddenStateCache): the main model's cache.
+        cache (DecoderCache): the main model's cache.
         evaluator (CocoEvaluator): COCO metrics of the test set.
         train_prior (np.ndarray): E_t; ``train_meta`` its file's keys.
         classes (list[str]): class names.
         model: the main detector.
-        info (dict): what was run (for the JSON reports).
+        info (dict): what was run (for the JSON reports); with a
+            ``cache_dir``, ``decoder_caches`` gives each detector's cache
+            folder and whether it was reused.
     """
 
     def __init__(self,
@@ -190,13 +195,25 @@ class EvalSetup:
                 # a calibrator trained on the baseline's cached outputs:
                 # the same decoder outputs, one cache
                 return model, self.cache
-            return model, cache_hidden_states(
+            fingerprint = None if cache_dir is None else eval_fingerprint(
+                cfg, checkpoint, model, loader.batch_size, cache_dtype)
+            cache = cache_hidden_states(
                 model,
                 loader,
-                spill_dir=None if cache_dir is None else osp.join(
-                    cache_dir, name),
-                dtype=getattr(torch, cache_dtype),
-                progress=progress)
+                cache_dir=cache_dir,
+                fingerprint=fingerprint,
+                dtype=cache_dtype,
+                progress=progress,
+                logger=print)
+            if cache_dir is not None:
+                state = 'reused' if cache.reused else 'made'
+                print(
+                    f'decoder cache {cache.folder}: {state} ({len(cache)} '
+                    'images)',
+                    flush=True)
+                self.info.setdefault('decoder_caches', {})[name] = dict(
+                    folder=cache.folder, reused=cache.reused)
+            return model, cache
 
         # weight loading and init reports
         with mmengine_log_level(at_least=logging.WARNING):

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..apis.inference import is_calibratable
 from ..utils.progress import progress_bar
-from .cache import HiddenStateCache, with_predictions
+from ..decoder_cache import DecoderCache, with_predictions
 
 #: a prior argument: ``None`` (the model's deployment prior), a K x K
 #: matrix shared by all images, an (N, K, K) stack aligned with the images
@@ -32,11 +32,12 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 class Rescorer:
-    """Predictions from a :class:`HiddenStateCache` under any prior.
+    """Predictions from a :class:`~mmcalidet.decoder_cache.DecoderCache`
+    (its last stored decoder layer) under any prior.
 
     Args:
         model (nn.Module): the detector that filled the cache.
-        cache (HiddenStateCache): the cache.
+        cache (DecoderCache): the cache.
         correction (callable, optional): a post-hoc correction
             ``correction(logits, priors) -> logits`` for a plain detector
             (see :mod:`mmcalidet.evaluation.baselines`). ``None``: CaliDet
@@ -46,10 +47,10 @@ class Rescorer:
 
     def __init__(self,
                  model: torch.nn.Module,
-                 cache: HiddenStateCache,
+                 cache: DecoderCache,
                  correction: Optional[Callable] = None,
                  batch_size: int = 64) -> None:
-        if cache.layer_index is None:
+        if not len(cache):
             raise ValueError('the cache is empty')
         self.model = model
         self.cache = cache

@@ -1,18 +1,31 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""Cached decoder outputs: re-scoring equals a full forward."""
+"""Cached decoder outputs: re-scoring equals a full forward, in memory and
+from a cache folder that later runs reuse."""
+import json
+import os
+import os.path as osp
+import runpy
+
 import numpy as np
 import pytest
 import torch
 from mmdet.registry import MODELS
 from mmengine.registry import init_default_scope
-from mmengine.runner import Runner
+from mmengine.runner import Runner, save_checkpoint
 
-from mmcalidet.evaluation import (HiddenStateCache, Rescorer,
-                                  cache_hidden_states, cache_images)
+from mmcalidet.decoder_cache import DecoderCacheWriter
+from mmcalidet.evaluation import Rescorer, cache_hidden_states, cache_images
 from mmcalidet.priors import flat_prior, sample_prior
-from mmcalidet.testing import get_config
+from mmcalidet.testing import PROJECT_ROOT, get_config
 
 K = 80
+CALI = 'configs/calidet/calidet_dino_tiny_coco-mini.py'
+SMALL = dict(
+    max_images=2,
+    batch_size=2,
+    device='cpu',
+    progress=False,
+    cfg_options={'test_dataloader.dataset.pipeline.1.scale': (96, 96)})
 
 
 def tiny(name='calidet/calidet_dino_tiny_coco-mini.py', images=4, size=96):
@@ -133,29 +146,26 @@ def test_cache_pass_runs_each_batch_once(cali, monkeypatch):
                 full_forward(model, loader))
 
 
-def test_cache_memory_layout_and_spill(cali, tmp_path):
+def test_cache_memory_layout(cali):
     model, loader, cache = cali
     q = model.num_queries
     d = model.bbox_head.embed_dims
     assert (cache.num_queries, cache.embed_dims) == (q, d)
+    assert cache.folder is None and cache.num_layers == 1
     assert cache.bytes_per_image == q * (d + 4) * 4
     assert cache.nbytes == 4 * cache.bytes_per_image
-    spilled = cache_hidden_states(
-        model, loader, spill_dir=str(tmp_path / 'spill'), progress=False)
-    assert sorted(p.name for p in (tmp_path / 'spill').iterdir()) == [
-        'boxes_000000.npy', 'hidden_000000.npy'
-    ]
-    h1, b1, s1 = cache.get([2, 0])
-    h2, b2, s2 = spilled.get([2, 0])
-    assert torch.equal(h1, h2) and torch.equal(b1, b2)
-    assert [s.img_id for s in s1] == [s.img_id for s in s2]
-    half = HiddenStateCache(dtype=torch.float16)
-    half.add(h1, b1, s1, 0)
-    assert half.bytes_per_image == cache.bytes_per_image // 2
+    h, b, s = cache.get([2, 0])
+    half = DecoderCacheWriter(dtype=torch.float16)
+    half.add(h[None], b[None], s, 0)
+    half = half.commit()
+    # float16 hidden states, float32 boxes
+    assert half.bytes_per_image == q * d * 2 + q * 4 * 4
     with pytest.raises(ValueError, match='float32 or float16'):
-        HiddenStateCache(dtype=torch.float64)
+        DecoderCacheWriter(dtype=torch.float64)
+    writer = DecoderCacheWriter()
+    writer.add(h[None], b[None], s, 0)
     with pytest.raises(ValueError, match='do not match'):
-        half.add(h1[:, :5], b1[:, :5], s1, 1)
+        writer.add(h[None, :, :5], b[None, :, :5], s, 1)
 
 
 def test_prior_argument_errors(cali):
@@ -186,3 +196,168 @@ def test_plain_detector_and_images():
     h1, _, _ = cache.get([1, 0])
     h2, _, _ = by_path.get([0, 1])
     torch.testing.assert_close(h1, h2, atol=1e-5, rtol=0)
+
+
+def no_trunk(monkeypatch, model=None):
+    """Make any run of the backbone or transformer fail."""
+    import mmcalidet.decoder_cache.build as build
+
+    def boom(*args, **kwargs):
+        raise AssertionError('the cache folder must be reused')
+
+    monkeypatch.setattr(build, 'run_decoder', boom)
+    if model is not None:
+        for name in ('extract_feat', 'forward_transformer'):
+            monkeypatch.setattr(model, name, boom)
+
+
+def test_cache_folder_round_trip_and_reuse(cali, tmp_path, monkeypatch):
+    model, loader, memory = cali
+    fingerprint = dict(checkpoint=dict(sha1='a'), layers='last')
+    cache = cache_hidden_states(
+        model,
+        loader,
+        cache_dir=str(tmp_path),
+        fingerprint=fingerprint,
+        progress=False)
+    assert not cache.reused
+    assert osp.dirname(cache.folder) == str(tmp_path)
+    assert os.listdir(tmp_path) == [osp.basename(cache.folder)]
+    assert osp.basename(cache.folder).startswith('decoder_cache-')
+    # re-scored from the folder: the model's own forward
+    assert_same(Rescorer(model, cache).predict(), full_forward(model, loader))
+    # a second run with the same fingerprint maps the folder, no trunk
+    no_trunk(monkeypatch, model)
+    again = cache_hidden_states(
+        model,
+        loader,
+        cache_dir=str(tmp_path),
+        fingerprint=fingerprint,
+        progress=False)
+    assert again.reused and again.folder == cache.folder
+    prior = random_prior(2)
+    assert_same(
+        Rescorer(model, again).predict(prior),
+        Rescorer(model, memory).predict(prior))
+    # what the protocol reads besides the arrays
+    assert again.batch_ids == memory.batch_ids == [0, 0, 1, 1]
+    assert again.img_ids() == memory.img_ids()
+    assert [a.tolist() for a in again.gt_label_lists()
+            ] == [a.tolist() for a in memory.gt_label_lists()]
+    loaded = [ds for batch in loader for ds in batch['data_samples']]
+    for a, b in zip(again.data_samples, loaded):
+        assert a.img_id == b.img_id and a.img_path == b.img_path
+        assert tuple(a.img_shape) == tuple(b.img_shape)
+        assert tuple(a.scale_factor) == tuple(b.scale_factor)
+        assert torch.equal(a.gt_instances.labels, b.gt_instances.labels)
+    # another fingerprint: another folder (made, so the trunk would run)
+    with pytest.raises(AssertionError, match='must be reused'):
+        cache_hidden_states(
+            model,
+            loader,
+            cache_dir=str(tmp_path),
+            fingerprint=dict(fingerprint, checkpoint=dict(sha1='b')),
+            progress=False)
+    assert os.listdir(tmp_path) == [osp.basename(cache.folder)]
+
+
+def test_torn_cache_folder_is_made_again(cali, tmp_path, capsys):
+    model, loader, memory = cali
+    fingerprint = dict(checkpoint=dict(sha1='a'))
+    cache = cache_hidden_states(
+        model,
+        loader,
+        cache_dir=str(tmp_path),
+        fingerprint=fingerprint,
+        progress=False)
+    path = osp.join(cache.folder, 'hidden.npy')
+    with open(path, 'r+b') as f:
+        f.truncate(osp.getsize(path) // 2)
+    again = cache_hidden_states(
+        model,
+        loader,
+        cache_dir=str(tmp_path),
+        fingerprint=fingerprint,
+        progress=False,
+        logger=print)
+    assert not again.reused and again.folder == cache.folder
+    out = capsys.readouterr().out
+    assert f'decoder cache {cache.folder}: hidden.npy truncated' in out
+    prior = random_prior(3)
+    assert_same(
+        Rescorer(model, again).predict(prior),
+        Rescorer(model, memory).predict(prior))
+
+
+@pytest.fixture(scope='module')
+def two_checkpoints(tmp_path_factory):
+    """Two tiny CaliDINO checkpoints with different weights."""
+    init_default_scope('mmdet')
+    out = tmp_path_factory.mktemp('ckpts')
+    paths = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = MODELS.build(get_config(CALI.split('configs/')[1]).model)
+        model.init_weights()
+        paths.append(str(out / f'cali{seed}.pth'))
+        save_checkpoint(dict(state_dict=model.state_dict()), paths[-1])
+    return paths
+
+
+def test_eval_setups_share_a_cache_dir_without_mixing(two_checkpoints,
+                                                      tmp_path, monkeypatch):
+    from mmcalidet.evaluation import EvalSetup
+    monkeypatch.chdir(PROJECT_ROOT)
+    ckpt_a, ckpt_b = two_checkpoints
+    cache_dir = str(tmp_path / 'caches')
+    a = EvalSetup(CALI, ckpt_a, cache_dir=cache_dir, **SMALL)
+    b = EvalSetup(CALI, ckpt_b, cache_dir=cache_dir, **SMALL)
+    fa = a.info['decoder_caches']['model']
+    fb = b.info['decoder_caches']['model']
+    assert fa['folder'] != fb['folder']
+    assert not fa['reused'] and not fb['reused']
+    assert sorted(os.listdir(cache_dir)) == sorted(
+        osp.basename(f['folder']) for f in (fa, fb))
+    preds_a = a.methods[0].rescorer.predict()
+    preds_b = b.methods[0].rescorer.predict()
+    assert any(not torch.equal(x.bboxes, y.bboxes)
+               for x, y in zip(preds_a, preds_b))
+    # A again: its own folder, reused without running the trunk
+    no_trunk(monkeypatch)
+    a2 = EvalSetup(CALI, ckpt_a, cache_dir=cache_dir, **SMALL)
+    assert a2.info['decoder_caches']['model'] == dict(fa, reused=True)
+    assert_same(a2.methods[0].rescorer.predict(), preds_a)
+    # other test images (another batch size): another folder
+    with pytest.raises(AssertionError, match='must be reused'):
+        EvalSetup(
+            CALI, ckpt_a, cache_dir=cache_dir, **dict(SMALL, batch_size=1))
+
+
+@pytest.mark.slow
+def test_eval_tool_runs_reuse_the_cache_dir(two_checkpoints, tmp_path,
+                                            monkeypatch, capsys, run_tool):
+    monkeypatch.chdir(PROJECT_ROOT)
+    ckpt_a, _ = two_checkpoints
+    main = runpy.run_path(
+        osp.join(PROJECT_ROOT, 'tools', 'analysis_tools', 'eval_priors.py'),
+        run_name='tool')['main']
+    cache_dir = str(tmp_path / 'caches')
+    args = [
+        CALI, ckpt_a, '--cache-dir', cache_dir, '--priors', 'E0', 'E_t',
+        '--max-images', '2', '--device', 'cpu', '--no-progress',
+        '--cfg-options', 'test_dataloader.dataset.pipeline.1.scale=(96,96)'
+    ]
+    assert main(args + ['--out-dir', str(tmp_path / 'one')]) == 0
+    first = capsys.readouterr().out
+    assert ': made (2 images)' in first
+    folder = first.split('decoder cache ')[1].split(':')[0]
+    # another process: the folder is reused, the table the same
+    second = run_tool('tools/analysis_tools/eval_priors.py', *args,
+                      '--out-dir', str(tmp_path / 'two'))
+    assert second.returncode == 0, second.stderr
+    assert f'decoder cache {folder}: reused (2 images)' in second.stdout
+    rows = []
+    for name in ('one', 'two'):
+        with open(tmp_path / name / 'priors.json') as f:
+            rows.append([(r['prior'], r['AP']) for r in json.load(f)['rows']])
+    assert rows[0] == rows[1]

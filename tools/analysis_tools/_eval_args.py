@@ -67,7 +67,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
         help='images per re-scoring step')
     parser.add_argument(
         '--cache-dir',
-        help='spill the decoder cache to this folder instead of memory')
+        help='keep the decoder caches in this folder instead of memory, '
+        'one sub-folder per checkpoint, config and test images: a later '
+        'run with the same ones reuses it and skips the detector\'s pass')
     parser.add_argument(
         '--cache-dtype',
         choices=['float32', 'float16'],
