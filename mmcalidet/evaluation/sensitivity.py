@@ -35,8 +35,8 @@ def prior_sensitivity(head,
     Returns:
         list[dict]: per prior kind (``E_x``, ``flip_E_x``, ``E_t``):
         ``prior``, ``num_priors``, ``relative_change`` (mean |V'_k(E) -
-        V'_k(E0)| over mean |V'_k(E0)|; NaN where V'(E0) = 0, as in a
-        CaliFormer anchored at E0), ``present_shift`` and
+        V'_k(E0)| over mean |V'_k(E0)|; NaN where V'(E0) = 0),
+        ``present_shift`` and
         ``absent_shift`` (mean logit change along W_k of the classes the
         image has / has not; for E_t every class counts as present).
     """
@@ -50,7 +50,7 @@ def prior_sensitivity(head,
             torch.as_tensor(priors, dtype=weight.dtype, device=weight.device))
 
     v0 = vectors(flat_prior(num_classes))
-    # V'(E0) is 0 for a CaliFormer anchored at E0: no scale to compare to
+    # V'(E0) = 0 (e.g. zero_init_output before training): no scale
     base = v0.norm(dim=-1).mean()
     base = float(base) if float(base) > 0 else float('nan')
     labels = [

@@ -11,8 +11,7 @@ from mmdet.models.data_preprocessors import DetDataPreprocessor
 from mmengine.structures import InstanceData
 
 from mmcalidet.models import EdgeSampler
-from mmcalidet.priors import (batch_prior, flat_prior, flip_prior,
-                              sample_prior, save_prior)
+from mmcalidet.priors import batch_prior, sample_prior, save_prior
 from mmcalidet.testing import demo_batch
 
 K = 8
@@ -57,70 +56,6 @@ def test_sample_mode_gives_each_sample_its_statistics():
         assert s.metainfo['prior_mode'] == 'sample'
 
 
-def test_flip_mode_gives_each_sample_its_flipped_statistics():
-    samples = run(only('flip'))
-    for s, labels in zip(samples, LABELS):
-        expected = flip_prior(sample_prior(K, labels))
-        np.testing.assert_allclose(s.prior.numpy(), expected)
-        # LoMa still compares with the true statistics
-        np.testing.assert_allclose(s.sample_prior.numpy(),
-                                   sample_prior(K, labels))
-        assert s.metainfo['prior_mode'] == 'flip'
-
-
-def test_sample_filled_mode_takes_absent_columns_from_the_dataset_prior():
-    samples = run(only('sample_filled'))
-    for s, labels in zip(samples, LABELS):
-        stats = sample_prior(K, labels)
-        present = sorted(set(labels))
-        absent = [j for j in range(K) if j not in present]
-        prior = s.prior.numpy().astype(np.float64)
-        np.testing.assert_allclose(prior[:, present], stats[:, present])
-        expected = dataset_prior()[:, absent]
-        expected[absent, np.arange(len(absent))] = 1.0
-        np.testing.assert_allclose(prior[:, absent], expected, atol=1e-7)
-        # no flat column left: presence shows in the values only
-        off = np.where(np.eye(K, dtype=bool), 0.5, prior)
-        assert not np.any(np.all(off == 0.5, axis=0))
-        np.testing.assert_allclose(s.sample_prior.numpy(), stats)
-        assert s.metainfo['prior_mode'] == 'sample_filled'
-    with pytest.raises(ValueError, match='"sample_filled" mode needs a prior'):
-        run(EdgeSampler(num_classes=K, mode_probs=dict(sample_filled=1)))
-
-
-def test_sample_borrowed_mode_takes_absent_columns_from_other_images():
-    sampler = only('sample_borrowed', seed=0)
-    # the first batch fills the memory; class 7 is in no image
-    first = [[0, 1], [2, 3], [4, 5, 6], [1, 6]]
-    run(sampler, first)
-    samples = run(sampler, LABELS)
-    memory = [set(lab) for lab in first + LABELS]
-    for s, labels in zip(samples, LABELS):
-        stats = sample_prior(K, labels)
-        present = sorted(set(labels))
-        prior = s.prior.numpy().astype(np.float64)
-        np.testing.assert_allclose(prior[:, present], stats[:, present])
-        for j in range(K):
-            if j in present:
-                continue
-            column = prior[:, j]
-            if j == 7:  # no image has it: the flat column stays
-                np.testing.assert_allclose(column, stats[:, j])
-                continue
-            # the 0/1 column of an image that has class j
-            donors = [m for m in memory if j in m]
-            assert any(
-                np.array_equal(column, [float(c in m) for c in range(K)])
-                for m in donors), (j, column)
-        np.testing.assert_allclose(s.sample_prior.numpy(), stats)
-        assert s.metainfo['prior_mode'] == 'sample_borrowed'
-    # the memory is kept for it, as for 'subpopulation'
-    assert len(sampler.memory) == len(memory)
-    # sharp columns everywhere but the class no image has
-    off = samples[1].prior.numpy()[:, :7]
-    assert np.isin(off, (0.0, 1.0)).all()
-
-
 def test_batch_mode_gives_the_batch_statistics():
     samples = run(only('batch'))
     expected = batch_prior(K, LABELS)
@@ -130,11 +65,13 @@ def test_batch_mode_gives_the_batch_statistics():
                                    sample_prior(K, labels))
 
 
-def test_dataset_and_flat_modes():
+def test_dataset_mode():
     for s in run(only('dataset')):
         np.testing.assert_allclose(s.prior.numpy(), dataset_prior(), atol=1e-7)
-    for s in run(only('flat')):
-        np.testing.assert_allclose(s.prior.numpy(), flat_prior(K))
+    # modes that are not the paper's are refused by name
+    for mode in ('flat', 'flip', 'subpopulation'):
+        with pytest.raises(ValueError, match='unknown mode'):
+            only(mode)
 
 
 def test_group_mode_gives_group_statistics():
@@ -143,50 +80,6 @@ def test_group_mode_gives_group_statistics():
         group = LABELS[(k // 2) * 2:(k // 2) * 2 + 2]
         np.testing.assert_allclose(
             s.prior.numpy(), batch_prior(K, group), atol=1e-7)
-
-
-def test_subpopulation_mode_gives_the_statistics_of_a_part_of_the_memory():
-    # memory: 3 batches; class 0 in 12 images, class 1 in all, 2 in none
-    sampler = only('subpopulation', min_subpopulation=4, seed=0)
-    batches = [[[0, 1], [1], [0, 1, 3], [1, 4]] * 2 for _ in range(3)]
-    seen = []
-    for labels in batches:
-        samples = run(sampler, labels)
-        prior = samples[0].prior.numpy().astype(np.float64)
-        # one prior for the batch, LoMa keeps each sample's own E_x
-        for s, lab in zip(samples, labels):
-            np.testing.assert_allclose(s.prior.numpy(), prior)
-            np.testing.assert_allclose(s.sample_prior.numpy(),
-                                       sample_prior(K, lab))
-        seen.append(prior)
-    memory = [np.asarray(lab) for labels in batches for lab in labels]
-    assert len(sampler.memory) == len(memory)
-    # each draw (the memory then held 8, 16, 24 images) is E_b of the
-    # images that contain, or lack, a class with at least 4 images that
-    # way ("lack 1" has none: class 1 is in every image)
-    for prior, upto in zip(seen, (8, 16, 24)):
-        part = memory[:upto]
-        options = []
-        for c in range(K):
-            has = np.array([c in lab for lab in part])
-            for keep in (has, ~has):
-                if keep.sum() >= 4:
-                    options.append(
-                        batch_prior(K, [m for m, k in zip(part, keep) if k]))
-        assert any(np.allclose(prior, o, atol=1e-6) for o in options)
-        # not the statistics of the whole memory: a part of it
-        assert not np.allclose(prior, batch_prior(K, part), atol=1e-3)
-    # bounded memory
-    small = only('subpopulation', memory_size=5)
-    run(small, LABELS)
-    run(small, LABELS)
-    assert len(small.memory) == 5
-    # the other modes keep no memory
-    batch_only = only('batch')
-    run(batch_only, LABELS)
-    assert len(batch_only.memory) == 0
-    with pytest.raises(ValueError, match='memory_size'):
-        only('subpopulation', memory_size=0)
 
 
 @pytest.mark.parametrize('mode', ['sample', 'batch', 'dataset'])
@@ -340,6 +233,7 @@ def _dist_worker(rank, world_size, port, queue):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_distributed_batch_scope():
     ctx = mp.get_context('spawn')
     queue = ctx.Queue()

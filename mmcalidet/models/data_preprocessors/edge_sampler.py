@@ -12,7 +12,6 @@ A batch augment of the detector's data preprocessor::
 In a CaliDet detector, K and E_t come from one place: the sampler takes
 ``num_classes`` from the head and E_t from the detector's ``prior``.
 """
-import collections
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -23,8 +22,7 @@ from mmdet.structures import SampleList
 from mmengine.dist import all_gather_object, get_rank, get_world_size
 from torch import Tensor, nn
 
-from ...priors import (batch_prior, flat_prior, flip_prior,
-                       label_lists_prior, reorder_prior)
+from ...priors import batch_prior, label_lists_prior, reorder_prior
 from ...utils.prior_source import (describe_prior_source, load_prior_source,
                                    training_dataset_classes)
 
@@ -34,19 +32,6 @@ MODES = {
     'batch': 'E_b over the mini-batch (see `batch_scope`)',
     'dataset': 'E_t, the prior file',
     'group': 'E_b over consecutive groups of `group_size` samples',
-    'flat': 'E_0, the flat prior',
-    'flip': 'flip(E_x), each sample its own E_x with 0 and 1 swapped '
-    '(a misleading prior, so the sign of E gets a training signal)',
-    'sample_filled': 'E_x, each sample its own, with the columns of the '
-    'classes it lacks taken from E_t instead of flat (0.5): which classes '
-    'are present shows in the values only, not in which columns are flat',
-    'sample_borrowed': 'E_x, each sample its own, with the column of each '
-    'class it lacks taken from the E_x of a recent training image that has '
-    'the class (`memory_size`): every column is a sharp 0/1 column, so '
-    'which classes are present shows only in the values of their rows',
-    'subpopulation': 'E over the recent training images (`memory_size`) '
-    'that contain, or lack, one random class: the statistics of a '
-    'deployment site that is a part of the training distribution',
 }
 
 
@@ -93,22 +78,11 @@ class EdgeSampler(nn.Module):
             (:meth:`set_classes`) when its ``dataset_meta`` is set.
         mode_probs (dict, optional): probability (any non-negative weights,
             normalised) of each mode among ``'sample'``, ``'batch'``,
-            ``'dataset'``, ``'group'``, ``'flat'``, ``'flip'``,
-            ``'sample_filled'``, ``'sample_borrowed'`` and
-            ``'subpopulation'`` (see :data:`MODES`; the last four are not
-            the paper's;
-            ``'dataset'`` and ``'sample_filled'`` need E_t). Defaults to
-            ``dict(sample=1, batch=1, dataset=1)``.
+            ``'dataset'`` and ``'group'`` (see :data:`MODES`; ``'dataset'``
+            needs E_t). Defaults to ``dict(sample=1, batch=1, dataset=1)``.
         noise_std (float): sigma of the Gaussian noise. Defaults to 0.16.
         group_size (int): group size of the ``'group'`` mode (the paper's
             E_b(4)). Defaults to 4.
-        memory_size (int): the ``'subpopulation'`` and
-            ``'sample_borrowed'`` modes draw from the label lists of this
-            many recent training images (this rank's;
-            kept in memory only, refilled after a resume). Defaults to
-            2048.
-        min_subpopulation (int): the fewest images a subpopulation may
-            have; classes that give fewer are not drawn. Defaults to 16.
         seed (int, optional): seed of an own random generator; ``None``
             draws from numpy's global RNG (seeded by mmengine's
             ``randomness`` config).
@@ -119,9 +93,7 @@ class EdgeSampler(nn.Module):
 
     BATCH_SCOPES = ('local', 'global')
     #: the modes that draw on E_t
-    NEED_PRIOR = ('dataset', 'sample_filled')
-    #: the modes that draw on the recent training images (:attr:`memory`)
-    NEED_MEMORY = ('subpopulation', 'sample_borrowed')
+    NEED_PRIOR = ('dataset', )
 
     def __init__(self,
                  num_classes: Optional[int] = None,
@@ -131,9 +103,7 @@ class EdgeSampler(nn.Module):
                  noise_std: float = 0.16,
                  group_size: int = 4,
                  seed: Optional[int] = None,
-                 batch_scope: str = 'local',
-                 memory_size: int = 2048,
-                 min_subpopulation: int = 16) -> None:
+                 batch_scope: str = 'local') -> None:
         super().__init__()
         if batch_scope not in self.BATCH_SCOPES:
             raise ValueError(f'EdgeSampler: batch_scope must be one of '
@@ -145,15 +115,8 @@ class EdgeSampler(nn.Module):
             raise ValueError(f'noise_std must be >= 0, got {noise_std}')
         if group_size < 1:
             raise ValueError(f'group_size must be >= 1, got {group_size}')
-        if memory_size < 1 or min_subpopulation < 1:
-            raise ValueError('memory_size and min_subpopulation must be >= '
-                             f'1, got {memory_size}, {min_subpopulation}')
         self.noise_std = noise_std
         self.group_size = group_size
-        self.min_subpopulation = min_subpopulation
-        #: label lists of recent training images (kept only when the
-        #: ``'subpopulation'`` mode has a probability)
-        self.memory = collections.deque(maxlen=memory_size)
         #: E_t as given (``None``: the detector's, or none)
         self.prior_source = prior
         self.dataset_prior = None
@@ -322,70 +285,15 @@ class EdgeSampler(nn.Module):
             noise_seed = np.random.randint(2**32, dtype=np.int64)
         return self.modes[int(mode)], int(noise_seed)
 
-    def subpopulation(self, rng: np.random.Generator) -> List[np.ndarray]:
-        """The label lists of a random subpopulation of :attr:`memory`:
-        the images that contain one class, or (with probability 1/2) those
-        that lack it, the class drawn among those that give at least
-        ``min_subpopulation`` images (all of the memory if none does).
-
-        Args:
-            rng (np.random.Generator): the draw's generator.
-
-        Returns:
-            list[np.ndarray]: the chosen images' label lists.
-        """
-        memory = list(self.memory)
-        present = self._presence(memory)
-        contain = rng.random() < 0.5
-        for members in (present, ~present) if contain else (~present,
-                                                           present):
-            eligible = np.flatnonzero(
-                members.sum(0) >= self.min_subpopulation)
-            if len(eligible):
-                chosen = members[:, rng.choice(eligible)]
-                return [lab for lab, keep in zip(memory, chosen) if keep]
-        return memory
-
-    def _presence(self, label_lists: List[np.ndarray]) -> np.ndarray:
-        """(N, K) bool: whether image n has class k."""
-        present = np.zeros((len(label_lists), self.num_classes), dtype=bool)
-        for i, labels in enumerate(label_lists):
-            present[i, np.asarray(labels, dtype=np.int64)] = True
-        return present
-
-    def _borrowed_priors(self, label_lists: List[np.ndarray],
-                         rng: np.random.Generator) -> np.ndarray:
-        """E_x of each image with the column of each class it lacks taken
-        from the E_x of a random image of :attr:`memory` (else of the batch)
-        that has the class; a class no such image has keeps the flat column.
-
-        Args:
-            label_lists (list[np.ndarray]): class indices per image.
-            rng (np.random.Generator): the draw's generator.
-
-        Returns:
-            np.ndarray: (N, K, K).
-        """
-        stats = label_lists_prior(label_lists, self.num_classes)
-        has = self._presence(list(self.memory) or list(label_lists))
-        for prior, present in zip(stats, self._presence(label_lists)):
-            for j in np.flatnonzero(~present):
-                donors = np.flatnonzero(has[:, j])
-                if len(donors):
-                    prior[:, j] = has[rng.choice(donors)]
-        return stats
-
     def _distinct_priors(
             self,
             mode: str,
-            label_lists: List[np.ndarray],
-            seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+            label_lists: List[np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
         """The noiseless priors of a mode and the index of each sample's.
 
         Args:
             mode (str): one of :data:`MODES`.
             label_lists (list[np.ndarray]): class indices per image.
-            seed (int): seed of the mode's own draws (``'subpopulation'``).
 
         Returns:
             tuple[np.ndarray, np.ndarray]: (G, K, K) priors and (N,) indices
@@ -395,18 +303,6 @@ class EdgeSampler(nn.Module):
         if mode == 'sample':
             return label_lists_prior(label_lists, self.num_classes), \
                 np.arange(num)
-        if mode == 'flip':
-            stats = label_lists_prior(label_lists, self.num_classes)
-            flipped = [flip_prior(p) for p in stats]
-            return (np.stack(flipped) if flipped else stats), np.arange(num)
-        if mode == 'sample_filled':
-            stats = label_lists_prior(label_lists, self.num_classes)
-            for prior, present in zip(stats, self._presence(label_lists)):
-                prior[:, ~present] = self.dataset_prior[:, ~present]
-            return stats, np.arange(num)
-        if mode == 'sample_borrowed':
-            return self._borrowed_priors(
-                label_lists, np.random.default_rng([seed, 2])), np.arange(num)
         if mode == 'group':
             index = np.arange(num) // self.group_size
             priors = np.stack([
@@ -416,16 +312,8 @@ class EdgeSampler(nn.Module):
                 for g in range(int(index[-1]) + 1)
             ]) if num else np.zeros((0, self.num_classes, self.num_classes))
             return priors, index
-        if mode == 'batch':
-            prior = batch_prior(self.num_classes, label_lists)
-        elif mode == 'subpopulation':
-            prior = batch_prior(
-                self.num_classes,
-                self.subpopulation(np.random.default_rng([seed, 1])))
-        elif mode == 'dataset':
-            prior = self.dataset_prior
-        else:
-            prior = flat_prior(self.num_classes)
+        prior = batch_prior(self.num_classes, label_lists) \
+            if mode == 'batch' else self.dataset_prior
         return prior[None], np.zeros(num, dtype=np.int64)
 
     def sample_priors(self, mode: str, label_lists: List[np.ndarray],
@@ -441,7 +329,7 @@ class EdgeSampler(nn.Module):
         Returns:
             np.ndarray: (N, K, K) float64.
         """
-        priors, index = self._distinct_priors(mode, label_lists, noise_seed)
+        priors, index = self._distinct_priors(mode, label_lists)
         if self.noise_std > 0:
             noise = np.random.default_rng(noise_seed).normal(
                 0.0, self.noise_std, size=priors.shape)
@@ -473,8 +361,6 @@ class EdgeSampler(nn.Module):
             ds.gt_instances.labels.detach().cpu().numpy().astype(np.int64)
             for ds in data_samples
         ]
-        if any(m in self.modes for m in self.NEED_MEMORY):
-            self.memory.extend(labels)
         mode, noise_seed = self._draw()
         label_lists, offset = labels, 0
         if self.batch_scope == 'global' and get_world_size() > 1:

@@ -94,14 +94,6 @@ class CalibratableDetectorMixin:
         matrix, self._pending_prior = self._load_named_prior(prior)
         self._configure_edge_samplers(prior)
         self.register_buffer('prior', torch.from_numpy(matrix).float())
-        # a CaliFormer anchored at the training prior gets E_t (this
-        # argument), so that V' = 0 at E_t; reordered with it by name (one
-        # anchored at E0 keeps its flat anchor)
-        self._pending_anchor = None
-        if getattr(self.bbox_head.califormer, 'anchor',
-                   None) == 'train_prior':
-            self.bbox_head.califormer.set_anchor(self.prior)
-            self._pending_anchor = self._pending_prior
         self._cali_cache: Optional[Tuple[tuple, Tensor]] = None
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata,
@@ -129,11 +121,9 @@ class CalibratableDetectorMixin:
                 raise InvalidCheckpointPriorError(
                     f'checkpoint has an invalid prior ({key!r} of '
                     f'{type(self).__name__}): {exc}') from exc
-        # a checkpoint's prior (and anchor) is in the model's class order
+        # a checkpoint's prior is in the model's class order
         if value is not None:
             self._pending_prior = None
-        if prefix + 'bbox_head.califormer.anchor_prior' in state_dict:
-            self._pending_anchor = None
         super()._load_from_state_dict(state_dict, prefix, local_metadata,
                                       strict, missing_keys, unexpected_keys,
                                       error_msgs)
@@ -169,11 +159,6 @@ class CalibratableDetectorMixin:
             return
         matrix = self._reorder_pending(self._pending_prior,
                                        self.prior, classes, 'model.prior')
-        anchor = None
-        if self._pending_anchor is not None:
-            anchor = self._reorder_pending(
-                self._pending_anchor, self.bbox_head.califormer.anchor_prior,
-                classes, "the CaliFormer's anchor")
         samplers = []
         for i, sampler in self.edge_samplers():
             try:
@@ -186,10 +171,7 @@ class CalibratableDetectorMixin:
             with torch.no_grad():
                 self.prior.copy_(torch.from_numpy(matrix))
             self._cali_cache = None
-        if anchor is not None:
-            self.bbox_head.califormer.set_anchor(torch.from_numpy(anchor))
-            self._cali_cache = None
-        self._pending_prior = self._pending_anchor = None
+        self._pending_prior = None
         for sampler, sampler_matrix in samplers:
             if sampler_matrix is not None:
                 sampler.dataset_prior = sampler_matrix

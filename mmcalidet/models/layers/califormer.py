@@ -1,7 +1,5 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """CaliFormer: V' = g(V, Delta E), the per-class calibration vectors."""
-from typing import Union
-
 import torch
 from mmdet.models.layers import DetrTransformerEncoder
 from mmdet.registry import MODELS
@@ -9,7 +7,7 @@ from mmdet.utils import OptMultiConfig
 from mmengine.model import BaseModule
 from torch import Tensor, nn
 
-from .prior_ops import flat_prior_like, prior_delta
+from .prior_ops import prior_delta
 
 
 @MODELS.register_module()
@@ -39,28 +37,11 @@ class CaliFormer(BaseModule):
         dropout (float): dropout of attention and FFN. Defaults to 0.
         node_std (float): std of the normal initialisation of the nodes V.
             Defaults to 0.01.
-        bias_scale (float): beta in ``softmax(QK^T / sqrt(d_k) + beta *
-            Delta E^T)``. The paper's Eq. 1 is beta = 1, which caps the bias
-            at +-0.5 in logit units; once the learned QK^T logits are much
-            larger, attention (and so V') stops depending on E. beta > 1
-            lets E steer attention more (ablation in docs/results.md).
-            Defaults to 1.0.
         zero_init_output (bool): initialise the weight of the last layer's
             output LayerNorm to 0, so that V' = 0 and a detector fine-tuned
             from a baseline checkpoint starts exactly as the baseline. With
             the default (False, the paper's plain initialisation) V' starts
             with unit-scale entries. Defaults to False.
-        anchored (bool | str): return ``g(V, E) - g(V, E_a)``, V'
-            relative to the vectors of an anchor prior ``E_a`` (the buffer
-            ``anchor_prior``). At ``E = E_a`` then V' = 0 and the
-            calibrated head is the plain one, ``W^T h + b``, exactly.
-            ``True`` or ``'train_prior'``: a CaliDet detector sets E_a to
-            its training prior E_t (see :meth:`set_anchor`), the paper's
-            premise ``f(x; E_t) ~ f*(x)`` (Sec. 3) made exact.
-            ``'flat'``: E_a stays the flat prior E0, so a prior that says
-            nothing (Delta E = 0) leaves the plain head, and only what a
-            prior says moves V'. Not in the paper (extensions; their runs
-            are in docs/results.md). Defaults to False.
         init_cfg (dict, optional): mmengine initialisation config.
     """
 
@@ -72,19 +53,13 @@ class CaliFormer(BaseModule):
                  feedforward_channels: int = 2048,
                  dropout: float = 0.0,
                  node_std: float = 0.01,
-                 bias_scale: float = 1.0,
                  zero_init_output: bool = False,
-                 anchored: Union[bool, str] = False,
                  init_cfg: OptMultiConfig = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.num_classes = num_classes
         self.embed_dims = embed_dims
         self.num_heads = num_heads
         self.node_std = node_std
-        if not (bias_scale >= 0 and bias_scale < float('inf')):
-            raise ValueError('CaliFormer: bias_scale must be finite and >= 0, '
-                             f'got {bias_scale}')
-        self.bias_scale = float(bias_scale)
         self.zero_init_output = zero_init_output
         self.nodes = nn.Parameter(torch.empty(num_classes, embed_dims))
         nn.init.normal_(self.nodes, std=node_std)
@@ -110,39 +85,6 @@ class CaliFormer(BaseModule):
                     act_cfg=dict(type='ReLU', inplace=True))))
         if zero_init_output:
             nn.init.zeros_(self.encoder.layers[-1].norms[-1].weight)
-        if anchored is True:
-            anchored = 'train_prior'
-        if anchored not in (False, None, 'train_prior', 'flat'):
-            raise ValueError("CaliFormer: anchored must be False, True, "
-                             f"'train_prior' or 'flat', got {anchored!r}")
-        #: what the anchor is: 'train_prior', 'flat' or None (no anchor)
-        self.anchor = anchored or None
-        if self.anchored:  # E0 (until a detector sets its E_t)
-            self.register_buffer(
-                'anchor_prior',
-                flat_prior_like(torch.empty(num_classes, num_classes)))
-
-    @property
-    def anchored(self) -> bool:
-        """Whether V' is taken relative to an anchor prior."""
-        return self.anchor is not None
-
-    def set_anchor(self, prior: Tensor) -> None:
-        """Set the anchor prior ``E_a`` of an anchored CaliFormer (its V'
-        is 0 there).
-
-        Args:
-            prior (Tensor): (K, K) relation matrix.
-        """
-        if not self.anchored:
-            raise ValueError('set_anchor needs CaliFormer(anchored=True)')
-        prior = torch.as_tensor(prior)
-        if tuple(prior.shape) != tuple(self.anchor_prior.shape):
-            raise ValueError(f'the anchor prior must be K x K = '
-                             f'{tuple(self.anchor_prior.shape)}, got '
-                             f'{tuple(prior.shape)}')
-        with torch.no_grad():
-            self.anchor_prior.copy_(prior)
 
     def init_weights(self) -> None:
         """Nodes from N(0, node_std^2); Xavier for the encoder matrices."""
@@ -187,20 +129,16 @@ class CaliFormer(BaseModule):
                              f'(B, K, K) with K={k}, got '
                              f'{tuple(priors.shape)}')
         priors = priors.to(self.nodes.dtype)
-        if self.anchored:  # one pass: the anchor rides as the last prior
-            priors = torch.cat([priors, self.anchor_prior[None].to(priors)])
         inverse = None
         if priors.shape[0] > 1:
             distinct, inverse = torch.unique(
                 priors.flatten(1), dim=0, return_inverse=True)
             priors = distinct.view(-1, k, k)
-        bias = self.attn_bias(priors) * self.bias_scale
+        bias = self.attn_bias(priors)
         bias = bias.repeat_interleave(self.num_heads, dim=0)
         nodes = self.nodes.unsqueeze(0).expand(priors.shape[0], -1, -1)
         out = self.encoder(
             query=nodes, query_pos=None, key_padding_mask=None, attn_mask=bias)
         if inverse is not None:
             out = out[inverse]
-        if self.anchored:
-            out = out[:-1] - out[-1:]
         return out[0] if single else out

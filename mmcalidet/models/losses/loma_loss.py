@@ -1,6 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Logit Manipulation (LoMa) loss (paper Sec. 3.2)."""
-from typing import Optional, Union
+from typing import Optional
 
 import torch
 from mmdet.models.losses.utils import weight_reduce_loss
@@ -42,42 +42,21 @@ class LoMaLoss(nn.Module):
     prior yields higher logits for the classes present in the image and a
     misleading one lower logits.
 
-    Being linear, the paper's term has no minimum: it keeps paying for
-    larger logits after the focal loss is satisfied, and on a well-trained
-    detector it can outweigh the focal loss (which is then small).
-    ``bounded=True`` (an extension) puts :math:`\sigma(s)` in place of
-    :math:`s`, so the term saturates once a class is confidently present or
-    absent.
-
     Args:
         loss_weight (float): gamma. Defaults to 20.0 (the paper's value).
         reduction (str): ``'mean'`` (over images and queries), ``'sum'`` or
             ``'none'`` (B x Q). Defaults to ``'mean'``.
-        bounded (bool | str): ``True``: apply the term to the
-            probabilities :math:`\sigma(s)` instead of the logits (bounded,
-            with a gradient that vanishes on confident logits; at
-            :math:`s = 0` its slope is a quarter of the linear term's).
-            ``'agreeing'``: :math:`\sigma(s)` only for the classes whose
-            column the prior gets right (:math:`w_j < 0`, the term raises
-            the logit), :math:`s / 4` (linear, the same slope at 0) where it
-            misleads, so a misleading prior keeps pushing its classes down.
-            Defaults to False (the paper's linear term).
     """
 
     def __init__(self,
                  loss_weight: float = 20.0,
-                 reduction: str = 'mean',
-                 bounded: Union[bool, str] = False) -> None:
+                 reduction: str = 'mean') -> None:
         super().__init__()
         if reduction not in ('none', 'mean', 'sum'):
             raise ValueError(f'reduction must be none, mean or sum, got '
                              f'{reduction!r}')
         self.loss_weight = loss_weight
         self.reduction = reduction
-        if bounded not in (False, True, 'agreeing'):
-            raise ValueError(f"LoMaLoss: bounded must be False, True or "
-                             f"'agreeing', got {bounded!r}")
-        self.bounded = bounded
 
     def forward(self,
                 cls_scores: Tensor,
@@ -116,16 +95,7 @@ class LoMaLoss(nn.Module):
             class_weights = class_weights.unsqueeze(0)
         # (B, 1, K): one weight per image and class, shared by its queries
         class_weights = class_weights.to(cls_scores.dtype).unsqueeze(1)
-        logits = cls_scores[..., :num_classes]
-        if self.bounded == 'agreeing':
-            # saturate where the prior agrees (w < 0: the term raises the
-            # logit), stay linear where it disagrees; s / 4 has sigmoid's
-            # slope at s = 0, so gamma means the same on both sides
-            logits = torch.where(class_weights < 0,
-                                 logits.sigmoid(), logits / 4)
-        elif self.bounded:
-            logits = logits.sigmoid()
-        terms = logits * class_weights
+        terms = cls_scores[..., :num_classes] * class_weights
         if class_mask is not None:
             if class_mask.shape != terms.shape:
                 raise ValueError(f'class_mask must be {tuple(terms.shape)}, '
