@@ -16,7 +16,7 @@ Use: ``test_cfg = dict(type='PriorSweepTestLoop', priors=[...])`` and
 of the whole evaluation set).
 """
 import os.path as osp
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -268,17 +268,7 @@ class SelfCalibrationTestLoop(CachedTestLoop):
         num_images (int, optional): images used (default all).
         seed (int): split seed.
         iters, eta, score_thr, tol: see
-            :func:`mmcalidet.evaluation.self_calibrate`; ``score_thr='fit'``
-            fits the threshold on the ``reference`` images
-            (:func:`mmcalidet.evaluation.reference_from_images`).
-        reference (dict, optional): annotated images like the training
-            set for ``score_thr='fit'`` and ``stats_bias``: ``ann_file``
-            (COCO), ``img_dir`` and optionally ``num_images`` (a fixed
-            random sample, default
-            :data:`~mmcalidet.evaluation.DEFAULT_REFERENCE_IMAGES`) and
-            ``seed`` (default 0).
-        stats_bias (bool): take off each E_i the bias its statistics show
-            on the ``reference`` images.
+            :func:`mmcalidet.evaluation.self_calibrate`.
         **kwargs: see :class:`CachedTestLoop`.
     """
 
@@ -291,74 +281,24 @@ class SelfCalibrationTestLoop(CachedTestLoop):
                  seed: int = 0,
                  iters: int = 20,
                  eta: float = 4.0,
-                 score_thr: Union[float, str, None] = None,
+                 score_thr: Optional[float] = None,
                  tol: float = 1e-3,
-                 reference: Optional[Dict] = None,
-                 stats_bias: bool = False,
                  **kwargs) -> None:
         super().__init__(runner, dataloader, evaluator, **kwargs)
         from ..evaluation import DEFAULT_SCORE_THR
-        reference = reference or {}
-        # the fitted threshold and the statistics bias are both read off
-        # annotated reference images
-        self.needs_reference = score_thr == 'fit' or stats_bias
-        if self.needs_reference and \
-                not {'ann_file', 'img_dir'} <= set(reference):
-            raise ValueError('score_thr="fit" and stats_bias need reference='
-                             'dict(ann_file=..., img_dir=...): annotated '
-                             'images like the training set')
-        unknown = set(reference) - {
-            'ann_file', 'img_dir', 'num_images', 'seed'
-        }
-        if unknown:
-            raise ValueError(f'unknown reference keys {sorted(unknown)} '
-                             '(ann_file, img_dir, num_images, seed)')
         self.subset_size = int(subset_size)
         self.num_images = num_images
         self.seed = seed
-        self.reference = reference
-        self.stats_bias = stats_bias
         self.options = dict(
             iters=iters,
             eta=eta,
             score_thr=DEFAULT_SCORE_THR if score_thr is None else score_thr,
             tol=tol)
 
-    def fit_reference(self):
-        """The threshold and the statistics bias of the detector under E_t
-        on the ``reference`` images (through the config's test
-        pipeline)."""
-        from ..apis.inference import build_test_pipeline
-        from ..evaluation import (DEFAULT_REFERENCE_IMAGES,
-                                  reference_from_images,
-                                  sample_annotated_images)
-        ref = self.reference
-        paths, labels = sample_annotated_images(
-            ref['ann_file'], ref['img_dir'],
-            self.dataloader.dataset.metainfo['classes'],
-            ref.get('num_images',
-                    DEFAULT_REFERENCE_IMAGES), ref.get('seed', 0))
-        return reference_from_images(
-            self.detector,
-            paths,
-            labels,
-            self.e_t,
-            pipeline=build_test_pipeline(self.runner.cfg, False))
-
     def evaluate_cache(self, cache) -> Dict:
         from ..evaluation.report import write_report
         from ..visualization import plot_self_calibration
-        options, fitted, bias = dict(self.options), {}, None
-        if self.needs_reference:
-            ref = self.fit_reference()
-            if options['score_thr'] == 'fit':
-                options['score_thr'] = ref.score_thr
-            if self.stats_bias:
-                bias = ref.bias
-            fitted = dict(
-                score_thr=ref.score_thr,
-                rows=ref.rows,
-                num_images=ref.num_images)
+        options = self.options
         out = self_calibrate_partitions(
             self.detector,
             cache,
@@ -368,7 +308,6 @@ class SelfCalibrationTestLoop(CachedTestLoop):
             progress=False,
             init_prior=self.e_t,
             batch_size=self.rescore_batch_size,
-            stats_bias=bias,
             **options)
         mean: List[Dict] = out['mean']
         log_dir = self.runner.log_dir
@@ -378,10 +317,7 @@ class SelfCalibrationTestLoop(CachedTestLoop):
               markdown_table(mean, [('iter', 'iter', ''), ('AP', 'AP', 'pct'),
                                     ('step_mae', 'step MAE', '.4f'),
                                     ('step_max', 'step MAX', '.4f')]))],
-            dict(
-                options=dict(options, stats_bias=self.stats_bias),
-                history=mean,
-                reference=fitted))
+            dict(options=options, history=mean))
         plot_self_calibration(mean, osp.join(log_dir, 'self_calibration.png'))
         return {
             'selfcal/AP@0': mean[0]['AP'],

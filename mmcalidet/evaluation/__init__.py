@@ -23,19 +23,14 @@ from .online import OnlineSelfCalibrator
 from .partitions import (SUBSET_SIZES, calibration_subsets, evaluate_groups,
                          evaluate_partitions, evaluate_subsets,
                          read_evaluation_labels, read_image_groups,
-                         sample_annotated_images, site_priors, split_subsets,
-                         subset_epsilon)
+                         site_priors, split_subsets, subset_epsilon)
 from .report import markdown_table, write_report
 from .scoring import Rescorer, is_calibratable
-from .self_calibration import (DEFAULT_ETA, DEFAULT_REFERENCE_IMAGES,
-                               DEFAULT_SCORE_THR, FIT_THRESHOLDS,
-                               PredictionReference, SelfCalibrationResult,
-                               calibration_step, debiased_statistics,
-                               fit_reference, mean_history, method_references,
-                               prediction_statistics, presence_accuracy,
-                               reference_from_images, self_calibrate,
-                               self_calibrate_partitions, shift_seen,
-                               start_diagnostics, update_target)
+from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
+                               SelfCalibrationResult, calibration_step,
+                               mean_history, prediction_statistics,
+                               self_calibrate, self_calibrate_partitions,
+                               update_target)
 from .sensitivity import prior_sensitivity
 from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
                     check_expected_order, evaluate_priors,
@@ -51,13 +46,9 @@ __all__ = [
     'evaluate_partitions', 'evaluate_groups', 'site_priors',
     'read_image_groups', 'read_evaluation_labels', 'evaluate_subsets',
     'DEFAULT_ETA', 'DEFAULT_SCORE_THR', 'SelfCalibrationResult',
-    'prediction_statistics', 'presence_accuracy', 'update_target',
-    'start_diagnostics', 'calibration_step', 'self_calibrate',
-    'FIT_THRESHOLDS', 'DEFAULT_REFERENCE_IMAGES', 'PredictionReference',
-    'fit_reference',
-    'reference_from_images', 'method_references', 'debiased_statistics',
-    'shift_seen', 'sample_annotated_images',
-    'self_calibrate_partitions', 'mean_history', 'OnlineSelfCalibrator',
+    'prediction_statistics', 'update_target', 'calibration_step',
+    'self_calibrate', 'self_calibrate_partitions', 'mean_history',
+    'OnlineSelfCalibrator',
     'CORRECTIONS', 'CORRECTION_NAMES', 'PriorReweighting',
     'CooccurrenceRescoring', 'build_correction', 'class_frequencies',
     'markdown_table', 'write_report', 'prior_sensitivity'

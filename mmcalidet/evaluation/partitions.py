@@ -357,48 +357,6 @@ def read_image_groups(ann_file: str,
     return [by_id[i] for i in img_ids]
 
 
-def sample_annotated_images(
-        ann_file: str,
-        img_dir: str,
-        classes: Sequence[str],
-        num_images: int,
-        seed: int = 0) -> Tuple[List[str], List[np.ndarray]]:
-    """A fixed random sample of the images of a COCO annotation file, with
-    their annotated classes (e.g. training images for
-    :func:`~mmcalidet.evaluation.reference_from_images`).
-
-    Args:
-        ann_file (str): the COCO annotation file.
-        img_dir (str): the folder its ``file_name`` entries are relative
-            to.
-        classes (Sequence[str]): the class order (the detector's).
-        num_images (int): the sample size (all images when there are
-            fewer).
-        seed (int): the sample's seed.
-
-    Returns:
-        tuple[list[str], list[np.ndarray]]: the image paths and class
-        indices, in file order.
-    """
-    from ..priors.label_io import read_coco_labels
-    if num_images < 1:
-        raise ValueError(f'sample at least one image, got {num_images}')
-    sets = read_coco_labels(ann_file, classes, keep_names=True)
-    files, label_lists = sets.extra['files'], sets.label_lists()
-    if not files:
-        raise ValueError(f'{ann_file}: no images')
-    pick = np.sort(
-        np.random.default_rng(seed).choice(
-            len(files), min(num_images, len(files)), replace=False))
-    paths = [osp.join(img_dir, files[k]) for k in pick]
-    missing = [p for p in paths if not osp.isfile(p)]
-    if missing:
-        raise ValueError(f'{len(missing)} of the {len(paths)} sampled images '
-                         f'of {ann_file} are not in {img_dir}, e.g. '
-                         f'{missing[0]}')
-    return paths, [label_lists[k] for k in pick]
-
-
 def group_partitions(
         groups: Sequence[str],
         order: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:

@@ -61,3 +61,27 @@ def run_tool(main: Callable[[Optional[Sequence[str]]], Optional[int]],
         print(f'{tool_name()}: interrupted', file=sys.stderr)
         sys.exit(130)
     sys.exit(code or 0)
+
+
+def unit_float(value: str) -> float:
+    """An argparse type: a finite number in [0, 1] (a score threshold, a
+    probability), refused at the parser otherwise.
+
+    Args:
+        value (str): the option's text.
+
+    Returns:
+        float: the number.
+
+    Raises:
+        argparse.ArgumentTypeError: not a number in [0, 1] (NaN included).
+    """
+    import argparse
+    try:
+        number = float(value)
+    except ValueError:
+        number = float('nan')
+    if not 0 <= number <= 1:
+        raise argparse.ArgumentTypeError(
+            f'a number in [0, 1], got {value!r}')
+    return number

@@ -8,11 +8,9 @@ from mmengine.structures import InstanceData
 
 from mmcalidet.evaluation import (OnlineSelfCalibrator, PriorReweighting,
                                   build_priors, calibration_step,
-                                  check_expected_order, debiased_statistics,
-                                  fit_reference, format_order_verdict,
+                                  check_expected_order, format_order_verdict,
                                   mean_history, prediction_statistics,
-                                  presence_accuracy, shift_seen, split_subsets,
-                                  subset_epsilon, update_target)
+                                  split_subsets, subset_epsilon, update_target)
 from mmcalidet.evaluation.baselines import (CooccurrenceRescoring,
                                             build_correction,
                                             class_frequencies)
@@ -203,136 +201,6 @@ def test_update_target_is_where_the_step_goes():
     # a full step (eta * z = 1 in every predicted column) lands on it
     np.testing.assert_allclose(
         calibration_step(prior, stats, z, eta=1.0 / 0.5)[:, 1], target[:, 1])
-
-
-def test_presence_accuracy_counts_image_class_pairs():
-    preds = [
-        pred([0, 0, 2], [0.9, 0.5, 0.4]),  # 0 right, 2 wrong
-        pred([3], [0.2]),  # below the threshold: nothing predicted
-        pred([1, 4], [0.8, 0.35]),  # both right
-    ]
-    truth = [[0], [3], [1, 4]]
-    acc = presence_accuracy(preds, truth, K, score_thr=0.3)
-    assert acc['precision'] == pytest.approx(3 / 4)
-    assert acc['recall'] == pytest.approx(3 / 4)
-    assert presence_accuracy(preds, truth, K, 0.95)['recall'] == 0
-    assert np.isnan(presence_accuracy(preds, truth, K, 0.95)['precision'])
-    with pytest.raises(ValueError, match='3 predictions for 2 label lists'):
-        presence_accuracy(preds, truth[:2], K)
-
-
-def test_fit_reference_picks_the_threshold_closest_to_the_truth():
-    truth = [[0, 1], [1], [2, 3], [0]]
-    preds = [
-        pred([0, 1, 4], [0.9, 0.6, 0.35]),  # 4 is wrong, from 0.3 only
-        pred([1], [0.7]),
-        pred([2, 3], [0.8, 0.45]),  # 3 is right but scores 0.45
-        pred([0, 2], [0.95, 0.2]),  # 2 is wrong, from 0.1 only
-    ]
-    ref = fit_reference(preds, truth, K, thresholds=(0.5, 0.1, 0.3, 0.4))
-    expect = batch_prior(K, truth)
-    rows = {r['score_thr']: r for r in ref.rows}
-    assert sorted(rows) == [0.1, 0.3, 0.4, 0.5]  # compared in order
-    for thr, row in rows.items():
-        stats, _ = prediction_statistics(preds, K, thr)
-        assert row['epsilon'] == pytest.approx(prior_mae(stats, expect))
-        assert row['precision'] == presence_accuracy(preds, truth, K,
-                                                     thr)['precision']
-    # 0.4 keeps every right class and no wrong one: E_i is the truth
-    assert ref.score_thr == 0.4 and rows[0.4]['epsilon'] == 0
-    assert rows[0.3]['epsilon'] > 0 and rows[0.5]['epsilon'] > 0
-    np.testing.assert_array_equal(ref.bias, np.zeros((K, K)))
-    assert ref.num_images == 4
-    # where the best threshold still errs, the bias is that error, in the
-    # columns of classes both predicted and annotated
-    ref = fit_reference(preds, truth, K, thresholds=(0.3, ))
-    stats, _ = prediction_statistics(preds, K, 0.3)
-    known = [0, 1, 2, 3]  # 4 is predicted but never annotated
-    np.testing.assert_allclose(ref.bias[:, known], (stats - expect)[:, known] -
-                               np.diag(np.diagonal(stats - expect))[:, known])
-    assert np.all(ref.bias[:, 4] == 0) and np.all(np.diagonal(ref.bias) == 0)
-    assert ref.bias[4, 0] == pytest.approx(0.5)  # 4 beside 0 in 1 of 2
-    # a tie goes to the lowest threshold
-    assert fit_reference(
-        preds[:2], truth[:2], K, thresholds=(0.5, 0.4)).score_thr == 0.4
-    with pytest.raises(ValueError, match='4 predictions for 3 label lists'):
-        fit_reference(preds, truth[:3], K)
-    with pytest.raises(ValueError, match='no score threshold'):
-        fit_reference(preds, truth, K, thresholds=())
-
-
-def test_shift_seen_projects_on_the_annotated_columns():
-    e_t = batch_prior(K, [[0, 1], [0, 2], [1, 2]])
-    labels = [[0, 1], [0, 1], [1]]  # classes 0, 1 annotated
-    truth = batch_prior(K, labels)
-    shift = truth - e_t
-    assert shift_seen(truth, truth, e_t, labels) == pytest.approx(1.0)
-    assert shift_seen(e_t, truth, e_t, labels) == 0
-    half = e_t + 0.5 * shift
-    assert shift_seen(half, truth, e_t, labels) == pytest.approx(0.5)
-    assert shift_seen(e_t - shift, truth, e_t, labels) == pytest.approx(-1.0)
-    # by hand over the off-diagonal entries of columns 0 and 1
-    est = e_t.copy()
-    est[2, 0] += 0.3
-    est[:, 3] = 0.9  # a class never annotated: not counted
-    mask = np.zeros((K, K), dtype=bool)
-    mask[:, :2] = True
-    np.fill_diagonal(mask, False)
-    expect = ((est - e_t)[mask] * shift[mask]).sum() / (shift[mask]**2).sum()
-    assert shift_seen(est, truth, e_t, labels) == pytest.approx(expect)
-    assert expect != 0
-    assert np.isnan(shift_seen(est, e_t, e_t, labels))  # no shift
-
-
-def test_shift_seen_parts_split_the_added_and_removed_pairs():
-    e_t = batch_prior(K, [[0, 1], [0, 2], [1, 2]])
-    labels = [[0, 1], [0, 1], [1]]
-    truth = batch_prior(K, labels)
-    shift = truth - e_t
-    # this site adds pairs (1 with 0: 0.5 -> 1) and removes others (2 with
-    # 0 and 1): both parts exist
-    assert shift[1, 0] > 0 and shift[2, 0] < 0 and shift[2, 1] < 0
-    # an estimate that finds only the removed pairs
-    est = np.where(shift < 0, truth, e_t)
-    assert shift_seen(est, truth, e_t, labels, 'added') == 0
-    assert shift_seen(est, truth, e_t, labels, 'removed') == pytest.approx(1)
-    whole = shift_seen(est, truth, e_t, labels)
-    assert 0 < whole < 1
-    # the whole is the parts weighted by their squared shift
-    mask = np.zeros((K, K), dtype=bool)
-    mask[:, :2] = True
-    np.fill_diagonal(mask, False)
-    added = (shift[mask & (shift > 0)]**2).sum()
-    removed = (shift[mask & (shift < 0)]**2).sum()
-    est = e_t + 0.3 * np.where(shift > 0, shift, 0) - 0.2 * np.where(
-        shift < 0, shift, 0)
-    parts = [
-        shift_seen(est, truth, e_t, labels, p) for p in ('added', 'removed')
-    ]
-    assert parts == pytest.approx([0.3, -0.2])
-    assert shift_seen(est, truth, e_t, labels) == pytest.approx(
-        (added * 0.3 - removed * 0.2) / (added + removed))
-    # a site that only removes pairs has no added part
-    only = np.minimum(truth, e_t)
-    assert np.isnan(shift_seen(est, only, e_t, labels, 'added'))
-    with pytest.raises(ValueError, match="part must be one of"):
-        shift_seen(est, truth, e_t, labels, 'new')
-
-
-def test_debiased_statistics():
-    stats = batch_prior(K, [[0, 1], [1]])
-    bias = np.zeros((K, K))
-    bias[0, 1], bias[2, 1], bias[3, 0] = 0.2, -0.3, 0.9
-    out = debiased_statistics(stats, bias)
-    assert out[0, 1] == pytest.approx(stats[0, 1] - 0.2)
-    assert out[2, 1] == pytest.approx(stats[2, 1] + 0.3)
-    assert out[3, 0] == 0  # clipped
-    assert np.all(np.diagonal(out) == 1)
-    np.testing.assert_array_equal(debiased_statistics(stats, None), stats)
-    with pytest.raises(ValueError, match='finite'):
-        debiased_statistics(stats, np.zeros((K, K + 1)))
-    with pytest.raises(ValueError, match='finite'):
-        debiased_statistics(stats, np.full((K, K), np.nan))
 
 
 def test_mean_history_carries_early_stops():

@@ -20,17 +20,12 @@ from mmengine.runner import Runner
 from mmcalidet.evaluation import (METRICS, CocoEvaluator, OnlineSelfCalibrator,
                                   Rescorer, build_priors, cache_evaluator,
                                   cache_hidden_states, calibration_step,
-                                  calibration_subsets, debiased_statistics,
-                                  evaluate_groups, evaluate_partitions,
-                                  evaluate_priors, evaluate_subsets,
-                                  fit_reference, is_calibratable,
-                                  method_references, prediction_statistics,
-                                  presence_accuracy, read_evaluation_labels,
-                                  read_image_groups, reference_from_images,
-                                  sample_annotated_images, self_calibrate,
-                                  self_calibrate_partitions, shift_seen,
-                                  site_priors, split_subsets,
-                                  start_diagnostics)
+                                  calibration_subsets, evaluate_groups,
+                                  evaluate_partitions, evaluate_priors,
+                                  evaluate_subsets, is_calibratable,
+                                  prediction_statistics, read_image_groups,
+                                  self_calibrate, self_calibrate_partitions,
+                                  site_priors, split_subsets)
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import batch_prior, prior_mae
 from mmcalidet.testing import get_config, set_known_scores
@@ -120,28 +115,10 @@ def test_self_calibration_follows_algorithm_1(setup):
     # the estimate before any feedback: E_i under E_t where predicted,
     # E_t's own columns elsewhere (here what the clipped update reached)
     np.testing.assert_array_equal(result.start_estimate, priors[1])
-    # ... from the predictions under E_t, kept for the diagnostics
+    # ... from the predictions under E_t
     assert all(
         torch.equal(a.scores, b.scores)
         for a, b in zip(result.start_predictions, seen[0]))
-    labels = cache.gt_label_lists()
-    truth = batch_prior(K, labels)
-    known = start_diagnostics(result, labels, truth, e_t, 0.5)
-    assert known['epsilon_start'] == pytest.approx(prior_mae(truth, e_t))
-    assert known['epsilon_estimate'] == pytest.approx(
-        prior_mae(truth, priors[1]))
-    assert known['epsilon_end'] == pytest.approx(prior_mae(truth, prior))
-    assert known['shift_seen_estimate'] == pytest.approx(
-        shift_seen(priors[1], truth, e_t, labels))
-    assert known['shift_seen_end'] == pytest.approx(
-        shift_seen(prior, truth, e_t, labels))
-    for part in ('added', 'removed'):
-        assert known[f'{part}_seen_estimate'] == pytest.approx(
-            shift_seen(priors[1], truth, e_t, labels, part))
-        assert np.isfinite(known[f'{part}_seen_estimate'])
-    presence = presence_accuracy(seen[0], labels, K, 0.5)
-    assert known['presence_precision'] == presence['precision']
-    assert known['presence_recall'] == presence['recall']
     assert np.all(np.diagonal(result.prior) == 1)
     assert result.prior.min() >= 0 and result.prior.max() <= 1
     np.testing.assert_array_equal(model.get_prior(), e_t)  # untouched
@@ -157,110 +134,6 @@ def test_self_calibration_follows_algorithm_1(setup):
         evaluate=lambda p: dict(AP=0.5),
         eval_interval=2)
     assert ['AP' in h for h in sparse.history] == [True, False, True, True]
-
-
-def test_self_calibration_against_a_training_reference(setup):
-    model, _, cache, _ = setup
-    e_t = model.get_prior()
-    labels = cache.gt_label_lists()
-    ref = reference_from_images(model, cache, labels, thresholds=(0.5, 0.3))
-    # the predictions under E_t, scored against the annotations
-    by_hand = fit_reference(
-        Rescorer(model, cache).predict(e_t), labels, K, (0.3, 0.5))
-    assert ref.score_thr == by_hand.score_thr == 0.3  # a tie: the lowest
-    np.testing.assert_array_equal(ref.bias, by_hand.bias)
-    assert ref.rows == by_hand.rows and ref.num_images == len(cache)
-    # every image predicts {1, 2}: their columns carry a bias where the
-    # annotations differ
-    assert np.abs(ref.bias[:, list(PREDICTED)]).max() > 0
-    # the loop takes the bias off E_i before each update
-    result = self_calibrate(
-        model, cache, iters=2, score_thr=0.5, tol=0, stats_bias=ref.bias)
-    rescorer, prior = Rescorer(model, cache), e_t
-    for _ in range(2):
-        stats, z = prediction_statistics(rescorer.predict(prior), K, 0.5)
-        prior = calibration_step(prior, debiased_statistics(stats, ref.bias),
-                                 z.mean(0), 4.0)
-    np.testing.assert_allclose(result.prior, prior)
-    plain = self_calibrate(model, cache, iters=2, score_thr=0.5, tol=0)
-    assert np.abs(plain.prior - result.prior).max() > 0
-    with pytest.raises(ValueError, match='init_prior'):
-        reference_from_images(model, cache, labels, correction=lambda x, p: x)
-
-
-def test_method_references_share_a_cache_where_the_methods_do(
-        setup, monkeypatch):
-    import copy
-
-    import mmcalidet.evaluation.cache as cache_module
-    model, _, cache, _ = setup
-    labels = cache.gt_label_lists()
-    calls = []
-
-    def fake_cache_images(model, images, batch_size=1, **kwargs):
-        calls.append(list(images))
-        assert batch_size == 3
-        return cache  # the images are the cached ones
-
-    monkeypatch.setattr(cache_module, 'cache_images', fake_cache_images)
-    shared = Rescorer(model, cache)
-    other = Rescorer(model, copy.copy(cache))
-    methods = [Method('a', shared), Method('b', shared), Method('c', other)]
-    refs = method_references(methods, ['x.jpg'] * len(cache), labels,
-                             model.get_prior(), batch_size=3)
-    assert len(calls) == 2  # a and b share the evaluation cache
-    assert set(refs) == {'a', 'b', 'c'}
-    by_hand = reference_from_images(model, cache, labels)
-    for ref in refs.values():
-        assert ref.score_thr == by_hand.score_thr
-        np.testing.assert_array_equal(ref.bias, by_hand.bias)
-
-
-def test_sample_annotated_images(tmp_path):
-    ann = dict(
-        images=[
-            dict(id=k, file_name=f'im{k}.jpg', width=8, height=8)
-            for k in range(1, 6)
-        ],
-        annotations=[
-            dict(id=1, image_id=2, category_id=7, bbox=[0, 0, 2, 2]),
-            dict(id=2, image_id=2, category_id=3, bbox=[0, 0, 2, 2]),
-            dict(id=3, image_id=4, category_id=7, bbox=[0, 0, 2, 2]),
-        ],
-        categories=[dict(id=3, name='b'), dict(id=7, name='a')])
-    path = tmp_path / 'ann.json'
-    path.write_text(json.dumps(ann))
-    for k in range(1, 6):
-        (tmp_path / f'im{k}.jpg').write_bytes(b'')
-    paths, labels = sample_annotated_images(
-        str(path), str(tmp_path), ['a', 'b'], 3, seed=0)
-    pick = np.sort(np.random.default_rng(0).choice(5, 3, replace=False))
-    assert paths == [str(tmp_path / f'im{k + 1}.jpg') for k in pick]
-    expect = {0: [], 1: [0, 1], 2: [], 3: [0], 4: []}  # classes by name
-    assert [sorted(x.tolist()) for x in labels] == [expect[k] for k in pick]
-    # all of them when there are fewer; the same sample each time
-    assert len(sample_annotated_images(str(path), str(tmp_path), ['a', 'b'],
-                                       10)[0]) == 5
-    assert sample_annotated_images(str(path), str(tmp_path), ['a', 'b'],
-                                   3)[0] == paths
-    (tmp_path / 'im2.jpg').unlink()
-    with pytest.raises(ValueError, match='not in'):
-        sample_annotated_images(str(path), str(tmp_path), ['a', 'b'], 5)
-    with pytest.raises(ValueError, match='at least one'):
-        sample_annotated_images(str(path), str(tmp_path), ['a', 'b'], 0)
-    # the evaluation labels of the same file: names are the file stems, in
-    # file order; listed images without an entry follow as empty
-    del ann['images'][2]['file_name']  # named by its id
-    path.write_text(json.dumps(ann))
-    listed = tmp_path / 'list.txt'
-    listed.write_text('\n'.join(['im1.jpg', 'im2.jpg', '3', 'im4.jpg',
-                                  'im5.jpg', 'im9.jpg']))
-    label_lists, names, classes = read_evaluation_labels(
-        str(path), ['a', 'b'], str(listed))
-    assert names == ['im1', 'im2', '3', 'im4', 'im5', 'im9']
-    assert classes == ['a', 'b']
-    assert [sorted(x.tolist()) for x in label_lists] == [[], [0, 1], [], [0],
-                                                         [], []]
 
 
 def test_prior_table_and_subsets(setup):

@@ -497,5 +497,3 @@ def test_first_training_step_rejects_a_prior_of_other_classes(tmp_path):
     assert training_dataset_classes() is None
     data = model.data_preprocessor(demo_batch([[0], [1]]), True)
     assert data['data_samples'][0].prior.shape == (3, 3)
-
-

@@ -97,5 +97,3 @@ def test_flat_prior_or_empty_image_gives_zero():
     assert LoMaLoss()(scores, flat, stats).item() == 0.0
     empty = torch.tensor(sample_prior(K, []), dtype=torch.float32)[None]
     assert LoMaLoss()(scores, torch.rand(1, K, K), empty).item() == 0.0
-
-

@@ -9,34 +9,24 @@ evaluation set; records AP, step MAE and step MAX per iteration.
 
 ``--sizes 0`` calibrates on the whole evaluation set (``--save-prior``
 then writes the final E_c as a prior file). ``--score-thrs 0.2 0.3 0.5``
-compares thresholds; ``fit`` (and ``--self-cal-bias``) measure the
-threshold (and the bias of the statistics) on ``--reference`` annotated
-images like the training set. Writes ``self_calibration.md``, ``.json``
+compares thresholds. Writes ``self_calibration.md``, ``.json``
 and ``.png`` (one curve per size, threshold and method).
 """
 import argparse
 import os.path as osp
 import sys
 import time
-from typing import Dict, Sequence
 
-import numpy as np
-
-from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_REFERENCE_IMAGES,
-                                  DEFAULT_SCORE_THR,
+from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                   cache_evaluator, calibration_subsets,
-                                  markdown_table, method_references,
-                                  sample_annotated_images,
-                                  self_calibrate_partitions, start_diagnostics,
+                                  markdown_table, self_calibrate_partitions,
                                   write_report)
-from mmcalidet.evaluation.partitions import partition_priors
-from mmcalidet.utils.cli import run_tool
+from mmcalidet.utils.cli import run_tool, unit_float
 from mmcalidet.visualization import plot_self_calibration
 
 # the options shared with the sibling tools
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _eval_args import (add_model_args, ensure_out_dir,  # noqa: E402
-                        eval_setup, score_threshold)
+from _eval_args import add_model_args, ensure_out_dir, eval_setup  # noqa
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -62,28 +52,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         '--eta', type=float, default=DEFAULT_ETA, help='step size')
     parser.add_argument(
         '--score-thrs',
-        type=score_threshold,
+        type=unit_float,
         nargs='+',
         default=[DEFAULT_SCORE_THR],
-        help='score thresholds for "class predicted" (several: compare); '
-        '"fit": per method the one whose statistics on the --reference '
-        'images lie closest to theirs')
-    parser.add_argument(
-        '--self-cal-bias',
-        action='store_true',
-        help='take off each E_i the bias its statistics show on the '
-        '--reference images')
-    parser.add_argument(
-        '--reference',
-        help='COCO annotation file of images like the training set (e.g. '
-        'instances_train2017.json), for --score-thrs fit / --self-cal-bias')
-    parser.add_argument(
-        '--reference-img-dir', help='the folder of the --reference images')
-    parser.add_argument(
-        '--reference-images',
-        type=int,
-        default=DEFAULT_REFERENCE_IMAGES,
-        help='a fixed random sample of this many --reference images')
+        help='score thresholds in [0, 1] for "class predicted" (several: '
+        'compare)')
     parser.add_argument(
         '--tol',
         type=float,
@@ -106,42 +79,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                      '> 0 and --tol >= 0 expected')
     if args.save_prior and (args.sizes != [0] or len(args.score_thrs) > 1):
         parser.error('--save-prior needs --sizes 0 and one --score-thrs')
-    needs_reference = 'fit' in args.score_thrs or args.self_cal_bias
-    if needs_reference and not (args.reference and args.reference_img_dir):
-        parser.error('--score-thrs fit and --self-cal-bias need --reference '
-                     'and --reference-img-dir')
-    if args.reference_images < 1:
-        parser.error('--reference-images must be at least 1')
     return args
-
-
-def mean_start_diagnostics(labels: Sequence, subsets: Sequence,
-                           results: Sequence, e_t: np.ndarray,
-                           score_thr: float) -> Dict[str, float]:
-    """:func:`start_diagnostics` of each subset's run against the subset's
-    annotated statistics, averaged over subsets (``nan`` left out).
-
-    Args:
-        labels (Sequence): per cached image its annotated class indices.
-        subsets (Sequence): the image indices of each run.
-        results (Sequence): the :class:`SelfCalibrationResult` of each.
-        e_t (np.ndarray): E_t (the runs' initial prior).
-        score_thr (float): the runs' score threshold.
-
-    Returns:
-        dict: the mean of each key of :func:`start_diagnostics`.
-    """
-    truths = partition_priors(labels, subsets, len(e_t))
-    rows = [
-        start_diagnostics(res, [labels[i] for i in idx], truth, e_t, score_thr)
-        for idx, res, truth in zip(subsets, results, truths)
-    ]
-    means = {}
-    for key in rows[0]:
-        values = np.array([r[key] for r in rows], dtype=float)
-        means[key] = float(np.nanmean(values)) \
-            if np.isfinite(values).any() else float('nan')
-    return means
 
 
 def main(argv=None) -> int:
@@ -156,7 +94,6 @@ def main(argv=None) -> int:
     cached = time.perf_counter()
     evaluate = cache_evaluator(setup.evaluator)
     curves, rows, summary, final = {}, [], [], None
-    labels = setup.cache.gt_label_lists()
     # every method shares the main model's images (EvalSetup checks it)
     splits = {
         size:
@@ -164,22 +101,9 @@ def main(argv=None) -> int:
             len(setup.cache), size, args.num_images, args.seed)
         for size in args.sizes
     }
-    references = {}
-    if 'fit' in args.score_thrs or args.self_cal_bias:
-        images, ref_labels = sample_annotated_images(args.reference,
-                                                     args.reference_img_dir,
-                                                     setup.classes,
-                                                     args.reference_images)
-        references = method_references(methods, images, ref_labels,
-                                       setup.train_prior, not args.no_progress)
-        for name, ref in references.items():
-            print(f'{name}: score threshold {ref.score_thr:g} fits the '
-                  f'{ref.num_images} reference images best')
     for method in methods:
-        ref = references.get(method.name)
         for size in args.sizes:
-            for asked in args.score_thrs:
-                thr = ref.score_thr if asked == 'fit' else asked
+            for thr in args.score_thrs:
                 out = self_calibrate_partitions(
                     method.rescorer.model,
                     method.cache,
@@ -193,13 +117,11 @@ def main(argv=None) -> int:
                     init_prior=setup.train_prior,
                     correction=method.rescorer.correction,
                     batch_size=args.rescore_batch_size,
-                    eval_interval=args.eval_interval,
-                    stats_bias=ref.bias if args.self_cal_bias else None)
+                    eval_interval=args.eval_interval)
                 mean = out['mean']
                 n = len(out['subsets'][0])
-                shown = f'fit {thr:g}' if asked == 'fit' else f'{thr:g}'
                 label = f'{method.name}, size {n}' + (
-                    f', thr {shown}' if len(args.score_thrs) > 1 else '')
+                    f', thr {thr:g}' if len(args.score_thrs) > 1 else '')
                 curves[label] = mean
                 for rec in mean:
                     rows.append(
@@ -216,10 +138,7 @@ def main(argv=None) -> int:
                         AP_end=mean[-1].get('AP'),
                         gain=mean[-1].get('AP', float('nan')) -
                         mean[0].get('AP', float('nan')),
-                        step_max_end=mean[-1]['step_max'],
-                        **mean_start_diagnostics(labels, out['subsets'],
-                                                 out['results'],
-                                                 setup.train_prior, thr)))
+                        step_max_end=mean[-1]['step_max']))
                 if method is methods[0] and final is None:
                     final = out['results'][0].prior
     done = time.perf_counter()
@@ -229,16 +148,7 @@ def main(argv=None) -> int:
                   ('iters', 'iterations', ''), ('converged', 'converged', ''),
                   ('AP_start', 'AP(E_t)', 'pct'), ('AP_end', 'AP(E_c)', 'pct'),
                   ('gain', 'gain', 'gain'),
-                  ('step_max_end', 'last step MAX', '.4f'),
-                  ('presence_precision', 'presence precision', '.2f'),
-                  ('presence_recall', 'presence recall', '.2f'),
-                  ('epsilon_start', 'epsilon E_t', '.3f'),
-                  ('epsilon_estimate', 'epsilon E_i', '.3f'),
-                  ('epsilon_end', 'epsilon E_c', '.3f'),
-                  ('shift_seen_estimate', 'shift seen by E_i', '.2f'),
-                  ('shift_seen_end', 'shift seen by E_c', '.2f'),
-                  ('added_seen_estimate', 'added seen by E_i', '.2f'),
-                  ('removed_seen_estimate', 'removed seen by E_i', '.2f')])
+                  ('step_max_end', 'last step MAX', '.4f')])
     curve_table = markdown_table(rows, [('method', 'method', ''),
                                         ('size', 'size', ''),
                                         ('score_thr', 'thr', 'g'),
@@ -252,7 +162,6 @@ def main(argv=None) -> int:
         iters=args.iters,
         tol=args.tol,
         score_thrs=args.score_thrs,
-        self_cal_bias=args.self_cal_bias,
         num_images=args.num_images,
         seed=args.seed,
         eval_interval=args.eval_interval)
@@ -261,20 +170,7 @@ def main(argv=None) -> int:
            f'>= the threshold give E_i, Z = mean max score per class, E_c <- '
            f'clip(E_c + eta Z (E_i - E_c), 0, 1), diagonal 1. Curves are '
            f'means over subsets (a subset that converged keeps its last '
-           f'values). Beside each run, means over subsets: the presence '
-           f'precision / recall of the (image, class) pairs predicted under '
-           f'E_t against the annotated ones, and epsilon (MAE) to the '
-           f'subset\'s annotated statistics of E_t, of E_i before any '
-           f'feedback and of the final E_c: the loop gains where E_i is '
-           f'closer than E_t, or comes closer as the detector predicts '
-           f'better under each new E_c. Options: {options}.')
-    if references:
-        how += (f' The threshold "fit" is the one whose E_i under E_t lies '
-                f'closest to the annotated statistics of '
-                f'{args.reference_images} (or all) images of '
-                f'{args.reference}; --self-cal-bias takes off each E_i the '
-                f'difference E_i - annotated there (self_calibration.json: '
-                f'"references").')
+           f'values). Options: {options}.')
     timing = (f'{setup.info["num_images"]} images cached in '
               f'{cached - start:.1f} s; self-calibration {done - cached:.1f} '
               's.')
@@ -286,14 +182,7 @@ def main(argv=None) -> int:
             summary=summary,
             curves=rows,
             options=options,
-            info=setup.info,
-            references={
-                name: dict(
-                    score_thr=ref.score_thr,
-                    num_images=ref.num_images,
-                    rows=ref.rows)
-                for name, ref in references.items()
-            }))
+            info=setup.info))
     paths.append(
         plot_self_calibration(curves, osp.join(out_dir,
                                                'self_calibration.png')))
@@ -306,12 +195,7 @@ def main(argv=None) -> int:
                 classes=setup.classes,
                 source=f'self-calibration of {args.checkpoint}',
                 images_used=min(args.num_images, setup.info['num_images']),
-                self_calibration=dict(
-                    options,
-                    fitted_score_thrs={
-                        name: ref.score_thr
-                        for name, ref in references.items()
-                    })))
+                self_calibration=options))
     print(summary_table)
     print(timing)
     print('wrote ' + ', '.join(paths))
