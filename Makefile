@@ -22,14 +22,16 @@ check-data:
 # plain tiny DINO 600 iterations -> calibrate a CaliDINO on its cached
 # decoder outputs -> inject priors, against the DINO with the marginal
 # re-weighting -> tables + plots; see README for the measured time)
+# (projects/context_shift, run from the root with it on PYTHONPATH as
+# mmdet's projects are)
 demo: env
-	$(PY) tools/analysis_tools/context_shift_benchmark.py --quick \
-	    --dino-iters 600 --posthoc reweight --out-dir $(OUT)
+	PYTHONPATH=$(CURDIR) $(PY) projects/context_shift/tools/benchmark.py \
+	    --quick --dino-iters 600 --posthoc reweight --out-dir $(OUT)
 
-# the full-length benchmark of docs/results.md (DINO 3000 iterations, about
-# 27 min on 2 cores, then 10,000 calibrator updates and every table)
+# the full-length benchmark (DINO 3000 iterations, about 27 min on 2 cores,
+# then 10,000 calibrator updates and every table)
 benchmark: env
-	$(PY) tools/analysis_tools/context_shift_benchmark.py
+	PYTHONPATH=$(CURDIR) $(PY) projects/context_shift/tools/benchmark.py
 
 # COCO 2017 relation statistics beside the paper's figures (seconds)
 stats-demo: check-data env
@@ -45,12 +47,12 @@ TEST_THREADS ?= $(shell j=$(TEST_JOBS); [ $$j -lt 1 ] && j=1; \
     t=$$(( $(NPROC) / j )); [ $$t -lt 1 ] && t=1; echo $$t)
 test: check-data env
 	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) \
-	    $(PY) -m pytest tests -q -p no:cacheprovider --durations=20 \
+	    $(PY) -m pytest tests projects -q -p no:cacheprovider --durations=20 \
 	    -n $(TEST_JOBS) --dist loadfile
 
 # the same without the tests marked slow (trainings, tools run as
 # subprocesses): the unit tests in about two minutes on 2 cores
 test-fast: check-data env
 	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) \
-	    $(PY) -m pytest tests -m "not slow" -q -p no:cacheprovider \
+	    $(PY) -m pytest tests projects -m "not slow" -q -p no:cacheprovider \
 	    --durations=20 -n $(TEST_JOBS) --dist loadfile

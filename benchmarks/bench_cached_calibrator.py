@@ -47,10 +47,12 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument(
         '--config',
-        default='context_shift/calidet_dino_tiny_context-shift_cached.py')
+        default='../projects/context_shift/configs/'
+        'calidet_dino_tiny_context-shift_cached.py')
     parser.add_argument(
         '--full-config',
-        default='context_shift/calidet_dino_tiny_context-shift.py',
+        default='../projects/context_shift/configs/'
+        'calidet_dino_tiny_context-shift.py',
         help='the full fine-tune\'s config (its optimizer)')
     parser.add_argument('--batch-size', type=int, default=4)
     parser.add_argument(

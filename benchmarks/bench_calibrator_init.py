@@ -34,7 +34,8 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument(
         '--config',
-        default='context_shift/calidet_dino_tiny_context-shift_cached.py')
+        default='../projects/context_shift/configs/'
+        'calidet_dino_tiny_context-shift_cached.py')
     parser.add_argument('--dino-checkpoint', required=True)
     parser.add_argument('--cache', required=True)
     parser.add_argument('--batches', type=int, default=20)

@@ -20,6 +20,10 @@ from mmcalidet.testing import get_config, random_prior
 K = 80
 CLASSES = list(CocoDataset.METAINFO['classes'])
 
+#: a 10-class CaliDINO (the context-shift project's), relative to configs/
+CONTEXT_SHIFT = ('../projects/context_shift/configs/'
+                 'calidet_dino_tiny_context-shift.py')
+
 
 def assert_same(a, b):
     """Two predictions are identical (scores, labels and boxes)."""
@@ -266,7 +270,7 @@ def test_init_detector_without_a_checkpoint_names_the_configs_classes():
     # CaliDet config with a named prior failed to build ("class 'person' is
     # not in the prior file"). Now its dataset_meta names the config's
     # classes and the prior (class names in another order) is reordered.
-    cfg = get_config('context_shift/calidet_dino_tiny_context-shift.py')
+    cfg = get_config(CONTEXT_SHIFT)
     names = list(reversed(cfg.classes))
     matrix = random_prior(3, 10)
     cfg.model.prior = dict(classes=names, matrix=matrix.tolist())
@@ -296,7 +300,7 @@ def test_init_detector_with_a_state_dict_checkpoint_names_the_configs_classes(
     # a hand-saved dict(state_dict=...) names no classes: mmdet's
     # init_detector names COCO's 80 for a 10-class model; ours takes the
     # config's, and a checkpoint whose meta names classes keeps them
-    cfg = get_config('context_shift/calidet_dino_tiny_context-shift.py')
+    cfg = get_config(CONTEXT_SHIFT)
     cfg.model.prior = random_prior(4, 10).tolist()  # no class names
     model = init_detector(cfg, None, device='cpu')
     bare = str(tmp_path / 'state_dict.pth')

@@ -112,7 +112,8 @@ def _without_init(head):
     'calidet/calidet_dino-4scale_r50_8xb2-cached_coco.py',
     'calidet/calidet_deformable-detr_tiny_coco-mini_cached.py',
     'calidet/calidet_deformable-detr_r50_8xb2-cached_coco.py',
-    'context_shift/calidet_dino_tiny_context-shift_cached.py',
+    '../projects/context_shift/configs/'
+    'calidet_dino_tiny_context-shift_cached.py',
 ])
 def test_calibrator_configs(name):
     """Each calibrator config trains the CaliFormer alone on a decoder

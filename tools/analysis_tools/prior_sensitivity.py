@@ -5,7 +5,7 @@ random label sets, or of the label sets of real images (``--labels``; no
 image is run). Example::
 
     python tools/analysis_tools/prior_sensitivity.py \
-        configs/context_shift/calidet_dino_tiny_context-shift.py \
+        projects/context_shift/configs/calidet_dino_tiny_context-shift.py \
         work_dirs/context_shift/calidet/iter_1000.pth \
         --labels data/context_shift/annotations/instances_val.json
 

@@ -2,7 +2,8 @@
 """Generate the context-shift benchmark (COCO format), deterministic by
 seed. Example::
 
-    python tools/dataset_converters/make_context_shift.py \
+    export PYTHONPATH=$PWD:$PYTHONPATH  # from the repository root
+    python projects/context_shift/tools/make_data.py \
         --out data/context_shift --seed 0
 
 Writes ``images/{train,val}/``, ``annotations/instances_train.json``,
@@ -11,12 +12,12 @@ Writes ``images/{train,val}/``, ``annotations/instances_train.json``,
 ``meta.json`` (knobs, per-image class statistics of every split, and
 epsilon = mean |E_site - E_t| per site). The scene model (scene types,
 mixtures, sites) can be replaced with ``--scenes FILE.json``; see
-docs/user_guides/context_shift.md.
+the project's README.md.
 
 ``--variant many-class`` makes the variant whose class statistics look like
 COCO's (40 digit x colour style classes, 2-4 distinct per image)::
 
-    python tools/dataset_converters/make_context_shift.py \
+    python projects/context_shift/tools/make_data.py \
         --out data/context_shift_many-class --variant many-class --seed 0
 """
 import argparse
@@ -26,7 +27,14 @@ import os
 # mmcalidet/__init__.py)
 os.environ.setdefault('MMCALIDET_LIGHT', '1')
 
-from mmcalidet.datasets.context_shift import VARIANTS, make_context_shift
+import sys
+
+try:
+    from projects.context_shift.context_shift.data import (VARIANTS,
+                                                           make_context_shift)
+except ImportError as exc:  # not run from the root with it on PYTHONPATH
+    sys.exit(f'make_data.py: error: {exc}; run it from the repository root '
+             'with export PYTHONPATH=$PWD:$PYTHONPATH')
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.utils.file_io import load_json
 

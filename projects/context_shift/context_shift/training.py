@@ -1,19 +1,24 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""The trainings of ``context_shift_benchmark.py``: the data, the schedules
-of the plain DINO and the CaliDINO, and one ``tools/train.py`` run per work
+"""The trainings of the context-shift benchmark: the data, the schedules of
+the plain DINO and the CaliDINO, and one ``tools/train.py`` run per work
 folder, skipped when its last checkpoint exists and was trained with the
 same model, optimizer, schedule and init (the config mmengine keeps in the
-checkpoint)."""
+checkpoint). A run's output goes to ``<work_dir>/train.log``; the terminal
+shows a progress bar."""
 import argparse
 import json
 import os
 import os.path as osp
+import re
 import subprocess
 import sys
 import time
 from typing import Dict, List, Optional, Sequence
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+#: the repository root (tools/train.py and the configs are found from it)
+ROOT = osp.dirname(
+    osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+CONFIGS = 'projects/context_shift/configs/'
 
 
 #: (plain DINO, CaliDINO fine-tune, CaliDINO calibrator) configs and the
@@ -21,17 +26,15 @@ ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 VARIANTS = {
     'digits':
     dict(
-        dino='configs/context_shift/dino_tiny_context-shift.py',
-        calidet='configs/context_shift/calidet_dino_tiny_context-shift.py',
-        cached='configs/context_shift/'
-        'calidet_dino_tiny_context-shift_cached.py',
+        dino=CONFIGS + 'dino_tiny_context-shift.py',
+        calidet=CONFIGS + 'calidet_dino_tiny_context-shift.py',
+        cached=CONFIGS + 'calidet_dino_tiny_context-shift_cached.py',
         data='data/context_shift'),
     'many-class':
     dict(
-        dino='configs/context_shift/dino_tiny_context-shift_many-class.py',
-        calidet='configs/context_shift/'
-        'calidet_dino_tiny_context-shift_many-class.py',
-        cached='configs/context_shift/'
+        dino=CONFIGS + 'dino_tiny_context-shift_many-class.py',
+        calidet=CONFIGS + 'calidet_dino_tiny_context-shift_many-class.py',
+        cached=CONFIGS +
         'calidet_dino_tiny_context-shift_many-class_cached.py',
         data='data/context_shift_many-class'),
 }
@@ -136,12 +139,15 @@ class Training:
         retrain (bool): train even if the last checkpoint exists.
         data (str): the benchmark data folder.
         threads (int, optional): torch threads (trainings side by side).
+        progress (bool): show a progress bar while waiting.
     """
 
     def __init__(self, config: str, work_dir: str, max_iters: int,
                  options: List[str], retrain: bool, data: str,
-                 threads: Optional[int] = None) -> None:
+                 threads: Optional[int] = None,
+                 progress: bool = True) -> None:
         self.config, self.work_dir = config, work_dir
+        self.progress = progress
         self.last = osp.join(work_dir, f'iter_{max_iters}.pth')
         self.proc = None
         self.start = time.perf_counter()
@@ -156,13 +162,21 @@ class Training:
             osp.join(ROOT, 'tools', 'train.py'), config, '--work-dir',
             work_dir, '--cfg-options'
         ] + options
-        print('[train] ' + ' '.join(cmd[1:]), flush=True)
+        os.makedirs(work_dir, exist_ok=True)
+        self.log = osp.join(work_dir, 'train.log')
+        print(f'[train] {osp.basename(config)} ({max_iters} iterations; '
+              f'log: {self.log})', flush=True)
         env = dict(os.environ, MMCALIDET_CS_DATA=osp.realpath(data))
         env.pop('MMCALIDET_LIGHT', None)
         if threads:
             env.update(OMP_NUM_THREADS=str(threads),
                        MKL_NUM_THREADS=str(threads))
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+        with open(self.log, 'w') as log:
+            log.write(' '.join(cmd[1:]) + '\n')
+            log.flush()
+            self.proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.max_iters = max_iters
 
     def why_train_again(self, options: List[str], data: str) -> Optional[str]:
         """Why the existing last checkpoint cannot be reused.
@@ -204,14 +218,63 @@ class Training:
         """Wait for the run; returns its wall-clock seconds (0: reused)."""
         if self.proc is None:
             return 0.0
-        code = self.proc.wait()
+        code = follow_training(self.proc, self.log, self.max_iters,
+                               osp.basename(self.work_dir), self.progress)
         if code != 0:
+            with open(self.log, errors='replace') as f:
+                tail = ''.join(f.readlines()[-20:])
             raise RuntimeError(f'training {self.config} failed (exit '
-                               f'{code}); see {self.work_dir}')
+                               f'{code}); the end of {self.log}:\n{tail}')
         if not osp.isfile(self.last):
             raise RuntimeError(f'training {self.config} wrote no '
                                f'{self.last}')
         return time.perf_counter() - self.start
+
+
+#: an mmengine training log line: ``Iter(train) [ 50/600] ...``
+_ITER_LINE = re.compile(r'Iter\(train\)\s*\[\s*(\d+)/(\d+)\]')
+
+
+def follow_training(proc: subprocess.Popen,
+                    log: str,
+                    total: int,
+                    desc: str,
+                    progress: bool = True,
+                    poll: float = 1.0) -> int:
+    """Wait for a training process whose output goes to ``log``, showing
+    its iterations (mmengine's logged ``Iter(train) [i/n]``) as a progress
+    bar.
+
+    Args:
+        proc (subprocess.Popen): the training process.
+        log (str): the file its output is written to.
+        total (int): the last iteration.
+        desc (str): the bar's label.
+        progress (bool): show the bar (else wait silently).
+        poll (float): seconds between reads of the log.
+
+    Returns:
+        int: the process's exit code.
+    """
+    if not progress:
+        return proc.wait()
+    from tqdm import tqdm
+    done = 0
+    with open(log, errors='replace') as f, tqdm(
+            total=total, desc=f'[train] {desc}', unit='it',
+            dynamic_ncols=True) as bar:
+        while True:
+            code = proc.poll()
+            for match in _ITER_LINE.finditer(f.read()):
+                i = int(match.group(1))
+                if i > done:
+                    bar.update(i - done)
+                    done = i
+            if code is not None:
+                if code == 0 and done < total:
+                    bar.update(total - done)
+                return code
+            time.sleep(poll)
 
 
 def trained_config(work_dir: str, config: str) -> str:
@@ -296,7 +359,7 @@ def schedule(args: argparse.Namespace) -> Dict:
 
 def ensure_data(args: argparse.Namespace) -> Dict:
     """Generate the benchmark data unless the folder exists."""
-    from mmcalidet.datasets.context_shift import make_context_shift
+    from .data import make_context_shift
     meta_file = osp.join(args.data, 'meta.json')
     if osp.isfile(meta_file):
         print(f'[data] reusing {args.data}')
@@ -320,6 +383,9 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
     cali_dir = osp.join(work_dir, 'calidet')
     common = ['default_hooks.logger.interval=50'] + list(args.cfg_options)
 
+    def training(*a, **kw) -> Training:
+        return Training(*a, progress=not args.no_progress, **kw)
+
     def opts(iters, decay, interval):
         return [
             f'train_cfg.max_iters={iters}', f'train_cfg.val_begin={iters + 1}',
@@ -342,15 +408,15 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
             'optim_wrapper.paramwise_cfg.custom_keys.califormer.lr_mult=1.0'
         ]
         threads = max(1, (os.cpu_count() or 2) // 2)
-        dino = Training(dino_config, dino_dir, sched['dino'], dino_opts,
+        dino = training(dino_config, dino_dir, sched['dino'], dino_opts,
                         args.retrain, args.data, threads)
-        cali = Training(calidet_config, cali_dir, sched['calidet'],
+        cali = training(calidet_config, cali_dir, sched['calidet'],
                         cali_opts + common + list(args.calidet_options),
                         args.retrain, args.data, threads)
         secs = dict(dino=dino.wait(), calidet=cali.wait())
     elif sched['init'] == 'cached':
         secs = dict(
-            dino=Training(dino_config, dino_dir, sched['dino'], dino_opts,
+            dino=training(dino_config, dino_dir, sched['dino'], dino_opts,
                           args.retrain, args.data).wait())
         start = osp.join(dino_dir, f'iter_{sched["dino"]}.pth')
         cali_opts += [
@@ -361,7 +427,7 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
             f'{osp.join(dino_dir, "decoder_cache_train")}',
             f'default_hooks.logger.interval={max(1, sched["calidet"] // 10)}'
         ]
-        secs['calidet'] = Training(
+        secs['calidet'] = training(
             cached_config, cali_dir, sched['calidet'],
             cali_opts + list(args.cfg_options) + list(args.calidet_options),
             args.retrain or secs['dino'] > 0, args.data).wait()
@@ -369,10 +435,10 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
         start = osp.join(dino_dir, f'iter_{sched["start"]}.pth')
         cali_opts.append(f'load_from={start}')
         secs = dict(
-            dino=Training(dino_config, dino_dir, sched['dino'], dino_opts,
+            dino=training(dino_config, dino_dir, sched['dino'], dino_opts,
                           args.retrain, args.data).wait())
         # a retrained DINO invalidates the CaliDINO fine-tuned from it
-        secs['calidet'] = Training(
+        secs['calidet'] = training(
             calidet_config, cali_dir, sched['calidet'],
             cali_opts + common + list(args.calidet_options), args.retrain
             or secs['dino'] > 0, args.data).wait()

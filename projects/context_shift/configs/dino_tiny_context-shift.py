@@ -1,10 +1,10 @@
 # The tiny plain DINO on the context-shift benchmark (10 digit classes,
 # 128 px scenes). Generate the data first:
-#   python tools/dataset_converters/make_context_shift.py \
+#   python projects/context_shift/tools/make_data.py \
 #       --out data/context_shift --seed 0
 # Data folder: $MMCALIDET_CS_DATA (default data/context_shift, relative to
 # the project root).
-_base_ = '../calidet/dino_tiny_coco-mini.py'
+_base_ = '../../../configs/calidet/dino_tiny_coco-mini.py'
 
 cs_root = '{{$MMCALIDET_CS_DATA:data/context_shift}}/'
 classes = ('zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven',

@@ -1,5 +1,5 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""configs/context_shift/: both twins train on generated data; the
+"""projects/context_shift/configs/: both twins train on generated data; the
 many-class configs differ from them only in classes and data, and build
 with K = 40."""
 import os
@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from mmcalidet.datasets.context_shift import (make_context_shift,
-                                              variant_classes)
+from projects.context_shift.context_shift.data import (make_context_shift,
+                                                       variant_classes)
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+ROOT = osp.dirname(
+    osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+CONFIGS = osp.join(ROOT, 'projects', 'context_shift', 'configs')
 
 
 @pytest.fixture(scope='module')
@@ -25,9 +27,10 @@ def cs_data(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('config', [
-    'configs/context_shift/dino_tiny_context-shift.py',
-    'configs/context_shift/calidet_dino_tiny_context-shift.py'
+    'projects/context_shift/configs/dino_tiny_context-shift.py',
+    'projects/context_shift/configs/calidet_dino_tiny_context-shift.py'
 ])
 def test_twins_train_two_iterations(cs_data, tmp_path, config):
     env = dict(os.environ, MMCALIDET_CS_DATA=cs_data)
@@ -48,10 +51,9 @@ def test_twins_train_two_iterations(cs_data, tmp_path, config):
 
 
 MANY_CLASS = {
-    'context_shift/dino_tiny_context-shift.py':
-    'context_shift/dino_tiny_context-shift_many-class.py',
-    'context_shift/calidet_dino_tiny_context-shift.py':
-    'context_shift/calidet_dino_tiny_context-shift_many-class.py',
+    'dino_tiny_context-shift.py': 'dino_tiny_context-shift_many-class.py',
+    'calidet_dino_tiny_context-shift.py':
+    'calidet_dino_tiny_context-shift_many-class.py',
 }
 
 
@@ -61,7 +63,7 @@ def _load(name, monkeypatch, data=None):
         monkeypatch.delenv('MMCALIDET_CS_DATA', raising=False)
     else:
         monkeypatch.setenv('MMCALIDET_CS_DATA', data)
-    return Config.fromfile(osp.join(ROOT, 'configs', name))
+    return Config.fromfile(osp.join(CONFIGS, name))
 
 
 @pytest.mark.parametrize('base', sorted(MANY_CLASS))

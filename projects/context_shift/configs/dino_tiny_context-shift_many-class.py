@@ -3,7 +3,7 @@
 # look like COCO's (docs/user_guides/context_shift.md). Only the classes and
 # the data folder differ from dino_tiny_context-shift.py. Generate the data
 # first:
-#   python tools/dataset_converters/make_context_shift.py \
+#   python projects/context_shift/tools/make_data.py \
 #       --out data/context_shift_many-class --variant many-class --seed 0
 # Data folder: $MMCALIDET_CS_DATA (default data/context_shift_many-class,
 # relative to the project root).

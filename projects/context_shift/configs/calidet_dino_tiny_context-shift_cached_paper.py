@@ -14,7 +14,7 @@
 # order holds, 2.5 AP under the DINO at E_t. Not the default.
 #
 #   python tools/train.py \
-#       configs/context_shift/calidet_dino_tiny_context-shift_cached_paper.py \
+#       projects/context_shift/configs/calidet_dino_tiny_context-shift_cached_paper.py \
 #       --work-dir work_dirs/context_shift/calidet_paper
 _base_ = './calidet_dino_tiny_context-shift_cached.py'
 

@@ -508,7 +508,7 @@ def make_context_shift(out_dir: str,
     """
     from PIL import Image
 
-    from ..priors import batch_prior, prior_mae, save_prior
+    from mmcalidet.priors import batch_prior, prior_mae, save_prior
     defaults = VARIANT_DEFAULTS[_check_variant(variant)]
     scenes = check_scene_model(
         copy.deepcopy(scenes or defaults['scenes']), variant)

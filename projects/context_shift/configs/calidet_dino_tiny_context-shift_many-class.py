@@ -4,10 +4,10 @@
 # data folder (and with it E_t) and the head's K (the EdgeSampler takes it)
 # differ.
 #   python tools/train.py \
-#       configs/context_shift/dino_tiny_context-shift_many-class.py \
+#       projects/context_shift/configs/dino_tiny_context-shift_many-class.py \
 #       --work-dir work_dirs/context_shift_many-class/dino
 #   python tools/train.py \
-#       configs/context_shift/calidet_dino_tiny_context-shift_many-class.py \
+#       projects/context_shift/configs/calidet_dino_tiny_context-shift_many-class.py \
 #       --work-dir work_dirs/context_shift_many-class/calidet
 _base_ = './calidet_dino_tiny_context-shift.py'
 

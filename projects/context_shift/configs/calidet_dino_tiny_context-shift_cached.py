@@ -9,15 +9,18 @@
 # load it with this config or calidet_dino_tiny_context-shift.py).
 #
 #   python tools/train.py \
-#       configs/context_shift/calidet_dino_tiny_context-shift_cached.py \
+#       projects/context_shift/configs/calidet_dino_tiny_context-shift_cached.py \
 #       --work-dir work_dirs/context_shift/calidet_cached
 #
 # A cached step costs a few ms where a full CaliDINO step costs about 0.5 s
 # on 2 CPU cores (benchmarks/bench_cached_calibrator.py), so the CaliFormer
 # gets 10-100x the updates of the 1,000-iteration fine-tune.
-_base_ = ['./calidet_dino_tiny_context-shift.py', '../_base_/calibrator.py']
+_base_ = [
+    './calidet_dino_tiny_context-shift.py',
+    '../../../configs/_base_/calibrator.py'
+]
 
-dino_config = 'configs/context_shift/dino_tiny_context-shift.py'
+dino_config = 'projects/context_shift/configs/dino_tiny_context-shift.py'
 dino_checkpoint = 'work_dirs/context_shift/dino/iter_3000.pth'
 load_from = dino_checkpoint
 

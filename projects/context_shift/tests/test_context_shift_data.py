@@ -8,15 +8,16 @@ import os.path as osp
 import numpy as np
 import pytest
 
-from mmcalidet.datasets.context_shift import (CLASSES, DEFAULT_SCENES,
-                                              MANY_CLASS_SCENES,
-                                              label_statistics,
-                                              load_digits_split,
-                                              make_context_shift,
-                                              variant_classes)
 from mmcalidet.priors import batch_prior, flat_prior, load_prior
 from mmcalidet.priors.label_io import read_coco_labels
+from projects.context_shift.context_shift.data import (CLASSES, DEFAULT_SCENES,
+                                                       MANY_CLASS_SCENES,
+                                                       label_statistics,
+                                                       load_digits_split,
+                                                       make_context_shift,
+                                                       variant_classes)
 
+MAKE_DATA = 'projects/context_shift/tools/make_data.py'
 SMALL = dict(num_train=24, num_val_per_site=12, img_size=64,
              digit_size=(8, 14), progress=False)
 
@@ -123,6 +124,7 @@ def test_annotations_and_priors_agree(tmp_path):
     assert len({img['id'] for img in val['images']}) == len(val['images'])
 
 
+@pytest.mark.slow
 def test_existing_folder_and_bad_scene_model(tmp_path, run_tool):
     out = tmp_path / 'cs'
     out.mkdir()
@@ -138,12 +140,12 @@ def test_existing_folder_and_bad_scene_model(tmp_path, run_tool):
     with pytest.raises(ValueError, match='2 weights'):
         make_context_shift(str(tmp_path / 'x'), scenes=bad, **SMALL)
     assert not osp.exists(tmp_path / 'x')
-    res = run_tool('tools/dataset_converters/make_context_shift.py', '--out',
+    res = run_tool(MAKE_DATA, '--out',
                    str(out), '--num-train', '4', '--num-val-per-site', '2',
                    '--img-size', '64', '--digit-size', '8', '12',
                    '--no-progress')
     assert res.returncode == 1 and 'exists' in res.stderr
-    res = run_tool('tools/dataset_converters/make_context_shift.py', '--out',
+    res = run_tool(MAKE_DATA, '--out',
                    str(out), '--num-train', '4', '--num-val-per-site', '2',
                    '--img-size', '64', '--digit-size', '8', '12',
                    '--no-progress', '--overwrite')
@@ -151,7 +153,7 @@ def test_existing_folder_and_bad_scene_model(tmp_path, run_tool):
     assert 'epsilon(E_crossed, E_t)' in res.stdout
     assert not (out / 'keep.txt').exists()
     assert not osp.exists(str(out) + '.partial')
-    res = run_tool('tools/dataset_converters/make_context_shift.py', '--out',
+    res = run_tool(MAKE_DATA, '--out',
                    str(out), '--num-train', '4', '--num-val-per-site', '2',
                    '--img-size', '64', '--digit-size', '8', '12',
                    '--no-progress', '--overwrite', '--variant', 'many-class',

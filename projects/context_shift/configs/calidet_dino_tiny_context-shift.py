@@ -7,13 +7,16 @@
 # 12), the pre-trained parts at 0.1x the DINO's lr, the new CaliFormer at
 # 10x that, lr x0.1 at 5/6. LoMa and lr choices: see the ablation in
 # docs/results.md.
-#   python tools/train.py configs/context_shift/dino_tiny_context-shift.py \
+#   python tools/train.py \
+#       projects/context_shift/configs/dino_tiny_context-shift.py \
 #       --work-dir work_dirs/context_shift/dino
 #   python tools/train.py \
-#       configs/context_shift/calidet_dino_tiny_context-shift.py \
+#       projects/context_shift/configs/calidet_dino_tiny_context-shift.py \
 #       --work-dir work_dirs/context_shift/calidet
-# (tools/analysis_tools/context_shift_benchmark.py runs it all.)
-_base_ = ['./dino_tiny_context-shift.py', '../_base_/calidet.py']
+# (projects/context_shift/tools/benchmark.py runs it all.)
+_base_ = [
+    './dino_tiny_context-shift.py', '../../../configs/_base_/calidet.py'
+]
 custom_imports = dict(
     imports=['mmcalidet', 'mmcalidet.engine.checkpoint_hooks'],
     allow_failed_imports=False)

@@ -4,10 +4,11 @@
 # calidet_dino_tiny_context-shift_cached.py has it for 10 classes.
 _base_ = [
     './calidet_dino_tiny_context-shift_many-class.py',
-    '../_base_/calibrator.py'
+    '../../../configs/_base_/calibrator.py'
 ]
 
-dino_config = 'configs/context_shift/dino_tiny_context-shift_many-class.py'
+dino_config = ('projects/context_shift/configs/'
+               'dino_tiny_context-shift_many-class.py')
 dino_checkpoint = 'work_dirs/context_shift_many-class/dino/iter_3000.pth'
 load_from = dino_checkpoint
 

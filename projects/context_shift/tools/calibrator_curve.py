@@ -2,7 +2,7 @@
 """How a calibrator's prior response grows with its number of updates.
 
 Trains a calibrator config (cached decoder outputs of a trained DINO, see
-``configs/context_shift/calidet_dino_tiny_context-shift_cached.py``) once,
+``configs/calidet_dino_tiny_context-shift_cached.py``) once,
 at a constant learning rate, keeping a snapshot after each of ``--updates``
 CaliFormer updates, then evaluates every snapshot on the DINO's validation
 decoder outputs (the trunk is shared, so one cache serves all): the
@@ -10,39 +10,34 @@ injection table (flip(E_x), E0, E_t, E_b, E_x), its spread, the E0 -> E_x
 gain against the DINO with the oracle marginal re-weighting, the flip(E_x)
 drop, AP(E_t) against the DINO, and ``prior_sensitivity`` readings.
 
-    python tools/analysis_tools/calibrator_curve.py \
-        configs/context_shift/calidet_dino_tiny_context-shift_cached.py \
-        --dino-config configs/context_shift/dino_tiny_context-shift.py \
+    export PYTHONPATH=$PWD:$PYTHONPATH  # from the repository root
+    C=projects/context_shift/configs
+    python projects/context_shift/tools/calibrator_curve.py \
+        $C/calidet_dino_tiny_context-shift_cached.py \
+        --dino-config $C/dino_tiny_context-shift.py \
         --dino-checkpoint work_dirs/context_shift/dino/iter_3000.pth \
         --updates 1000 3000 10000 30000 --work-dir work_dirs/curve/default
 
 Writes ``curve.md``, ``curve.json`` and ``curve.png`` to ``--out-dir``
-(default ``<work-dir>/results``). A finished training (every snapshot there,
-the same generated config) is reused unless ``--retrain``.
+(default ``<work-dir>/results``). A finished training (every snapshot
+there, trained with the same settings: the benchmark's reuse rule,
+:class:`Training`) is reused unless ``--retrain``.
 """
 import argparse
 import json
 import os
 import os.path as osp
-import subprocess
 import sys
-import time
-from typing import Dict, Optional, Sequence
+from typing import Dict, Sequence
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from mmcalidet.utils.cli import run_tool  # noqa: E402
+try:
+    from projects.context_shift.context_shift import Training
+except ImportError as exc:  # not run from the root with it on PYTHONPATH
+    sys.exit(f'calibrator_curve.py: error: {exc}; run it from the '
+             'repository root with export PYTHONPATH=$PWD:$PYTHONPATH')
+from mmcalidet.utils.cli import run_tool
 
 PRIORS = ('flip_E_x', 'E0', 'E_t', 'E_b', 'E_x')
-
-
-def _read(path: str) -> Optional[str]:
-    """The text of ``path``, or None where there is no such file."""
-    if not osp.isfile(path):
-        return None
-    with open(path) as f:
-        return f.read()
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -82,13 +77,21 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def write_config(args: argparse.Namespace, updates: Sequence[int]) -> str:
-    """The training config: the calibrator config at a constant lr for
-    ``max(updates)`` updates, with snapshots and no validation."""
+    """Train (or reuse) the calibrator config at a constant lr for
+    ``max(updates)`` updates, with snapshots and no validation.
+
+    Args:
+        args (argparse.Namespace): the tool's arguments.
+        updates (Sequence[int]): the snapshots to keep.
+
+    Returns:
+        str: the generated training config.
+    """
     last = max(updates)
     cache_dir = args.cache_dir or osp.join(
         osp.dirname(osp.abspath(args.dino_checkpoint)), 'decoder_cache_train')
     text = '\n'.join([
-        '# written by tools/analysis_tools/calibrator_curve.py',
+        '# written by projects/context_shift/tools/calibrator_curve.py',
         f'_base_ = {osp.abspath(args.config)!r}',
         f'load_from = {osp.abspath(args.dino_checkpoint)!r}',
         'train_dataloader = dict(dataset=dict(',
@@ -106,29 +109,17 @@ def write_config(args: argparse.Namespace, updates: Sequence[int]) -> str:
     # outside the work folder, where mmengine dumps the resolved config
     os.makedirs(osp.join(args.work_dir, 'generated'), exist_ok=True)
     path = osp.join(args.work_dir, 'generated', 'curve_config.py')
-    options = osp.join(args.work_dir, 'generated', 'curve_options.json')
-    same = _read(path) == text and osp.isfile(options) and json.loads(
-        _read(options)) == args.cfg_options
-    done = same and all(
-        osp.isfile(snapshot(args.work_dir, n)) for n in updates)
-    if done and not args.retrain:
-        print(f'[train] reusing the snapshots in {args.work_dir}')
-        return path
     with open(path, 'w') as f:
         f.write(text)
-    with open(options, 'w') as f:
-        json.dump(args.cfg_options, f)
-    cmd = [
-        sys.executable,
-        osp.join(ROOT, 'tools', 'train.py'), path, '--work-dir',
-        args.work_dir
-    ]
-    if args.cfg_options:
-        cmd += ['--cfg-options'] + list(args.cfg_options)
-    print('[train] ' + ' '.join(cmd[1:]), flush=True)
-    start = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, check=True)
-    print(f'[train] {last} updates in {time.perf_counter() - start:.0f} s')
+    missing = not all(osp.isfile(snapshot(args.work_dir, n)) for n in updates)
+    Training(
+        path,
+        args.work_dir,
+        last,
+        list(args.cfg_options),
+        args.retrain or missing,
+        os.environ.get('MMCALIDET_CS_DATA', 'data/context_shift'),
+        progress=not args.no_progress).wait()
     return path
 
 
@@ -136,9 +127,20 @@ def snapshot(work_dir: str, updates: int) -> str:
     return osp.join(work_dir, f'snapshot_iter_{updates}.pth')
 
 
-def summarize(ap: Dict[str, float], dino_ap: float) -> Dict:
-    """The response figures of one injection table (AP in points)."""
-    v = {k: 100 * ap[k] for k in PRIORS}
+def summarize(rows: Sequence[Dict], dino_ap: float) -> Dict:
+    """The response figures of one injection table (AP in points).
+
+    Args:
+        rows (Sequence[dict]): :func:`evaluate_priors`' rows of one method.
+        dino_ap (float): the DINO's AP (in [0, 1]).
+
+    Returns:
+        dict: ``AP_<prior>``, ``spread`` (E_x - flip), ``gain`` (E_x - E0),
+        ``flip_drop`` (E0 - flip), ``et_vs_dino`` and ``order`` (the
+        library's verdict on the expected order).
+    """
+    from mmcalidet.evaluation import check_expected_order
+    v = {r['key']: 100 * r['AP'] for r in rows}
     return dict(
         **{f'AP_{k}': v[k]
            for k in PRIORS},
@@ -146,48 +148,40 @@ def summarize(ap: Dict[str, float], dino_ap: float) -> Dict:
         gain=v['E_x'] - v['E0'],
         flip_drop=v['E0'] - v['flip_E_x'],
         et_vs_dino=v['E_t'] - 100 * dino_ap,
-        order=bool(v['flip_E_x'] < v['E0'] <= v['E_t'] <= v['E_b'] <
-                   v['E_x']))
+        order=check_expected_order(rows, rows[0]['method'],
+                                   PRIORS)['verdict'])
 
 
 def evaluate(args: argparse.Namespace, config: str,
              updates: Sequence[int]) -> Dict:
-    """Every snapshot's injection table on the DINO's val decoder cache."""
-    from mmcalidet.evaluation import (build_priors, cache_evaluator,
-                                      evaluate_priors)
-    from mmcalidet.evaluation.baselines import (build_correction,
-                                                class_frequencies)
-    from mmcalidet.evaluation.cache import cache_hidden_states
-    from mmcalidet.evaluation.coco import coco_evaluator_from_cfg
-    from mmcalidet.evaluation.scoring import Rescorer
-    from mmcalidet.evaluation.sensitivity import prior_sensitivity
-    from mmcalidet.evaluation.sweep import Method
-    from mmcalidet.evaluation.methods import (build_detector,
-                                              build_test_loader, load_config,
-                                              resolve_train_prior)
-    from mmcalidet.utils.log_level import quiet_mmengine
+    """Every snapshot's injection table on the DINO's val decoder cache
+    (:class:`EvalSetup` of the DINO with the marginal re-weighting; each
+    snapshot re-scores its cache)."""
     from mmengine.config import DictAction
+
+    from mmcalidet.evaluation import (EvalSetup, Method, Rescorer,
+                                      build_priors, cache_evaluator,
+                                      evaluate_priors, prior_sensitivity)
+    from mmcalidet.evaluation.methods import build_detector, load_config
+    from mmcalidet.utils.log_level import quiet_mmengine
     opts = argparse.Namespace()
     DictAction([], 'cfg')(None, opts, list(args.cfg_options))
     quiet_mmengine()
     progress = not args.no_progress
-    dcfg = load_config(args.dino_config, max_images=args.max_images)
-    loader = build_test_loader(dcfg)
-    classes = list(loader.dataset.metainfo['classes'])
-    dino = build_detector(dcfg, args.dino_checkpoint)
-    cache = cache_hidden_states(dino, loader, progress=progress)
-    score = cache_evaluator(coco_evaluator_from_cfg(dcfg, classes))
     ccfg = load_config(config, opts.cfg, args.max_images)
-    e_t, meta = resolve_train_prior(None, None, ccfg, classes)
+    setup = EvalSetup(
+        args.dino_config,
+        args.dino_checkpoint,
+        posthoc=['reweight'],
+        train_prior=ccfg.get('prior') or ccfg.model.get('prior'),
+        max_images=args.max_images,
+        progress=progress)
+    cache, score = setup.cache, cache_evaluator(setup.evaluator)
+    e_t = setup.train_prior
     labels = cache.gt_label_lists()
-    specs = build_priors(PRIORS, labels, e_t, cache.batch_ids, None, classes)
-    reweight = build_correction('reweight', e_t,
-                                class_frequencies(meta, classes))
-    base_rows = evaluate_priors([
-        Method('DINO', Rescorer(dino, cache)),
-        Method('DINO + marginal re-weighting',
-               Rescorer(dino, cache, reweight))
-    ], specs, score, progress)
+    specs = build_priors(PRIORS, labels, e_t, cache.batch_ids, None,
+                         setup.classes)
+    base_rows = evaluate_priors(setup.methods, specs, score, progress)
     dino_ap = base_rows[0]['AP']
     rw = {r['key']: 100 * r['AP'] for r in base_rows[1:]}
     reference = dict(
@@ -203,9 +197,7 @@ def evaluate(args: argparse.Namespace, config: str,
             r['prior']: r
             for r in prior_sensitivity(model.bbox_head, labels, e_t)
         }
-        point = dict(
-            updates=n, **summarize({r['key']: r['AP']
-                                    for r in rows}, dino_ap))
+        point = dict(updates=n, **summarize(rows, dino_ap))
         point.update(
             change_E_x=100 * sens['E_x']['relative_change'],
             present_E_x=sens['E_x']['present_shift'],
@@ -263,8 +255,7 @@ def markdown(result: Dict, title: str, command: str) -> str:
          ('change_E_x', 'V\' change E_x %', '.1f'),
          ('present_E_x', 'shift E_x', '+.3f'),
          ('present_flip', 'shift flip', '+.3f')]
-    rows = [dict(p, order='holds' if p['order'] else 'no')
-            for p in result['points']]
+    rows = result['points']
     return '\n'.join([
         f'# {title}', '', f'Command: `{command}`', '',
         f'{result["num_images"]} val images. DINO AP {ref["AP_dino"]:.2f}; '
@@ -290,7 +281,7 @@ def main(argv=None) -> int:
     title = (f'Prior response against CaliFormer updates: '
              f'{osp.basename(args.config)} '
              f'{" ".join(args.cfg_options)}').strip()
-    command = 'python tools/analysis_tools/calibrator_curve.py ' + \
+    command = 'python projects/context_shift/tools/calibrator_curve.py ' + \
         ' '.join(argv)
     from mmcalidet.utils.file_io import atomic_write
     with atomic_write(osp.join(out_dir, 'curve.md')) as f:

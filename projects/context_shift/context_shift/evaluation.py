@@ -1,0 +1,324 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""The benchmark's evaluation: every table, plot and claim from the trained
+DINO and CaliDINO, through :mod:`mmcalidet.evaluation`'s protocol
+(``EvalSetup``, the injection table, ``evaluate_groups`` per site,
+``evaluate_subsets``, ``self_calibrate_partitions`` per site)."""
+import argparse
+import os
+import os.path as osp
+import platform
+import time
+from typing import Dict, List, Optional, Sequence
+
+from mmcalidet.priors import prior_mae
+from .training import trained_config
+
+#: the deployment sites, in table order
+SITES = ('like_train', 'left_only', 'crossed')
+
+
+def _pct(v: Optional[float]) -> str:
+    if v is None or v != v:
+        return '-'
+    return f'{100 * v:.1f}'
+
+
+def evaluate_all(args: argparse.Namespace, trained: Dict, out_dir: str,
+                 data_meta: Dict, quick: bool) -> Dict:
+    """Every table and plot of the benchmark, from one decoder cache per
+    detector (all sites' val images), through the library's protocol.
+
+    Args:
+        args (argparse.Namespace): the benchmark's arguments (``data``,
+            ``posthoc``, ``self_cal_iters``, ``score_thr``,
+            ``no_progress``).
+        trained (dict): :func:`train_both`'s result.
+        out_dir (str): where the plots go.
+        data_meta (dict): the data folder's ``meta.json``.
+        quick (bool): leave out the subset table.
+
+    Returns:
+        dict: the rows and markdown of every table, the self-calibration
+        curves, the claims, the plots written and the timings.
+    """
+    import torch
+
+    from mmcalidet.evaluation import (STANDARD_PRIORS, SUBSET_SIZES, EvalSetup,
+                                      build_priors, cache_evaluator,
+                                      check_expected_order, evaluate_groups,
+                                      evaluate_priors, evaluate_subsets,
+                                      markdown_table, read_image_groups,
+                                      self_calibrate_partitions, site_priors)
+    from mmcalidet.evaluation.partitions import group_partitions
+    from mmcalidet.evaluation.report import injection_table, metric_columns
+    from mmcalidet.visualization import (plot_prior_comparison,
+                                         plot_prior_sweep,
+                                         plot_self_calibration,
+                                         plot_site_results,
+                                         plot_subset_results)
+    os.environ['MMCALIDET_CS_DATA'] = osp.realpath(args.data)
+    progress = not args.no_progress
+    timings = {}
+    start = time.perf_counter()
+    setup = EvalSetup(
+        trained_config(trained['calidet_dir'], trained['calidet_config']),
+        trained['calidet_ckpt'],
+        baseline_config=trained_config(trained['dino_dir'],
+                                       trained['dino_config']),
+        baseline_checkpoint=trained['dino_ckpt'],
+        posthoc=args.posthoc,
+        device='cuda' if torch.cuda.is_available() else 'cpu',
+        progress=progress)
+    timings['cache'] = time.perf_counter() - start
+    if setup.info.get('shared_cache'):
+        print('[eval] the CaliDINO keeps the DINO\'s trunk: one decoder '
+              'cache serves both', flush=True)
+    evaluate = cache_evaluator(setup.evaluator)
+    e_t, cache, methods = setup.train_prior, setup.cache, setup.methods
+    labels = cache.gt_label_lists()
+
+    # 1. the standard injection table (all sites)
+    t0 = time.perf_counter()
+    specs = build_priors(STANDARD_PRIORS, labels, e_t, cache.batch_ids,
+                         None, setup.classes)
+    prior_rows = evaluate_priors(methods, specs, evaluate, progress)
+    orders = {
+        m.name: check_expected_order(prior_rows, m.name)
+        for m in methods if m.takes_prior
+    }
+    timings['injection'] = time.perf_counter() - t0
+
+    # 2. per site: E_t vs the site's own statistics
+    t0 = time.perf_counter()
+    groups = read_image_groups(
+        osp.join(args.data, 'annotations', 'instances_val.json'),
+        cache.img_ids())
+    order = [s for s in SITES if s in set(groups)] + sorted(
+        set(groups) - set(SITES))
+    site_prior = site_priors(labels, groups, len(e_t), order)
+    site_rows = evaluate_groups(methods, evaluate, e_t, groups, order,
+                                site_prior)
+    timings['sites'] = time.perf_counter() - t0
+    sites = group_partitions(groups, order)
+
+    # 3. subsets (the paper's Tab. 3 layout)
+    subset_rows = []
+    if not quick:
+        t0 = time.perf_counter()
+        subset_rows = evaluate_subsets(
+            methods, evaluate, e_t, SUBSET_SIZES, progress=progress)
+        timings['subsets'] = time.perf_counter() - t0
+
+    # 4. self-calibration on each site, from E_t
+    t0 = time.perf_counter()
+    calibrated = [m for m in methods if m.takes_prior]
+    runs = {
+        m.name: self_calibrate_partitions(
+            m.rescorer.model,
+            m.cache,
+            list(sites.values()),
+            evaluate=evaluate,
+            iters=args.self_cal_iters,
+            score_thr=args.score_thr,
+            tol=0,
+            init_prior=e_t,
+            correction=m.rescorer.correction,
+            batch_size=setup.rescore_batch_size)['results']
+        for m in calibrated
+    }
+    curves, selfcal_rows = {}, []
+    by_name = {m.name: m for m in methods}
+    for i, (site, idx) in enumerate(sites.items()):
+        for name, results in runs.items():
+            res, rescorer = results[i], by_name[name].rescorer
+            curves[f'{name}, {site}'] = res.history
+            first, last = res.history[0]['AP'], res.history[-1]['AP']
+            estimate = evaluate(by_name[name].cache,
+                                rescorer.predict(res.start_estimate,
+                                                 idx), idx)['AP']
+            selfcal_rows.append(
+                dict(
+                    site=site,
+                    method=name,
+                    score_thr=args.score_thr,
+                    epsilon=prior_mae(site_prior[site], e_t),
+                    AP_start=first,
+                    AP_end=last,
+                    gain=last - first,
+                    epsilon_end=prior_mae(site_prior[site], res.prior),
+                    AP_estimate=estimate))
+    timings['self_calibration'] = time.perf_counter() - t0
+
+    def table(rows, keys, gain=True):
+        return markdown_table(rows, keys + metric_columns() + (
+            [('gain_AP', 'AP gain', 'gain')] if gain else []))
+
+    results = dict(
+        injection=prior_rows,
+        injection_md=injection_table(prior_rows),
+        orders=orders,
+        sites=site_rows,
+        sites_md=table(site_rows, [('site', 'site', ''),
+                                   ('num_images', 'images', ''),
+                                   ('epsilon', 'epsilon', '.3f'),
+                                   ('method', 'method', ''),
+                                   ('prior', 'prior', '')]),
+        subsets=subset_rows,
+        subsets_md=table(subset_rows, [('size', 'subset size', ''),
+                                       ('num_subsets', 'subsets', ''),
+                                       ('method', 'method', ''),
+                                       ('prior', 'prior', ''),
+                                       ('epsilon', 'epsilon', '.3f')])
+        if subset_rows else '',
+        self_calibration=selfcal_rows,
+        self_calibration_md=markdown_table(
+            selfcal_rows, [('site', 'site', ''), ('method', 'method', ''),
+                           ('score_thr', 'score threshold', '.2f'),
+                           ('epsilon', 'epsilon(E_site, E_t)', '.3f'),
+                           ('AP_start', 'AP(E_t)', 'pct'),
+                           ('AP_end', 'AP(E_c)', 'pct'),
+                           ('gain', 'gain', 'gain'),
+                           ('epsilon_end', 'epsilon(E_site, E_c)', '.3f'),
+                           ('AP_estimate', 'AP(E_i)', 'pct')]),
+        curves=curves,
+        claims=claims(prior_rows, site_rows, selfcal_rows, orders))
+    plots = [
+        plot_prior_sweep(prior_rows, osp.join(out_dir, 'priors.png')),
+        plot_site_results(site_rows, osp.join(out_dir, 'sites.png')),
+        plot_self_calibration(
+            curves, osp.join(out_dir, 'self_calibration.png'),
+            title='Self-calibration per site (from E_t)'),
+    ]
+    if subset_rows:
+        plots.append(
+            plot_subset_results(subset_rows,
+                                osp.join(out_dir, 'subsets.png')))
+    for site in sites:
+        plots.append(
+            plot_prior_comparison(
+                e_t,
+                site_prior[site],
+                osp.join(out_dir, f'prior_{site}.png'),
+                names=('E_t', f'E_{site}'),
+                classes=setup.classes))
+    return dict(
+        results,
+        plots=plots,
+        timings=timings,
+        num_images=len(cache),
+        data_epsilon=data_meta.get('epsilon', {}))
+
+
+def claims(prior_rows, site_rows, selfcal_rows, orders) -> List[str]:
+    """The benchmark's claims, each with its numbers and a verdict.
+
+    Args:
+        prior_rows (list[dict]): the injection table's rows.
+        site_rows (list[dict]): the per-site rows.
+        selfcal_rows (list[dict]): the self-calibration rows.
+        orders (dict): per method, :func:`check_expected_order`'s result.
+
+    Returns:
+        list[str]: one line per claim.
+    """
+    from mmcalidet.evaluation import format_order_verdict
+    out = [
+        f'expected order, {method}: {" <= ".join(order["order"])}: '
+        f'**{format_order_verdict(order)}**'
+        for method, order in orders.items()
+    ]
+    ap = {(r['method'], r.get('key') or '-'): r['AP'] for r in prior_rows}
+    cali = next((m for m, _ in ap if m.startswith('Cali')), None)
+    plain = next((m for m, k in ap if k == '-'), None)
+    if cali and plain and ap.get((cali, 'E_t')) is not None:
+        e_t, base = ap[(cali, 'E_t')], ap[(plain, '-')]
+        out.append(
+            f'AP(E_t) of {cali} vs {plain}: {_pct(e_t)} vs {_pct(base)} '
+            f'({100 * (e_t - base):+.1f}): **'
+            f'{"at least" if e_t - base >= -0.005 else "below"} '
+            f'AP({plain}) - 0.5**')
+    for r in site_rows:
+        if r['prior'] == 'E_site' and r['method'].startswith('Cali'):
+            out.append(
+                f'site {r["site"]} (epsilon {r["epsilon"]:.3f}): E_site vs '
+                f'E_t {100 * r["gain_AP"]:+.1f} AP')
+    for r in selfcal_rows:
+        out.append(f'self-calibration, {r["method"]}, site {r["site"]}: '
+                   f'{_pct(r["AP_start"])} -> {_pct(r["AP_end"])} AP '
+                   f'({100 * r["gain"]:+.1f})')
+    return out
+
+
+def write_results(out_dir: str, results: Dict, trained: Dict,
+                  sched: Dict, argv: Sequence[str], total: float) -> str:
+    """Write ``results.md`` and ``results.json``.
+
+    Args:
+        out_dir (str): the results folder.
+        results (dict): :func:`evaluate_all`'s result.
+        trained (dict): :func:`train_both`'s result.
+        sched (dict): the schedule as run (:func:`ran_schedule`).
+        argv (Sequence[str]): the benchmark's command line.
+        total (float): its seconds so far.
+
+    Returns:
+        str: the path of ``results.md``.
+    """
+    import torch
+
+    from mmcalidet.evaluation import write_report
+    t, secs = results['timings'], trained['seconds']
+    machine = (f'{platform.machine()}, {os.cpu_count()} CPU cores, '
+               f'torch threads {torch.get_num_threads()}, Python '
+               f'{platform.python_version()}')
+    cmd = ('python projects/context_shift/tools/benchmark.py ' +
+           ' '.join(argv)).strip()
+    calidet = ('CaliDINO the same schedule from scratch.'
+               if sched['init'] == 'scratch' else
+               f'CaliDINO: {sched["calidet"]} CaliFormer updates on the '
+               'final DINO\'s cached decoder outputs ('
+               f'{_decay(sched["calidet_decay"], "update")}; the trunk '
+               'stays the DINO\'s).' if sched['init'] == 'cached' else
+               f'CaliDINO {sched["calidet"]} iterations from the DINO\'s '
+               f'iteration {sched["start"]} '
+               f'({_decay(sched["calidet_decay"], "its iteration")}).')
+    iters = len(next(iter(results['curves'].values()))) - 1
+    sections = [
+        (None, f'Command: `{cmd}`'), (None, f'Machine: {machine}'),
+        (None, f'Schedule: plain DINO {sched["dino"]} iterations of 4 '
+         f'images ({_decay(sched["decay"])}); ' + calidet),
+        (None, f'Wall-clock: DINO training {_mins(secs["dino"])}, CaliDINO '
+         f'training {_mins(secs["calidet"])}, decoder caches '
+         f'{t["cache"]:.0f} s, injection table {t["injection"]:.0f} s, '
+         f'sites {t["sites"]:.0f} s, ' +
+         (f'subsets {t["subsets"]:.0f} s, ' if 'subsets' in t else '') +
+         f'self-calibration {t["self_calibration"]:.0f} s; {_mins(total)} '
+         'in all (0 = reused).'),
+        ('Claims', '\n'.join(f'- {c}' for c in results['claims'])),
+        (f'Injected priors ({results["num_images"]} val images, all sites)',
+         results['injection_md'] + '\n\n![](priors.png)'),
+        ('Deployment sites: E_t vs the site prior',
+         results['sites_md'] + '\n\n![](sites.png)')
+    ]
+    if results['subsets_md']:
+        sections.append(('Subsets (E_b of each subset vs E_t)',
+                         results['subsets_md'] + '\n\n![](subsets.png)'))
+    sections.append(
+        (f'Self-calibration per site (from E_t, {iters} iterations)',
+         results['self_calibration_md'] + '\n\n![](self_calibration.png)'))
+    data = {k: v for k, v in results.items() if not k.endswith('_md')}
+    data.update(schedule=sched, training_seconds=secs, machine=machine,
+                command=cmd)
+    return write_report(out_dir, 'results', 'Context-shift benchmark results',
+                        sections, data)[0]
+
+
+def _decay(at: Optional[int], unit: str = '') -> str:
+    """'lr x0.1 at [<unit> ]<at>', or 'a constant lr' (``at`` None)."""
+    if at is None:
+        return 'a constant lr'
+    return f'lr x0.1 at {unit} {at}' if unit else f'lr x0.1 at {at}'
+
+
+def _mins(s: float) -> str:
+    return f'{s / 60:.1f} min' if s else 'reused'

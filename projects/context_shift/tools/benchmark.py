@@ -1,0 +1,193 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""The context-shift benchmark end to end: generate the data, train the
+plain tiny DINO and the tiny CaliDINO (calibrated on the DINO's cached
+decoder outputs, or fine-tuned from it), and evaluate them (injection
+table, per-site table, subset table, self-calibration per site, post-hoc
+baselines on the plain DINO). Run from the repository root with it on
+``PYTHONPATH``, as mmdet's projects are::
+
+    export PYTHONPATH=$PWD:$PYTHONPATH
+    python projects/context_shift/tools/benchmark.py            # full
+    python projects/context_shift/tools/benchmark.py --quick    # short
+    python projects/context_shift/tools/benchmark.py --quick \
+        --dino-iters 600 --posthoc reweight --out-dir outputs/demo  # demo
+
+Full: 3000 DINO iterations, then the CaliDINO's CaliFormer learns from the
+final DINO's cached decoder outputs for 10,000 updates (the trunk stays
+the DINO's; ``configs/*_cached.py``). ``--quick``: 900 DINO iterations and
+3,000 updates, no subset table. ``--calidet-init finetune`` fine-tunes the
+whole CaliDINO from the final DINO instead (the paper's recipe,
+``--finetune-iters``), ``same-budget|scratch`` start it otherwise.
+``--variant many-class`` runs the 40-class data. Steps already done are
+reused: the data folder, and a work folder holding the last checkpoint of
+a training with the same model, optimizer, schedule and init
+(``--retrain`` trains again). Each training's output goes to
+``<work folder>/train.log``. Writes ``results.md``, ``results.json`` and
+the plots to ``--out-dir`` (default ``<work-dir>/results``).
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+import time
+
+try:
+    from projects.context_shift.context_shift import (VARIANTS, ensure_data,
+                                                      evaluate_all,
+                                                      ran_schedule, schedule,
+                                                      train_both,
+                                                      write_results)
+except ImportError as exc:  # not run from the root with it on PYTHONPATH
+    sys.exit(f'benchmark.py: error: {exc}; run it from the repository root '
+             'with export PYTHONPATH=$PWD:$PYTHONPATH')
+from mmcalidet.evaluation.baselines import CORRECTION_NAMES, CORRECTIONS
+from mmcalidet.utils.cli import run_tool, unit_float
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description='Context-shift benchmark: generate, train, evaluate')
+    parser.add_argument(
+        '--quick',
+        action='store_true',
+        help='the short version (the DINO 900 iterations, then 3,000 '
+        'calibrator updates or a 300-iteration fine-tune; no subset table)')
+    parser.add_argument(
+        '--variant',
+        choices=tuple(VARIANTS),
+        default='digits',
+        help='the data: 10 digit classes, or 40 digit x colour classes '
+        'with COCO-like sparsity (2-4 classes per image)')
+    parser.add_argument(
+        '--data',
+        help='benchmark data folder (generated when missing; default '
+        'data/context_shift or data/context_shift_many-class)')
+    parser.add_argument('--seed', type=int, default=0, help='data seed')
+    parser.add_argument(
+        '--work-dir',
+        help='training folder (default work_dirs/context_shift, '
+        'work_dirs/context_shift_quick with --quick)')
+    parser.add_argument(
+        '--out-dir', help='results folder (default <work-dir>/results)')
+    parser.add_argument(
+        '--dino-iters', type=int, help='plain DINO iterations')
+    parser.add_argument(
+        '--finetune-iters',
+        type=int,
+        help='CaliDINO fine-tune iterations (see --calidet-init)')
+    parser.add_argument(
+        '--calibrator-updates',
+        type=int,
+        help='CaliFormer updates on cached decoder outputs (--calidet-init '
+        'cached)')
+    parser.add_argument(
+        '--decay-at',
+        type=float,
+        default=5 / 6,
+        help='lr x0.1 at this fraction of the DINO schedule (the paper: '
+        '5 of 6 epochs)')
+    parser.add_argument(
+        '--calidet-init',
+        choices=('cached', 'finetune', 'same-budget', 'scratch'),
+        default='cached',
+        help='cached: the CaliFormer of the CaliDINO learns from the final '
+        'DINO\'s cached decoder outputs for --calibrator-updates steps (the '
+        'trunk stays the DINO\'s); finetune (the paper\'s recipe): CaliDINO '
+        'fine-tunes the final DINO for --finetune-iters more; same-budget: '
+        'it starts from '
+        'the DINO at dino-iters - finetune-iters and runs the rest of its '
+        'schedule; scratch: it trains the DINO schedule from scratch, both '
+        'trainings side by side')
+    parser.add_argument(
+        '--calibrator-config',
+        help='the calibrator config of --calidet-init cached (default the '
+        'variant\'s configs/context_shift/calidet_dino_tiny_context-shift'
+        '[_many-class]_cached.py), e.g. the filled recipe, '
+        'calidet_dino_tiny_context-shift_cached_filled.py')
+    parser.add_argument(
+        '--retrain', action='store_true', help='train even if done')
+    parser.add_argument(
+        '--train-only', action='store_true', help='stop after training')
+    parser.add_argument(
+        '--self-cal-iters',
+        type=int,
+        default=10,
+        help='self-calibration iterations per site')
+    parser.add_argument(
+        '--score-thr',
+        type=unit_float,
+        default=0.3,
+        help='self-calibration score threshold, in [0, 1]')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        default=[],
+        metavar='KEY=VALUE',
+        help='more config overrides for both trainings')
+    parser.add_argument(
+        '--calidet-options',
+        nargs='+',
+        default=[],
+        metavar='KEY=VALUE',
+        help='config overrides for the CaliDINO only (ablations, e.g. '
+        'model.bbox_head.loss_loma.loss_weight=20)')
+    parser.add_argument(
+        '--posthoc',
+        nargs='*',
+        choices=CORRECTIONS,
+        default=list(CORRECTIONS),
+        help='post-hoc prior corrections of the plain DINO to compare with '
+        '(default: ' +
+        ' and '.join(CORRECTION_NAMES[c] for c in CORRECTIONS) +
+        '; no value: the plain DINO alone). Each costs about a third of '
+        'the evaluation')
+    parser.add_argument(
+        '--dino-work-dir',
+        help='the plain DINO training to use (trained there if missing; '
+        'default <work-dir>/dino): ablations of the CaliDINO share one')
+    parser.add_argument(
+        '--no-progress', action='store_true', help='no progress bars')
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    start = time.perf_counter()
+    sched = schedule(args)
+    if args.calibrator_config:
+        problem = None
+        if args.calidet_init != 'cached':
+            problem = 'only with --calidet-init cached'
+        elif not osp.isfile(args.calibrator_config):
+            problem = 'not a file'
+        if problem:
+            raise ValueError(
+                f'--calibrator-config {args.calibrator_config}: {problem}')
+    args.data = args.data or VARIANTS[args.variant]['data']
+    work_dir = args.work_dir or osp.join(
+        'work_dirs', 'context_shift' +
+        ('' if args.variant == 'digits' else '_' + args.variant) +
+        ('_quick' if args.quick else ''))
+    out_dir = args.out_dir or osp.join(work_dir, 'results')
+    meta = ensure_data(args)
+    trained = train_both(args, sched, work_dir)
+    if args.train_only:
+        return 0
+    sched = ran_schedule(sched, trained)
+    os.makedirs(out_dir, exist_ok=True)
+    print('[eval] caching decoder outputs and evaluating', flush=True)
+    results = evaluate_all(args, trained, out_dir, meta, args.quick)
+    path = write_results(out_dir, results, trained, sched, argv,
+                         time.perf_counter() - start)
+    print('\n' + results['injection_md'] + '\n')
+    print(results['sites_md'] + '\n')
+    print(results['self_calibration_md'] + '\n')
+    print('\n'.join(f'- {c}' for c in results['claims']))
+    print(f'\nwrote {path} and {len(results["plots"])} plots '
+          f'({(time.perf_counter() - start) / 60:.1f} min)')
+    return 0
+
+
+if __name__ == '__main__':
+    run_tool(main)
