@@ -1,5 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""The installed stack and the package's own installation."""
+"""The package's own installation and its dependency check (the exact
+versions installed are tools/setup_env.sh's and requirements/' concern)."""
 import os.path as osp
 import subprocess
 import sys
@@ -18,11 +19,6 @@ def test_mmcv_ops_available():
     assert MultiScaleDeformableAttention is not None
 
 
-def test_pinned_stack_installed():
-    for name, version in version_check.TESTED.items():
-        assert metadata.version(name).split('+')[0] == version, name
-
-
 def test_cython_extension_compiled():
     from mmcalidet.priors import _cooccurrence
     assert _cooccurrence.__file__.endswith('.so')
@@ -38,33 +34,59 @@ def test_mim_folder_links_tools_and_configs():
 
 
 def test_version_check_rejects_unsupported_and_warns(monkeypatch):
-    real = metadata.version
+    """The check's logic on made-up versions: whatever is installed, a
+    version outside mmdet's range refuses, an untested one warns, the
+    tested stack passes silently and a missing package refuses."""
+    tested = {
+        'torch': '9.1.0',
+        'mmengine': '0.10.0',
+        'mmcv': '2.1.5',
+        'mmdet': '3.2.0'
+    }
+    monkeypatch.setattr(version_check, 'TESTED', tested)
 
-    def fake(versions):
-        return lambda name: versions.get(name) or real(name)
+    def installed(**changes):
+        versions = dict(tested, **changes)
 
-    monkeypatch.setattr(version_check.metadata, 'version',
-                        fake({'mmcv': '2.2.0'}))
-    with pytest.raises(ImportError, match='mmcv==2.2.0 is not supported'):
-        version_check.check_dependency_versions()
-    monkeypatch.setattr(version_check.metadata, 'version',
-                        fake({'torch': '2.4.0'}))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        version_check.check_dependency_versions()
-    assert any('torch==2.13.0, found 2.4.0' in str(w.message)
-               for w in caught)
+        def version(name):
+            if versions.get(name) is None:
+                raise metadata.PackageNotFoundError(name)
+            return versions[name]
 
-    def missing(name):
-        if name == 'mmdet':
-            raise metadata.PackageNotFoundError(name)
-        return real(name)
+        monkeypatch.setattr(version_check.metadata, 'version', version)
 
-    monkeypatch.setattr(version_check.metadata, 'version', missing)
+    def warnings_of_check():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            version_check.check_dependency_versions()
+        return [str(w.message) for w in caught]
+
+    installed()
+    assert warnings_of_check() == []
+    # a local build tag (+cpu) is the tested version
+    installed(torch='9.1.0+cpu')
+    assert warnings_of_check() == []
+    # outside mmdet 3.x's ranges (mmcv < 2.2, mmdet < 4, mmengine >= 0.7.1)
+    for name, version in (('mmcv', '2.2.0'), ('mmcv', '1.7.2'),
+                          ('mmdet', '4.0.0'), ('mmengine', '0.7.0')):
+        installed(**{name: version})
+        with pytest.raises(
+                ImportError, match=f'{name}=={version} is not supported'):
+            version_check.check_dependency_versions()
+    # inside the range but not the tested version: one warning naming both
+    installed(torch='2.4.0')
+    messages = warnings_of_check()
+    assert len(messages) == 1
+    assert 'torch==9.1.0' in messages[0] and '2.4.0' in messages[0]
+    installed(mmcv='2.0.1')
+    messages = warnings_of_check()
+    assert len(messages) == 1 and 'mmcv==2.1.5' in messages[0]
+    installed(mmdet=None)
     with pytest.raises(ImportError, match='needs mmdet'):
         version_check.check_dependency_versions()
 
 
+@pytest.mark.slow
 def test_light_import_skips_torch():
     code = ('import os, sys; os.environ["MMCALIDET_LIGHT"] = "1"; '
             'import mmcalidet.priors; '
@@ -74,6 +96,7 @@ def test_light_import_skips_torch():
     assert out == ['False', 'False']
 
 
+@pytest.mark.slow
 def test_regular_wheel_ships_tools_configs_priors_and_extension(tmp_path):
     """``pip install .`` (not editable) must carry what ``mim`` and users
     need: the compiled core, the shipped priors and copies of tools/ and

@@ -16,6 +16,8 @@ from torch.utils.data import Dataset
 
 from mmcalidet.engine import IterationSeedHook
 
+pytestmark = pytest.mark.slow
+
 
 class RandomAugmentDataset(Dataset):
     """Six samples, each "augmented" with draws from ``random``, numpy and

@@ -232,6 +232,7 @@ def test_two_stage_proposals_stay_uncalibrated():
     assert not torch.allclose(cls1, cls2, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_training_reduces_the_loss():
     history = train_steps(
         build(), demo_batch([[1, 2], [3, 3]], size=64, seed=1), steps=8)
@@ -266,6 +267,7 @@ def test_checkpoint_reloads_and_predicts_identically(tmp_path):
     ('calidet/calidet_deformable-detr-ss_r50_8xb2-6e_coco.py', 1),
     ('calidet/calidet_deformable-detr_r50_8xb2-6e_coco.py', 4),
 ])
+@pytest.mark.slow  # builds and runs the ResNet-50 detector
 def test_coco_configs(name, levels):
     cfg = get_config(name)
     # inherits mmdet's Deformable DETR and changes only what CaliDet needs

@@ -56,6 +56,7 @@ def test_unknown_name_lists_close_matches(base):
         apply_edits(base, CLASSES, ['coke|coke=0'])
 
 
+@pytest.mark.slow
 def test_tool(tmp_path, base, run_tool):
     src = tmp_path / 'base.json'
     save_prior(str(src), base, CLASSES, source='unit')

@@ -311,6 +311,7 @@ def test_a_checkpoint_prior_in_float32_loads(model):
         model.set_prior(before)
 
 
+@pytest.mark.slow
 def test_test_tool_stops_with_the_error(model, tmp_path, monkeypatch):
     checkpoint = str(tmp_path / 'tiny.pth')
     save_checkpoint(dict(state_dict=model.state_dict()), checkpoint)

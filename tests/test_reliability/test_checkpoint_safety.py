@@ -6,6 +6,7 @@ import glob
 import importlib.util
 import os
 import os.path as osp
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -113,6 +114,7 @@ def toy_runner(work_dir, name, hook_type, max_iters=3, **runner_kwargs):
         ('AtomicCheckpointHook', True),
         ('CheckpointHook', False),  # mmengine's: deletes before it writes
     ])
+@pytest.mark.slow
 def test_a_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch,
                                                       hook_type, survives):
 
@@ -143,6 +145,7 @@ def test_a_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch,
         ]
 
 
+@pytest.mark.slow
 def test_outdated_checkpoints_go_after_the_new_one_is_saved(tmp_path):
     runner = toy_runner(tmp_path, 'order', 'AtomicCheckpointHook')
     # a leftover of a run killed while writing a checkpoint
@@ -169,6 +172,7 @@ def test_outdated_checkpoints_go_after_the_new_one_is_saved(tmp_path):
         == ['iter_4.pth']
 
 
+@pytest.mark.slow
 def test_removal_waits_for_the_new_checkpoint_and_its_pointer(
         tmp_path, monkeypatch):
     """What each removal and each save sees, with mmengine's saving code
@@ -197,6 +201,7 @@ def test_removal_waits_for_the_new_checkpoint_and_its_pointer(
 
 
 @pytest.mark.parametrize('content', ['', 'iter_9', 'missing.pth'])
+@pytest.mark.slow
 def test_a_truncated_last_checkpoint_is_repaired_before_resuming(
         tmp_path, content):
     toy_runner(tmp_path, 'repair', 'AtomicCheckpointHook').train()
@@ -238,46 +243,59 @@ def models():
         calidino=build('calidet/calidet_dino_tiny_coco-mini.py'))
 
 
+def named_keys(text, state):
+    """The keys of ``state`` that ``text`` names, in their order there."""
+    found = re.findall(r'[\w.]+', text)
+    return [k for k in found if k in state]
+
+
+def shapes_named(text):
+    """``{key: (checkpoint shape, model shape)}`` a message lists."""
+
+    def shape(text):
+        return tuple(int(n) for n in text.split(',') if n.strip())
+
+    return {
+        key: (shape(a), shape(b))
+        for key, a, b in re.findall(
+            r'([\w.]+): checkpoint \(([\d, ]+)\), model \(([\d, ]+)\)', text)
+    }
+
+
 def test_dino_checkpoint_into_calidino(models):
     dino_state = models['dino'].state_dict()
-    new_keys = set(models['calidino'].state_dict()) - set(dino_state)
+    cali_state = models['calidino'].state_dict()
+    new_keys = set(cali_state) - set(dino_state)
+    assert 'prior' in new_keys
     assert all(k == 'prior' or k.startswith('bbox_head.califormer.')
                for k in new_keys)
-    messages = check_checkpoint(models['calidino'], dino_state)
-    assert messages == [
-        "checkpoint has no CaliDet calibration (a plain detector's): "
-        "CaliDINO's CaliFormer and prior (prior, "
-        'bbox_head.califormer.nodes, '
-        'bbox_head.califormer.encoder.layers.0.self_attn.attn.in_proj_weight'
-        ', bbox_head.califormer.encoder.layers.0.self_attn.attn.in_proj_bias'
-        f', ... ({len(new_keys)} in all)) are not in it and keep their '
-        "initial values. Fine-tune to train them (the paper's recipe starts "
-        'from a baseline checkpoint).'
-    ]
+    # reported, not refused: the paper's recipe fine-tunes a DINO
+    message, = check_checkpoint(models['calidino'], dino_state)
+    assert 'CaliDINO' in message and 'no CaliDet calibration' in message
+    # it names some of the tensors that keep their initial values, and
+    # how many there are
+    named = named_keys(message, cali_state)
+    assert named and set(named) <= new_keys and named[0] == 'prior'
+    assert f'({len(new_keys)} in all)' in message
+    # refused where an uncalibrated model must not be used (tools/test.py)
     with pytest.raises(CheckpointMismatchError) as info:
         check_checkpoint(
             models['calidino'], dino_state, allow_uncalibrated=False)
-    assert str(info.value).endswith(
-        'Its classification would use an untrained CaliFormer: test a '
-        'CaliDet checkpoint (fine-tune this one with a CaliDet config '
-        "first), or use the baseline's config for this checkpoint.")
+    assert named_keys(str(info.value), cali_state) == named
+    assert 'untrained CaliFormer' in str(info.value)
 
 
 def test_calidino_checkpoint_into_dino(models):
-    messages = check_checkpoint(models['dino'],
-                                models['calidino'].state_dict())
-    assert len(messages) == 1
-    assert messages[0].startswith(
-        'checkpoint is a CaliDet checkpoint loaded into a plain DINO: its '
-        'calibration (prior, bbox_head.califormer.nodes, ')
-    assert messages[0].endswith(
-        'is dropped. The classification becomes W^T h + b, the CaliDet '
-        "model without its rho * V'^T h term (which is not the same as "
-        'injecting the flat prior E0).')
+    cali_state = models['calidino'].state_dict()
+    dropped = set(cali_state) - set(models['dino'].state_dict())
+    message, = check_checkpoint(models['dino'], cali_state)
+    assert 'DINO' in message and 'dropped' in message
+    named = named_keys(message, cali_state)
+    assert named and set(named) <= dropped
     # everything else loads
-    result = models['dino'].load_state_dict(
-        models['calidino'].state_dict(), strict=False)
+    result = models['dino'].load_state_dict(cali_state, strict=False)
     assert not result.missing_keys
+    assert set(result.unexpected_keys) == dropped
 
 
 def test_checkpoint_of_another_class_count(models):
@@ -286,22 +304,25 @@ def test_checkpoint_of_another_class_count(models):
         prior=None,
         bbox_head=dict(num_classes=20),
         data_preprocessor=dict(batch_augments=None))
+    big_state = models['calidino'].state_dict()
+    small_state = small.state_dict()
+    differ = {
+        k: (tuple(v.shape), tuple(small_state[k].shape))
+        for k, v in big_state.items()
+        if k in small_state and v.shape != small_state[k].shape
+    }
+    assert differ['prior'] == ((80, 80), (20, 20))
     with pytest.raises(CheckpointMismatchError) as info:
-        check_checkpoint(small, models['calidino'].state_dict())
+        check_checkpoint(small, big_state)
     text = str(info.value)
-    assert text.startswith(
-        'checkpoint does not fit CaliDINO: the checkpoint was trained for 80 '
-        'classes, the model has 20. Tensors with other shapes: '
-        'prior: checkpoint (80, 80), model (20, 20); ')
-    assert 'bbox_head.cls_branches.0.weight: checkpoint (80, 256), model ' \
-        '(20, 256)' in text
-    assert text.endswith('To fine-tune on other classes anyway (these '
-                         'tensors keep their initialisation), set '
-                         'allow_shape_mismatch=True in the '
-                         'CheckpointCompatHook.')
-    messages = check_checkpoint(
-        small, models['calidino'].state_dict(), allow_shape_mismatch=True)
-    assert messages[0].endswith('They keep their initialisation.')
+    assert re.search(r'\b80 classes\b.*\b20\b', text), text
+    # the tensors it lists are those whose shapes differ, with their shapes
+    listed = shapes_named(text)
+    assert listed and listed.items() <= differ.items()
+    assert 'prior' in listed and 'allow_shape_mismatch=True' in text
+    # allowed: reported, and these tensors keep their initialisation
+    message, = check_checkpoint(small, big_state, allow_shape_mismatch=True)
+    assert shapes_named(message) == listed
 
 
 def test_compat_hook_is_strict_when_resuming(models):
@@ -329,6 +350,7 @@ def load_tool(name):
     return module
 
 
+@pytest.mark.slow
 def test_test_tool_refuses_a_checkpoint_that_does_not_fit(
         tmp_path, models, monkeypatch):
     path = str(tmp_path / 'dino.pth')
@@ -354,6 +376,7 @@ def test_test_tool_refuses_a_checkpoint_that_does_not_fit(
 
 
 @pytest.mark.parametrize('content', [b'', b'PK\x03\x04 half a zip', None])
+@pytest.mark.slow
 def test_test_tool_says_in_one_line_that_a_checkpoint_is_unreadable(
         tmp_path, content):
     path = str(tmp_path / 'bad.pth')

@@ -29,6 +29,7 @@ def test_summary_values():
         compare_priors(a, np.eye(2))
 
 
+@pytest.mark.slow
 def test_tool_reorders_by_name_and_writes_pngs(tmp_path, run_tool):
     names = ['person', 'bicycle', 'car']
     a = batch_prior(3, [[0, 1], [0], [2]])
@@ -53,6 +54,7 @@ def test_tool_reorders_by_name_and_writes_pngs(tmp_path, run_tool):
         assert len(data) > 2000
 
 
+@pytest.mark.slow
 def test_tool_rejects_mismatched_classes(tmp_path, run_tool):
     save_prior(str(tmp_path / 'a.json'), np.eye(2), ['a', 'b'])
     save_prior(str(tmp_path / 'b.json'), np.eye(2), ['a', 'c'])

@@ -6,9 +6,11 @@ import os.path as osp
 import tarfile
 
 import numpy as np
+import pytest
 
 from mmcalidet.priors import load_prior
-from mmcalidet.priors.dataset_prior import prior_from_source
+
+pytestmark = pytest.mark.slow
 
 TOOL = 'tools/analysis_tools/compute_prior.py'
 
@@ -23,10 +25,30 @@ def test_coco_json(tmp_path, datasets_dir, run_tool):
     with open(ann) as f:
         data = json.load(f)
     assert meta['num_images'] == len(data['images'])
+    # mmdet's class order: the categories sorted by id
+    cats = sorted(data['categories'], key=lambda c: c['id'])
+    assert meta['classes'] == [c['name'] for c in cats]
     assert meta['classes'][0] == 'person' and len(meta['classes']) == 80
-    np.testing.assert_array_equal(prior,
-                                  prior_from_source(ann, progress=False)[0])
-    assert sum(meta['images_per_class'].values()) > 0
+    # the definition, counted here: per image the set of its classes (crowd
+    # boxes left out), E[i, j] = #images with i and j / #images with j,
+    # 0.5 in the column of a class no image has, 1 on the diagonal
+    index = {c['id']: k for k, c in enumerate(cats)}
+    present = np.zeros((len(data['images']), len(cats)), bool)
+    row = {img['id']: r for r, img in enumerate(data['images'])}
+    for a in data['annotations']:
+        if not a.get('iscrowd', 0):
+            present[row[a['image_id']], index[a['category_id']]] = True
+    both = present.T.astype(float) @ present.astype(float)
+    count = present.sum(0)
+    expected = np.full(both.shape, 0.5)
+    seen = count > 0
+    expected[:, seen] = both[:, seen] / count[seen]
+    np.fill_diagonal(expected, 1.0)
+    np.testing.assert_allclose(prior, expected, rtol=0, atol=1e-12)
+    assert meta['images_per_class'] == {
+        c['name']: int(n)
+        for c, n in zip(cats, count)
+    }
 
 
 def test_yolo_dir_and_tarball_agree(tmp_path, datasets_dir, run_tool):

@@ -90,6 +90,7 @@ def losses(output):
     }
 
 
+@pytest.mark.slow
 def test_two_processes_agree_and_edges_are_global(tmp_path):
     base = 'calidet/calidet_deformable-detr_tiny_coco-mini.py'
     augment = Config.fromfile(osp.join(PROJECT_ROOT, 'configs', base)) \
@@ -139,6 +140,7 @@ def test_two_processes_agree_and_edges_are_global(tmp_path):
     assert local_differs
 
 
+@pytest.mark.slow
 def test_kill_while_saving_then_resume_equals_uninterrupted(tmp_path):
     # DINO draws random denoising queries every iteration
     base = 'calidet/calidet_dino_tiny_coco-mini.py'

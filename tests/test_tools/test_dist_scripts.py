@@ -7,7 +7,11 @@ import shutil
 import stat
 import subprocess
 
+import pytest
+
 from mmcalidet.testing import PROJECT_ROOT
+
+pytestmark = pytest.mark.slow
 
 FAKE = """#!/usr/bin/env bash
 echo "{name} $*"

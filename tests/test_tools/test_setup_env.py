@@ -8,7 +8,11 @@ import stat
 import subprocess
 import sys
 
+import pytest
+
 from mmcalidet.testing import PROJECT_ROOT
+
+pytestmark = pytest.mark.slow
 
 SCRIPT = osp.join(PROJECT_ROOT, 'tools', 'setup_env.sh')
 SYSTEM_NVCC = '/usr/local/cuda/bin/nvcc'

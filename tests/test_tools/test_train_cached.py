@@ -14,6 +14,8 @@ from mmengine.runner import save_checkpoint
 from mmcalidet.apis import inference_detector, init_detector
 from mmcalidet.testing import build_detector, data_root, run_tool
 
+pytestmark = pytest.mark.slow
+
 ITERS = 4
 # (calibrator config, baseline config, CaliDet config), under configs/
 DETECTORS = {

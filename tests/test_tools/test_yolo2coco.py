@@ -48,6 +48,7 @@ def _check_against_reference(ours, ref):
 
 @pytest.mark.parametrize('split, subset', [('val2017', 'tiny'),
                                            ('train2017', 'mini')])
+@pytest.mark.slow
 def test_images_folder_matches_reference(tmp_path, datasets_dir, run_tool,
                                          split, subset):
     mini = osp.join(datasets_dir, 'coco-mini')
@@ -68,6 +69,7 @@ def test_images_folder_matches_reference(tmp_path, datasets_dir, run_tool,
     _check_against_reference(ours, ref)
 
 
+@pytest.mark.slow
 def test_sizes_json_matches_reference(tmp_path, datasets_dir, run_tool):
     mini = osp.join(datasets_dir, 'coco-mini')
     out = str(tmp_path / 'ann.json')
@@ -103,6 +105,7 @@ def test_sizes_json_matches_reference(tmp_path, datasets_dir, run_tool):
     assert everything['annotations'] == ours['annotations']
 
 
+@pytest.mark.slow
 def test_sizes_without_labelled_images(tmp_path, datasets_dir, run_tool):
     sizes = tmp_path / 'sizes.json'
     sizes.write_text(json.dumps({'000000999999.jpg': [640, 480]}))
@@ -122,6 +125,7 @@ def test_sizes_without_labelled_images(tmp_path, datasets_dir, run_tool):
         in res.stderr
 
 
+@pytest.mark.slow
 def test_corrupt_image_and_bad_lines(tmp_path, datasets_dir, run_tool):
     mini = osp.join(datasets_dir, 'coco-mini')
     classes = osp.join(datasets_dir, 'coco2017-labels', 'classes.json')

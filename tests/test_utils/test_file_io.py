@@ -28,6 +28,7 @@ with atomic_write(sys.argv[1]) as f:
 
 
 @pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.slow
 def test_a_killed_writer_leaves_no_temporary_file(tmp_path, signum):
     out = tmp_path / 'ann.json'
     out.write_text('old content')
