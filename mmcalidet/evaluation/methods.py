@@ -2,8 +2,9 @@
 """The detectors of an evaluation run and the methods (table rows) they
 give: each detector is built from its config and checkpoint, its decoder
 outputs are cached once, and a plain detector adds its post-hoc
-corrections. The tools parse their options in ``tools/analysis_tools/
-_eval_args.py`` and pass them here as plain arguments.
+corrections. The tools parse their options with
+:mod:`~mmcalidet.evaluation.tool_options` and pass them here as plain
+arguments.
 """
 import logging
 import os.path as osp

@@ -17,7 +17,6 @@ of each other, e.g. an untrained model's all-zero APs).
 """
 import argparse
 import os.path as osp
-import sys
 import time
 
 from mmcalidet.evaluation import (STANDARD_PRIORS, build_priors,
@@ -27,12 +26,10 @@ from mmcalidet.evaluation import (STANDARD_PRIORS, build_priors,
 from mmcalidet.evaluation.baselines import describe_corrections
 from mmcalidet.evaluation.report import injection_table
 from mmcalidet.evaluation.sweep import parse_prior_names
+from mmcalidet.evaluation.tool_options import (add_model_args, ensure_out_dir,
+                                               eval_setup)
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.visualization import plot_prior_sweep
-
-# the options shared with the sibling tools
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _eval_args import add_model_args, ensure_out_dir, eval_setup  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

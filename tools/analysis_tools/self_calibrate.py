@@ -14,19 +14,16 @@ and ``.png`` (one curve per size, threshold and method).
 """
 import argparse
 import os.path as osp
-import sys
 import time
 
 from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                   cache_evaluator, calibration_subsets,
                                   markdown_table, self_calibrate_partitions,
                                   write_report)
+from mmcalidet.evaluation.tool_options import (add_model_args, ensure_out_dir,
+                                               eval_setup)
 from mmcalidet.utils.cli import run_tool, unit_float
 from mmcalidet.visualization import plot_self_calibration
-
-# the options shared with the sibling tools
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _eval_args import add_model_args, ensure_out_dir, eval_setup  # noqa
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -1,35 +1,25 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The command-line options shared by the evaluation tools
-(``eval_priors.py``, ``eval_subsets.py``, ``self_calibrate.py``): parsed
-here, passed to :class:`mmcalidet.evaluation.EvalSetup` as plain
-arguments. Imported by the sibling scripts (also from the copy of
-``tools`` that ``setup.py`` installs under ``mmcalidet/.mim``)."""
+(``tools/analysis_tools/eval_priors.py``, ``eval_subsets.py``,
+``self_calibrate.py``), as mmengine keeps its ``DictAction`` in the library:
+parsed here, passed to :class:`~mmcalidet.evaluation.EvalSetup` as plain
+arguments, so the tools import each other through nothing but the
+package."""
 import argparse
 import os
 
 import torch
 from mmengine.config import DictAction
 
-from mmcalidet.evaluation.baselines import CORRECTIONS
-
-
-def score_threshold(value: str):
-    """A self-calibration score threshold option: a number in [0, 1] or
-    ``fit`` (fitted on annotated reference images)."""
-    if value == 'fit':
-        return value
-    try:
-        thr = float(value)
-    except ValueError:
-        thr = float('nan')
-    if not 0 <= thr <= 1:
-        raise argparse.ArgumentTypeError(
-            f'a number in [0, 1] or "fit", got {value!r}')
-    return thr
+from .baselines import CORRECTIONS
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
-    """The options shared by the evaluation tools."""
+    """Add the options shared by the evaluation tools.
+
+    Args:
+        parser (argparse.ArgumentParser): a tool's parser.
+    """
     parser.add_argument(
         '--baseline-config',
         help='config of a plain detector (e.g. DINO) to compare with')
@@ -97,9 +87,16 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 
 
 def eval_setup(args: argparse.Namespace):
-    """The :class:`~mmcalidet.evaluation.EvalSetup` of the parsed
-    options."""
-    from mmcalidet.evaluation import EvalSetup
+    """The :class:`~mmcalidet.evaluation.EvalSetup` of the parsed options.
+
+    Args:
+        args (argparse.Namespace): options of :func:`add_model_args` plus
+            ``config`` and ``checkpoint``.
+
+    Returns:
+        EvalSetup: the detectors, their caches and the methods.
+    """
+    from .methods import EvalSetup
     return EvalSetup(
         args.config,
         args.checkpoint,
@@ -119,6 +116,13 @@ def eval_setup(args: argparse.Namespace):
 
 
 def ensure_out_dir(path: str) -> str:
-    """Create the output folder."""
+    """Create the output folder.
+
+    Args:
+        path (str): the folder.
+
+    Returns:
+        str: ``path``.
+    """
     os.makedirs(path, exist_ok=True)
     return path
