@@ -19,13 +19,9 @@ is made again, saying why.
 import argparse
 import os
 import os.path as osp
-import sys
 import time
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from mmcalidet.utils.cli import run_tool  # noqa: E402
+from mmcalidet.utils.cli import run_tool
 
 
 def parse_args(argv=None) -> argparse.Namespace:

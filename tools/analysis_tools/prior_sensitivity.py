@@ -15,13 +15,8 @@ under flip(E_x). ``relative_change`` near 0 means V' ignores E.
 """
 import argparse
 import json
-import os.path as osp
-import sys
 
-sys.path.insert(0,
-                osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-
-from mmcalidet.utils.cli import run_tool  # noqa: E402
+from mmcalidet.utils.cli import run_tool
 
 
 def parse_args(argv=None) -> argparse.Namespace:
