@@ -63,6 +63,100 @@ def run_tool(main: Callable[[Optional[Sequence[str]]], Optional[int]],
     sys.exit(code or 0)
 
 
+def _bound_text(low: Optional[float], high: Optional[float],
+                low_open: bool, high_open: bool) -> str:
+    """``in [0, 1]``, ``> 0``, ``>= 1``, ... for an argparse type's
+    error."""
+    if low is not None and high is not None:
+        return (f'in {"(" if low_open else "["}{low:g}, '
+                f'{high:g}{")" if high_open else "]"}')
+    if low is not None:
+        return f'{">" if low_open else ">="} {low:g}'
+    if high is not None:
+        return f'{"<" if high_open else "<="} {high:g}'
+    return ''
+
+
+def finite_float(low: Optional[float] = None,
+                 high: Optional[float] = None,
+                 low_open: bool = False,
+                 high_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number within bounds, refused at the
+    parser otherwise (NaN and infinities included), e.g.
+    ``type=finite_float(0, low_open=True)`` for a step size > 0.
+
+    Args:
+        low (float, optional): the lower bound (none if ``None``).
+        high (float, optional): the upper bound (none if ``None``).
+        low_open (bool): exclude ``low`` itself. Defaults to False.
+        high_open (bool): exclude ``high`` itself. Defaults to False.
+
+    Returns:
+        callable: ``str -> float``, raising
+        ``argparse.ArgumentTypeError`` for other text.
+    """
+    bound = _bound_text(low, high, low_open, high_open)
+    what = ('a finite number ' + bound).strip()
+
+    def parse(value: str) -> float:
+        import argparse
+        import math
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        fits = math.isfinite(number) and (
+            low is None or (number > low if low_open else number >= low)) \
+            and (high is None or
+                 (number < high if high_open else number <= high))
+        if not fits:
+            raise argparse.ArgumentTypeError(f'{what}, got {value!r}')
+        return number
+
+    parse.__name__ = 'finite_float'
+    return parse
+
+
+def bounded_int(low: Optional[int] = None,
+                high: Optional[int] = None) -> Callable[[str], int]:
+    """An argparse type: an integer in ``[low, high]``, refused at the
+    parser otherwise, e.g. ``type=bounded_int(1)`` for a count
+    (:data:`positive_int`).
+
+    Args:
+        low (int, optional): the smallest value (none if ``None``).
+        high (int, optional): the largest value (none if ``None``).
+
+    Returns:
+        callable: ``str -> int``, raising ``argparse.ArgumentTypeError``
+        for other text.
+    """
+    bound = _bound_text(low, high, False, False)
+    what = ('an integer ' + bound).strip()
+
+    def parse(value: str) -> int:
+        import argparse
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f'{what}, got {value!r}') from None
+        too_low = low is not None and number < low
+        too_high = high is not None and number > high
+        if too_low or too_high:
+            raise argparse.ArgumentTypeError(f'{what}, got {value!r}')
+        return number
+
+    parse.__name__ = 'bounded_int'
+    return parse
+
+
+#: an argparse type: an integer >= 1 (a count of images, iterations, ...)
+positive_int = bounded_int(1)
+#: an argparse type: an integer >= 0
+non_negative_int = bounded_int(0)
+
+
 def unit_float(value: str) -> float:
     """An argparse type: a finite number in [0, 1] (a score threshold, a
     probability), refused at the parser otherwise.

@@ -126,7 +126,8 @@ def test_eval_priors_order_tol_is_checked(capsys):
     assert parse_args([CALI, 'none', '--order-tol', '0.1']).order_tol == 0.1
     with pytest.raises(SystemExit):
         parse_args([CALI, 'none', '--order-tol', '-1'])
-    assert '--order-tol must be >= 0, got -1.0' in capsys.readouterr().err
+    assert "--order-tol: a finite number >= 0, got '-1'" in \
+        capsys.readouterr().err
 
 
 def test_epsilon_only_reproduces_the_notes(datasets_dir, tmp_path):

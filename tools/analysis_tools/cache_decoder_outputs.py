@@ -3,12 +3,12 @@
 calibrator training (``DecoderCacheDataset``), or check a cache folder.
 
     python tools/analysis_tools/cache_decoder_outputs.py \
-        configs/calidet/dino_tiny_coco-mini.py \
-        work_dirs/dino_tiny_coco-mini/iter_400.pth \
-        --out work_dirs/dino_tiny_coco-mini/decoder_cache_train
+        configs/context_shift/dino_tiny_context-shift.py \
+        work_dirs/context_shift/dino/iter_3000.pth \
+        --out work_dirs/context_shift/dino/decoder_cache_train
 
     python tools/analysis_tools/cache_decoder_outputs.py --check \
-        work_dirs/dino_tiny_coco-mini/decoder_cache_train
+        work_dirs/context_shift/dino/decoder_cache_train
 
 A calibrator config whose dataset has a ``source`` makes the cache itself
 on first use; this tool makes it ahead (e.g. on a GPU machine, or with more
@@ -21,7 +21,7 @@ import os
 import os.path as osp
 import time
 
-from mmcalidet.utils.cli import run_tool
+from mmcalidet.utils.cli import positive_int, run_tool
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -38,13 +38,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         'meta.json) and describe it')
     parser.add_argument(
         '--passes',
-        type=int,
+        type=positive_int,
         default=1,
         help='passes over the training set (other augmentations each)')
     parser.add_argument(
         '--num-images',
-        type=int,
-        help='cache only the first N training images')
+        type=positive_int,
+        help='cache only the first N (>= 1) training images')
     parser.add_argument(
         '--dtype',
         choices=('float32', 'float16'),
@@ -58,7 +58,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         '--seed', type=int, help='random seed of the augmentations')
     parser.add_argument(
-        '--batch-size', type=int, default=8, help='images per forward')
+        '--batch-size',
+        type=positive_int,
+        default=8,
+        help='images per forward')
     parser.add_argument('--device', default='cpu', help='e.g. cuda:0')
     parser.add_argument(
         '--force', action='store_true', help='remake an up-to-date cache')

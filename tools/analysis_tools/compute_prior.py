@@ -22,7 +22,7 @@ os.environ.setdefault('MMCALIDET_LIGHT', '1')
 
 from mmcalidet.priors import save_prior
 from mmcalidet.priors.dataset_prior import prior_from_source
-from mmcalidet.utils.cli import run_tool
+from mmcalidet.utils.cli import non_negative_int, run_tool
 
 
 def parse_args(argv=None):
@@ -37,8 +37,12 @@ def parse_args(argv=None):
         '--classes', help='classes file (JSON list of names, JSON list of '
         '{"index", "name"}, or one name per line); required for YOLO '
         'labels, optional for COCO JSON (reorders by name)')
-    parser.add_argument('--decimals', type=int, default=None,
-                        help='round stored values (default: full precision)')
+    parser.add_argument(
+        '--decimals',
+        type=non_negative_int,
+        default=None,
+        help='round stored values to this many (>= 0) decimals (default: '
+        'full precision)')
     parser.add_argument('--no-progress', action='store_true',
                         help='do not show a progress bar')
     return parser.parse_args(argv)

@@ -28,7 +28,7 @@ from mmcalidet.evaluation.report import injection_table
 from mmcalidet.evaluation.sweep import parse_prior_names
 from mmcalidet.evaluation.tool_options import (add_model_args, ensure_out_dir,
                                                eval_setup)
-from mmcalidet.utils.cli import run_tool
+from mmcalidet.utils.cli import finite_float, run_tool
 from mmcalidet.visualization import plot_prior_sweep
 
 
@@ -47,17 +47,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         ', or LABEL=FILE for a prior file / shipped name')
     parser.add_argument(
         '--order-tol',
-        type=float,
+        type=finite_float(0),
         default=0.0,
         metavar='POINTS',
         help='AP differences up to this many AP points (0.1 = 0.1 AP) count '
         'as ties in the expected-order verdict; the order is undecidable '
         'when all APs lie within it (default 0: any strict difference)')
     add_model_args(parser)
-    args = parser.parse_args(argv)
-    if args.order_tol < 0:
-        parser.error(f'--order-tol must be >= 0, got {args.order_tol}')
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:

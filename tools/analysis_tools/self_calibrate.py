@@ -22,7 +22,8 @@ from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                   write_report)
 from mmcalidet.evaluation.tool_options import (add_model_args, ensure_out_dir,
                                                eval_setup)
-from mmcalidet.utils.cli import run_tool, unit_float
+from mmcalidet.utils.cli import (finite_float, non_negative_int, positive_int,
+                                 run_tool, unit_float)
 from mmcalidet.visualization import plot_self_calibration
 
 
@@ -33,20 +34,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('checkpoint', help='its checkpoint')
     parser.add_argument(
         '--sizes',
-        type=int,
+        type=non_negative_int,
         nargs='+',
         default=[0],
         help='subset sizes (0: the whole evaluation set as one set)')
     parser.add_argument(
         '--num-images',
-        type=int,
+        type=positive_int,
         default=1024,
         help='images per size, over all its subsets (the paper: 1024)')
     parser.add_argument('--seed', type=int, default=0, help='split seed')
     parser.add_argument(
-        '--iters', type=int, default=20, help='maximum iterations')
+        '--iters',
+        type=non_negative_int,
+        default=20,
+        help='maximum iterations')
     parser.add_argument(
-        '--eta', type=float, default=DEFAULT_ETA, help='step size')
+        '--eta',
+        type=finite_float(0, low_open=True),
+        default=DEFAULT_ETA,
+        help='step size (> 0)')
     parser.add_argument(
         '--score-thrs',
         type=unit_float,
@@ -56,12 +63,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         'compare)')
     parser.add_argument(
         '--tol',
-        type=float,
+        type=finite_float(0),
         default=1e-3,
         help='stop when the step MAX is below it (0: never)')
     parser.add_argument(
         '--eval-interval',
-        type=int,
+        type=positive_int,
         default=1,
         help='COCO AP every N iterations (and at the first and last)')
     parser.add_argument(
@@ -69,11 +76,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='write the final E_c (one size 0 run) to this prior file')
     add_model_args(parser)
     args = parser.parse_args(argv)
-    if any(s < 0 for s in args.sizes) or args.num_images < 1 or \
-            args.iters < 0 or args.eta <= 0 or args.tol < 0 or \
-            args.eval_interval < 1:
-        parser.error('sizes >= 0, --num-images >= 1, --iters >= 0, --eta '
-                     '> 0 and --tol >= 0 expected')
     if args.save_prior and (args.sizes != [0] or len(args.score_thrs) > 1):
         parser.error('--save-prior needs --sizes 0 and one --score-thrs')
     return args
