@@ -55,3 +55,30 @@ def mmengine_log_level(
         yield logger
     finally:
         logger.setLevel(level)
+
+
+def log_to_file(path: str) -> str:
+    """For a tool: from now on, mmengine's log records and Python's
+    warnings go to the file ``path`` (appended) instead of the console, so
+    that the console keeps the tool's own progress and results.
+
+    Args:
+        path (str): the log file (its folder must exist).
+
+    Returns:
+        str: ``path``.
+    """
+    handler = logging.FileHandler(path)
+    handler.setFormatter(
+        logging.Formatter('%(asctime)s - %(name)s - %(levelname)s - '
+                          '%(message)s'))
+    logger = _current_logger()
+    for old in list(logger.handlers):
+        if not isinstance(old, logging.FileHandler):
+            logger.removeHandler(old)
+    logger.addHandler(handler)
+    logging.captureWarnings(True)
+    warnings_logger = logging.getLogger('py.warnings')
+    warnings_logger.handlers = [handler]
+    warnings_logger.propagate = False
+    return path

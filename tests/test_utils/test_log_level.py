@@ -49,3 +49,31 @@ def test_captured_log_reads_info_after_a_tool_quieted_the_logger(logger):
     print_log('after the block', logger='current')
     assert lines == ['cache made']
     assert logger.level == logging.WARNING
+
+
+@pytest.mark.slow
+def test_log_to_file_keeps_logs_and_warnings_off_the_console(
+        tmp_path, capsys):
+    import subprocess
+    import sys
+    path = tmp_path / 'tool.log'
+    # a process of its own: the handlers stay changed for its lifetime
+    script = ('import warnings\n'
+              'from mmengine.logging import MMLogger, print_log\n'
+              'from mmcalidet.utils.log_level import log_to_file\n'
+              'MMLogger.get_instance("t", log_level="INFO")\n'
+              f'log_to_file({str(path)!r})\n'
+              'print_log("a banner", logger="current")\n'
+              'print_log("a warning", logger="current", level=30)\n'
+              'warnings.warn("a library warning")\n'
+              'print("the result")\n')
+    proc = subprocess.run([sys.executable, '-c', script],
+                          capture_output=True,
+                          text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == 'the result'
+    assert 'banner' not in proc.stderr and 'warning' not in proc.stderr
+    text = path.read_text()
+    for line in ('a banner', 'a warning', 'a library warning'):
+        assert line in text

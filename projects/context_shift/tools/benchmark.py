@@ -42,6 +42,7 @@ except ImportError as exc:  # not run from the root with it on PYTHONPATH
              'with export PYTHONPATH=$PWD:$PYTHONPATH')
 from mmcalidet.evaluation.baselines import CORRECTION_NAMES, CORRECTIONS
 from mmcalidet.utils.cli import run_tool, unit_float
+from mmcalidet.utils.log_level import log_to_file
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -176,7 +177,11 @@ def main(argv=None) -> int:
         return 0
     sched = ran_schedule(sched, trained)
     os.makedirs(out_dir, exist_ok=True)
-    print('[eval] caching decoder outputs and evaluating', flush=True)
+    os.makedirs(work_dir, exist_ok=True)
+    # mmengine's reports and library warnings: to the work folder's log
+    log = log_to_file(osp.join(work_dir, 'evaluation.log'))
+    print(f'[eval] caching decoder outputs and evaluating (log: {log})',
+          flush=True)
     results = evaluate_all(args, trained, out_dir, meta, args.quick)
     path = write_results(out_dir, results, trained, sched, argv,
                          time.perf_counter() - start)
