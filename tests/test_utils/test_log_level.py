@@ -52,6 +52,7 @@ def test_captured_log_reads_info_after_a_tool_quieted_the_logger(logger):
 
 
 @pytest.mark.slow
+@pytest.mark.slow  # a Python process of its own
 def test_log_to_file_keeps_logs_and_warnings_off_the_console(
         tmp_path, capsys):
     import subprocess
