@@ -6,6 +6,7 @@ new ``type`` would drop it, and CaliDet's fine-tune starts with large
 CaliFormer gradients. The fragments of ``configs/_base_/`` are not training
 configs: each loads, defines only named variables that no mmdet detector
 config defines (so it can sit beside one as a sibling base) and is used."""
+import copy
 import functools
 import glob
 import os.path as osp
@@ -95,9 +96,11 @@ def _prior_for(cfg, tmp_path):
 ])
 def test_every_config_builds_its_detector(name, tmp_path):
     from mmdet.registry import MODELS
-    cfg = get_config(name)
+    cfg = copy.deepcopy(_read(name))  # parsed once for both tests
     if 'prior' in cfg.model:
-        cfg = get_config(name, prior=_prior_for(cfg, tmp_path))
+        prior = _prior_for(cfg, tmp_path)
+        if prior is not None:
+            cfg.model.prior = prior  # the EdgeSampler takes the detector's
     model = MODELS.build(cfg.model)  # no init_weights: nothing downloaded
     num_classes = cfg.model.bbox_head.num_classes
     assert model.bbox_head.num_classes == num_classes, name
