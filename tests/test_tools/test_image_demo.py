@@ -5,6 +5,10 @@ import importlib.util
 import json
 import os.path as osp
 import re
+import shutil
+import struct
+import sys
+import zlib
 
 import mmcv
 import pytest
@@ -13,6 +17,7 @@ from mmdet.datasets import CocoDataset
 from mmdet.registry import MODELS
 from mmdet.utils import register_all_modules
 from mmengine.runner import save_checkpoint
+from PIL import Image
 
 from mmcalidet.priors import default_prior_path, load_prior, save_prior
 from mmcalidet.priors.edit import apply_edits
@@ -100,8 +105,9 @@ def test_demo_rejects_an_unknown_class_before_running(checkpoint, tmp_path):
             demo_args(checkpoint, '--compare-prior', bad, '--out-dir',
                       str(out)))
     assert not out.exists()
-    with pytest.raises(ValueError, match='--score-thr must lie in'):
+    with pytest.raises(SystemExit) as exc:
         tool.main(demo_args(checkpoint, '--score-thr', '30'))
+    assert exc.value.code == 2
 
 
 @pytest.mark.slow
@@ -127,3 +133,101 @@ def test_demo_refuses_a_checkpoint_of_other_classes(checkpoint, tmp_path,
     assert last.startswith(f'image_demo.py: error: checkpoint {path} '), last
     assert re.search(r'\b20 classes\b.*\b80\b', last), last
     assert not (tmp_path / 'o').exists()
+
+
+@pytest.fixture
+def as_tool(monkeypatch):
+    """``sys.argv[0]`` as when the tool runs, for its error lines."""
+    monkeypatch.setattr(sys, 'argv', [TOOL])
+
+
+def png_claiming(path, width: int, height: int) -> str:
+    """A tiny PNG (2 x 2 pixels of data) whose header says ``width`` x
+    ``height``: what a reader sees before decoding, without making a huge
+    image here."""
+    Image.new('RGB', (2, 2)).save(path)
+    with open(path, 'rb') as f:
+        data = bytearray(f.read())
+    assert data[12:16] == b'IHDR'
+    data[16:24] = struct.pack('>II', width, height)
+    data[29:33] = struct.pack('>I', zlib.crc32(bytes(data[12:29])))
+    with open(path, 'wb') as f:
+        f.write(data)
+    return str(path)
+
+
+def test_demo_refuses_huge_images_before_decoding(checkpoint, tmp_path,
+                                                  capsys, monkeypatch,
+                                                  as_tool):
+    """A 20000 x 20000 image (a 1 MB PNG) would be decoded whole and get
+    the process killed for memory: refused from its header, before the
+    model is built."""
+    huge = png_claiming(tmp_path / 'huge.png', 20000, 20000)
+    with monkeypatch.context() as patch:  # the header is as claimed
+        patch.setattr(Image, 'MAX_IMAGE_PIXELS', None)
+        with Image.open(huge) as image:
+            assert image.size == (20000, 20000)
+    tool = load_tool()
+    out = tmp_path / 'out'
+    with pytest.raises(ValueError, match='nothing written'):
+        tool.main((huge, *demo_args(checkpoint, '--out-dir', str(out))[1:]))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f'image_demo.py: error: skipped {huge}: 20000 x 20000 = '
+        f'{20000 * 20000} pixels, over --max-pixels {tool.MAX_PIXELS}'
+    ], err
+    assert not out.exists()
+    # the limit is an option: a real 640 x 426 image over 100 pixels
+    with pytest.raises(ValueError, match='nothing written'):
+        tool.main(demo_args(checkpoint, '--max-pixels', '100', '--out-dir',
+                            str(out)))
+    assert 'over --max-pixels 100' in capsys.readouterr().err
+    assert not out.exists()
+    with pytest.raises(SystemExit):
+        tool.main(demo_args(checkpoint, '--max-pixels', '0'))
+
+
+def test_demo_skips_bad_files_and_runs_the_others(checkpoint, tmp_path,
+                                                  capsys, as_tool):
+    """A file that is not an image, a broken one and a huge one are each
+    named and skipped; the good image is still run, then the tool exits
+    with 1."""
+    folder = tmp_path / 'images'
+    folder.mkdir()
+    shutil.copy(demo_args(checkpoint)[0], folder / IMAGE)
+    (folder / 'notes.jpg').write_text('not an image')
+    (folder / 'broken.png').write_bytes(b'\x89PNG\r\n\x1a\n' + b'x' * 40)
+    png_claiming(folder / 'huge.png', 20000, 20000)
+    (folder / 'README.txt').write_text('not an image file name: ignored')
+    out = tmp_path / 'out'
+    tool = load_tool()
+    assert tool.main((str(folder), *demo_args(
+        checkpoint, '--out-dir', str(out), '--cfg-options',
+        'test_dataloader.dataset.pipeline.1.scale=(96,96)')[1:])) == 1
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    skipped = [line for line in err if 'error: skipped' in line]
+    assert sorted(line.split()[3].rstrip(':') for line in skipped) == [
+        str(folder / name) for name in ('broken.png', 'huge.png', 'notes.jpg')
+    ], err
+    assert err[-1] == 'image_demo.py: error: 3 of 4 image(s) skipped ' \
+        '(named above)', err
+    assert f'{IMAGE}: ' in captured.out
+    assert (out / 'vis' / IMAGE).is_file()
+    assert (out / 'preds' / (IMAGE[:-4] + '.json')).is_file()
+    assert not (out / 'vis' / 'notes.jpg').exists()
+
+
+def test_demo_empty_folder_is_an_error(checkpoint, tmp_path, capsys):
+    """A folder without images wrote nothing, said "wrote ..." and exited
+    with 0."""
+    folder = tmp_path / 'empty'
+    folder.mkdir()
+    (folder / 'notes.txt').write_text('no images here')
+    out = tmp_path / 'out'
+    with pytest.raises(ValueError, match=r'no images .* found in .*empty: '
+                       'nothing written'):
+        load_tool().main((str(folder), *demo_args(
+            checkpoint, '--out-dir', str(out))[1:]))
+    assert 'wrote' not in capsys.readouterr().out
+    assert not out.exists()

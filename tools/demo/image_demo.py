@@ -15,13 +15,29 @@ changed. A prior is a prior file (``.json`` keyed by class names, see
 ``tools/misc/edit_prior.py``, or ``.npy``) or a shipped name such as
 ``coco2017_val``; without ``--prior`` the checkpoint's prior is used. Both
 priors are checked before the model runs; a bad one is an error.
+
+Every image is checked before the model runs, from its header alone: a
+file that is not an image, or one of more than ``--max-pixels`` pixels
+(which would be decoded whole, e.g. 20000 x 20000 takes over 1 GB), is
+skipped with a line naming it; the others are still run, and the tool then
+exits with 1. A folder without images is an error.
 """
 import argparse
+import os
 import os.path as osp
+import sys
+import warnings
+from typing import List, Optional, Tuple
 
 from mmengine.config import Config, DictAction
 
-from mmcalidet.utils.cli import run_tool
+from mmcalidet.utils.cli import error_line, positive_int, run_tool, unit_float
+
+#: the file names read in a folder (mmdet's ``DetInferencer``'s)
+IMG_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif',
+                  '.tiff', '.webp')
+#: the default pixel limit, Pillow's ``Image.MAX_IMAGE_PIXELS``
+MAX_PIXELS = 89_478_485
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -41,9 +57,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         '--out-dir', default='outputs', help='output folder (outputs)')
     parser.add_argument(
         '--score-thr',
-        type=float,
+        type=unit_float,
         default=0.3,
         help='draw and count detections at or above this score (0.3)')
+    parser.add_argument(
+        '--max-pixels',
+        type=positive_int,
+        default=MAX_PIXELS,
+        help='skip images of more pixels than this, read from their header '
+        f'before decoding ({MAX_PIXELS}, as Pillow\'s)')
     parser.add_argument(
         '--device', default=None, help='e.g. cpu, cuda:0 (default: auto)')
     parser.add_argument(
@@ -60,15 +82,101 @@ def prior_title(prior) -> str:
     return 'checkpoint prior' if prior is None else osp.basename(prior)
 
 
+def list_images(img: str) -> List[str]:
+    """The image files of ``IMG``: itself, or a folder's files with an image
+    extension, sorted.
+
+    Args:
+        img (str): an image file or a folder.
+
+    Returns:
+        list[str]: the files.
+
+    Raises:
+        ValueError: a folder without image files.
+    """
+    if not osp.isdir(img):
+        return [img]
+    files = sorted(
+        osp.join(img, name) for name in os.listdir(img)
+        if name.lower().endswith(IMG_EXTENSIONS)
+        and osp.isfile(osp.join(img, name)))
+    if not files:
+        raise ValueError(f'no images ({", ".join(IMG_EXTENSIONS)}) found in '
+                         f'{img}: nothing written')
+    return files
+
+
+def check_image(path: str, max_pixels: int) -> Optional[str]:
+    """Why an image file cannot be run, from its header alone (nothing is
+    decoded), or ``None`` if it can.
+
+    Args:
+        path (str): the image file.
+        max_pixels (int): the largest width x height accepted.
+
+    Returns:
+        str | None: the reason, or ``None``.
+    """
+    from PIL import Image, UnidentifiedImageError
+    limit = Image.MAX_IMAGE_PIXELS
+    try:
+        # Pillow's own bomb guard would refuse at a limit of its own; the
+        # size is checked here against --max-pixels instead
+        Image.MAX_IMAGE_PIXELS = None
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore', Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                width, height = image.size
+                if width * height > max_pixels:
+                    return (f'{width} x {height} = {width * height} pixels, '
+                            f'over --max-pixels {max_pixels}')
+                image.verify()  # the file's structure, without decoding
+    except UnidentifiedImageError:
+        return 'not an image (or of a format Pillow cannot read)'
+    except (OSError, SyntaxError, ValueError) as exc:
+        # unreadable, or a broken image (Pillow's verify raises these)
+        return f'unreadable image ({exc})'
+    finally:
+        Image.MAX_IMAGE_PIXELS = limit
+    if width < 1 or height < 1:
+        return f'empty image ({width} x {height})'
+    return None
+
+
+def check_images(files: List[str], max_pixels: int) -> Tuple[List[str], int]:
+    """The files that can be run; a line on stderr names each other one.
+
+    Args:
+        files (list[str]): the image files.
+        max_pixels (int): the largest width x height accepted.
+
+    Returns:
+        tuple[list[str], int]: the good files and the number skipped.
+
+    Raises:
+        ValueError: none of the files can be run.
+    """
+    good = []
+    for path in files:
+        reason = check_image(path, max_pixels)
+        if reason is None:
+            good.append(path)
+        else:
+            print(error_line(f'skipped {path}: {reason}'), file=sys.stderr)
+    if not good:
+        raise ValueError(f'none of the {len(files)} image(s) could be run: '
+                         'nothing written')
+    return good, len(files) - len(good)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if not 0.0 <= args.score_thr <= 1.0:
-        raise ValueError(f'--score-thr must lie in [0, 1], got '
-                         f'{args.score_thr}')
     for what, path in (('image', args.img), ('config', args.config),
                        ('checkpoint', args.checkpoint)):
         if not osp.exists(path):
             raise ValueError(f'{what} not found: {path}')
+    images, skipped = check_images(list_images(args.img), args.max_pixels)
 
     from mmcalidet.apis import CaliDetInferencer
     from mmcalidet.apis.inferencer import describe_changes
@@ -79,7 +187,7 @@ def main(argv=None) -> int:
         cfg, args.checkpoint, device=args.device, show_progress=False)
     if args.compare_prior is None:
         result = inferencer(
-            args.img,
+            images,
             prior=args.prior,
             out_dir=args.out_dir,
             pred_score_thr=args.score_thr,
@@ -90,7 +198,7 @@ def main(argv=None) -> int:
         if titles[0] == titles[1]:
             titles = [f'A: {titles[0]}', f'B: {titles[1]}']
         result = inferencer.compare_priors(
-            args.img,
+            images,
             args.prior,
             args.compare_prior,
             titles=titles,
@@ -114,6 +222,12 @@ def main(argv=None) -> int:
         print(line)
     written = ['vis', 'preds'] + (['compare'] if args.compare_prior else [])
     print('wrote ' + ', '.join(osp.join(args.out_dir, d) for d in written))
+    if skipped:
+        print(
+            error_line(f'{skipped} of {len(images) + skipped} image(s) '
+                       'skipped (named above)'),
+            file=sys.stderr)
+        return 1
     return 0
 
 
