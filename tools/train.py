@@ -13,13 +13,24 @@ Beside mmengine's Runner, the tool
   the model, in CaliDet's terms) unless the config has one;
 - stops with one line (exit status 1) when a CaliDet model meets NaN or
   inf (:class:`~mmcalidet.models.NonFiniteError`: the iteration and the
-  loss terms or head outputs that are not finite).
+  loss terms or head outputs that are not finite);
+- checks the config's priors (``model.prior``, an EdgeSampler's
+  ``prior``) before building anything: a file that is missing, of another
+  K, with NaN or with class names that are not the training set's is one
+  line (:class:`ConfigPriorError`), not a traceback from the first
+  training step;
+- checks, before the first iteration, that the training set's classes fit
+  the model's head (:class:`TrainClassesError`: e.g. an 80-class decoder
+  cache for a 10-class calibrator).
 """
 import argparse
 import os
 import os.path as osp
+from typing import Any, Iterator, List, Optional, Tuple
 
 from mmengine.config import Config, DictAction
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
@@ -30,6 +41,22 @@ from mmcalidet.utils.checkpoint import name_checkpoint
 from mmcalidet.utils.checkpoint_compat import CheckpointError
 from mmcalidet.utils.cli import run_tool, tool_error
 from mmcalidet.utils.cpu_dist import init_cpu_distributed
+from mmcalidet.utils.prior_source import load_prior_source
+
+
+class ConfigPriorError(ValueError):
+    """A prior of the config that the model would refuse (missing file,
+    another K, values, class names), named by its config key."""
+
+
+class TrainClassesError(ValueError):
+    """The training set has more classes than the model's head."""
+
+
+#: the errors printed in one line: a bad checkpoint (unreadable, not
+#: fitting, invalid prior), a bad prior in the config, a training set of
+#: more classes than the model's head
+ERRORS = (CheckpointError, ConfigPriorError, TrainClassesError)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -79,6 +106,102 @@ def add_checkpoint_compat_hook(cfg: Config, **kwargs) -> None:
     cfg.custom_hooks = hooks
 
 
+def config_priors(node: Any,
+                  where: str = 'model') -> Iterator[Tuple[str, Any]]:
+    """The ``prior`` entries of a model config, with their keys.
+
+    Args:
+        node: a config (dict) or a list of them.
+        where (str): the key of ``node``.
+
+    Yields:
+        tuple[str, Any]: ``('model.data_preprocessor.prior', value)``...
+        for every ``prior`` that is not ``None``.
+    """
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == 'prior':
+                if value is not None:
+                    yield f'{where}.prior', value
+            else:
+                yield from config_priors(value, f'{where}.{key}')
+    elif isinstance(node, (list, tuple)):
+        for k, value in enumerate(node):
+            yield from config_priors(value, f'{where}.{k}')
+
+
+def train_classes(cfg: Config) -> Optional[List[str]]:
+    """The training set's class names as its config gives them (its
+    ``metainfo`` or its type's ``METAINFO``), else ``None``."""
+    dataset = cfg.get('train_dataloader', {}).get('dataset', {})
+    classes = (dataset.get('metainfo') or {}).get('classes')
+    if classes is None and isinstance(dataset.get('type'), str):
+        from mmdet.registry import DATASETS
+        try:
+            dataset_type = DATASETS.get(dataset.get('type'))
+        except KeyError:  # another scope's: the runner will say
+            dataset_type = None
+        classes = getattr(dataset_type, 'METAINFO', {}).get('classes')
+    return list(classes) if classes is not None else None
+
+
+def check_config_priors(cfg: Config) -> None:
+    """Load every prior of ``cfg.model`` as the model would, before
+    anything is built.
+
+    Args:
+        cfg (Config): the training config.
+
+    Raises:
+        ConfigPriorError: naming the config key and the problem.
+    """
+    head = cfg.model.get('bbox_head') or {}
+    num_classes = head.get('num_classes')
+    classes = None
+    for where, src in config_priors(cfg.model):
+        if classes is None:
+            classes = train_classes(cfg) or []
+        try:
+            load_prior_source(
+                src, classes=classes or None, num_classes=num_classes)
+        except ValueError as exc:
+            raise ConfigPriorError(f'{where}: {exc}') from exc
+
+
+class TrainClassesHook(Hook):
+    """Before the first iteration: the training set's classes must fit the
+    model's head (its labels index the head's logits)."""
+
+    priority = 'VERY_HIGH'
+
+    def before_train(self, runner) -> None:
+        """Compare the training set's class count with the head's.
+
+        Args:
+            runner: the runner.
+
+        Raises:
+            TrainClassesError: the training set has more classes.
+        """
+        model = runner.model.module if is_model_wrapper(
+            runner.model) else runner.model
+        num_classes = getattr(
+            getattr(model, 'bbox_head', None), 'num_classes', None)
+        dataset = runner.train_dataloader.dataset
+        classes = (getattr(dataset, 'metainfo', None) or {}).get('classes')
+        if num_classes is None or classes is None or \
+                len(classes) <= num_classes:
+            return
+        source = getattr(dataset, 'cache_dir', None) or getattr(
+            getattr(dataset, 'cache', None), 'folder', None)
+        what = type(dataset).__name__ + (f' {source}' if source else '')
+        raise TrainClassesError(
+            f'the training set ({what}) has {len(classes)} classes, the '
+            f'model\'s head {num_classes} (model.bbox_head.num_classes): '
+            'its labels do not fit the head; train on a dataset (or a '
+            'decoder cache made from a detector) of the model\'s classes')
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     cfg = Config.fromfile(args.config)
@@ -105,10 +228,12 @@ def main(argv=None) -> None:
         cfg.resume = True
         cfg.load_from = args.resume
     add_checkpoint_compat_hook(cfg)
+    check_config_priors(cfg)
     init_cpu_distributed(cfg)
 
     runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg \
         else RUNNERS.build(cfg)
+    runner.register_hook(TrainClassesHook())
     try:
         runner.train()
     except CheckpointError as exc:  # of load_from / --resume
@@ -119,5 +244,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == '__main__':
-    # a bad checkpoint (unreadable, not fitting, invalid prior): one line
-    run_tool(main, errors=(CheckpointError, ))
+    run_tool(main, errors=ERRORS)

@@ -10,6 +10,7 @@ as it was.
 import importlib.util
 import os
 import os.path as osp
+import runpy
 import signal
 import sys
 import time
@@ -331,6 +332,50 @@ def test_test_tool_stops_with_the_error(model, tmp_path, monkeypatch):
         tool.main()
     assert str(info.value) == \
         f'test.py: error: --prior: prior file is empty: {prior}'
+
+
+def bad_config_priors(tmp_path):
+    """(prior file, the message) of priors that a training config must
+    refuse: another K, a misspelled class name, NaN."""
+    names = save_prior(tmp_path / 'typo.json', good_prior(),
+                       ['persn'] + CLASSES[1:])
+    k3 = str(tmp_path / 'k3.npy')
+    np.save(k3, np.eye(3))
+    nan = str(tmp_path / 'nan.npy')
+    np.save(nan, with_value(np.nan))
+    return [(k3, f'{k3}: prior has K=3 classes, expected 80'),
+            (names, f"{names}: class 'person' is not in the prior file "
+             "(did you mean 'persn'"),
+            (nan, f'{nan}: prior has a non-finite value nan at [2, 5]')]
+
+
+def test_train_tool_stops_with_one_line_at_a_bad_config_prior(
+        tmp_path, monkeypatch, capsys):
+    """A bad ``model.prior`` gave tools/train.py a traceback (at the model's
+    build, or at the first step for class names): one line, before
+    anything is built."""
+    from mmcalidet.utils.cli import run_tool
+    monkeypatch.chdir(PROJECT_ROOT)
+    monkeypatch.setenv('MMCALIDET_DATA', data_root())
+    monkeypatch.setattr(sys, 'argv', ['tools/train.py'])
+    train = runpy.run_path(
+        osp.join(PROJECT_ROOT, 'tools', 'train.py'), run_name='tool')
+    for path, message in bad_config_priors(tmp_path):
+        work_dir = tmp_path / 'work'
+        with pytest.raises(SystemExit) as info:
+            run_tool(
+                train['main'], [
+                    'configs/calidet/calidet_dino_tiny_coco-mini.py',
+                    '--work-dir',
+                    str(work_dir), '--cfg-options', f'model.prior={path}'
+                ],
+                errors=train['ERRORS'])
+        assert info.value.code == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith(
+            f'train.py: error: model.prior: {message}'), err
+        assert 'Traceback' not in '\n'.join(err)
+        assert not work_dir.exists()  # stopped before the runner
 
 
 # Known gaps, in mmcalidet/priors/prior_io.py and

@@ -5,6 +5,7 @@ import glob
 import os
 import os.path as osp
 import re
+import runpy
 import subprocess
 import sys
 
@@ -229,4 +230,44 @@ def test_nan_weights_stop_training_with_one_line(tmp_path):
     assert parts.startswith('decoder layer 0 logits (')
     # everything downstream of the encoder is NaN, the CaliFormer is not
     assert (hidden, v_prime) == ('not finite', 'finite')
+    assert not glob.glob(str(tmp_path / 'work' / '*.pth'))
+
+
+def test_a_cache_of_more_classes_stops_with_one_line(tmp_path, monkeypatch,
+                                                     capsys):
+    """An 80-class decoder cache for a 10-class calibrator failed with a
+    traceback at the first step (a label out of range): one line naming
+    the cache and both class counts, before the first iteration."""
+    from mmcalidet.testing import build_detector
+    from mmcalidet.utils.cli import run_tool
+    dino = build_detector('calidet/dino_tiny_coco-mini.py', seed=0)
+    dino_file = str(tmp_path / 'dino.pth')
+    save_checkpoint(dict(state_dict=dino.state_dict()), dino_file)
+    prior10 = str(tmp_path / 'prior10.npy')
+    np.save(prior10, np.eye(10))
+    cache = str(tmp_path / 'cache')
+    monkeypatch.chdir(PROJECT_ROOT)
+    monkeypatch.setenv('MMCALIDET_DATA', data_root())
+    monkeypatch.setattr(sys, 'argv', ['tools/train.py'])
+    train = runpy.run_path(
+        osp.join(PROJECT_ROOT, 'tools', 'train.py'), run_name='tool')
+    with pytest.raises(SystemExit) as info:
+        run_tool(
+            train['main'], [
+                'configs/calidet/calidet_dino_tiny_coco-mini_cached.py',
+                '--work-dir',
+                str(tmp_path / 'work'), '--cfg-options', 'load_from=None',
+                f'train_dataloader.dataset.source.checkpoint={dino_file}',
+                f'train_dataloader.dataset.cache_dir={cache}',
+                'train_dataloader.dataset.source.indices=[0,1]',
+                'train_dataloader.dataset.source.progress=False',
+                'model.bbox_head.num_classes=10', f'model.prior={prior10}',
+                'train_cfg.max_iters=2', 'train_cfg.val_begin=1000'
+            ],
+            errors=train['ERRORS'])
+    assert info.value.code == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(
+        f'train.py: error: the training set (DecoderCacheDataset {cache}) '
+        'has 80 classes, the model\'s head 10 '), last
     assert not glob.glob(str(tmp_path / 'work' / '*.pth'))
