@@ -3,12 +3,12 @@
 calibrator training (``DecoderCacheDataset``), or check a cache folder.
 
     python tools/analysis_tools/cache_decoder_outputs.py \
-        configs/context_shift/dino_tiny_context-shift.py \
-        work_dirs/context_shift/dino/iter_3000.pth \
-        --out work_dirs/context_shift/dino/decoder_cache_train
+        configs/calidet/dino_tiny_coco-mini.py \
+        work_dirs/dino_tiny_coco-mini/iter_400.pth \
+        --out work_dirs/dino_tiny_coco-mini/decoder_cache_train --passes 2
 
     python tools/analysis_tools/cache_decoder_outputs.py --check \
-        work_dirs/context_shift/dino/decoder_cache_train
+        work_dirs/dino_tiny_coco-mini/decoder_cache_train
 
 A calibrator config whose dataset has a ``source`` makes the cache itself
 on first use; this tool makes it ahead (e.g. on a GPU machine, or with more
