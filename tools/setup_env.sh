@@ -16,7 +16,8 @@
 # MMCALIDET_CPU_ONLY=1 forces the CPU build.
 #
 # Sourced (`source tools/setup_env.sh`), the script only defines its
-# functions (find_nvcc, mmcv_cuda_tag, mmcv_wheel_dir) and installs nothing.
+# functions (find_nvcc, mmcv_cuda_tag, mmcv_wheel_dir, log, logged) and
+# installs nothing.
 
 # find_nvcc: the nvcc of $CUDA_HOME, the PATH or /usr/local/cuda; nothing
 # when there is none.
@@ -57,6 +58,19 @@ mmcv_wheel_dir() {
     fi
 }
 
+log() { echo "[setup_env] $*" >&2; }
+
+# logged CMD...: run CMD with its output appended to $SETUP_LOG (pip's and
+# the builds' output stays off the console); on failure, say so with the
+# log's end and return 1.
+logged() {
+    if ! "$@" >>"$SETUP_LOG" 2>&1; then
+        log "failed: $*; the end of $SETUP_LOG:"
+        tail -n 40 "$SETUP_LOG" >&2
+        return 1
+    fi
+}
+
 # sourced: the functions only
 if [ "${BASH_SOURCE[0]}" != "$0" ]; then
     return 0
@@ -73,14 +87,16 @@ MMCV_VERSION=2.1.0
 TORCH_VERSION=2.13.0
 OPENCV=opencv-python==4.14.0.94  # what mmcv/mmengine require (libGL is here)
 
-log() { echo "[setup_env] $*" >&2; }
 
 if [ ! -x "$PY" ]; then
     log "creating $VENV"
     "$PYTHON" -m venv "$VENV"
 fi
 
-pip_q() { "$PY" -m pip --disable-pip-version-check -q "$@"; }
+# pip's and the builds' own output goes to a log file; the console keeps
+# the stage lines, and the log's end when a step fails
+SETUP_LOG="$VENV/setup.log"
+pip_q() { logged "$PY" -m pip --disable-pip-version-check -q "$@"; }
 
 have() {  # have DIST VERSION: is DIST==VERSION installed in the venv?
     "$PY" - "$1" "$2" <<'PYEOF'
@@ -126,12 +142,13 @@ if ! have mmcv "$MMCV_VERSION" || ! "$PY" -c "$MMCV_CHECK" 2>/dev/null; then
                 "TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-the visible GPUs})"
             MMCV_WITH_OPS=1 FORCE_CUDA=1 CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}" \
                 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
-                "$PY" -m pip --disable-pip-version-check wheel --no-deps \
+                logged "$PY" -m pip --disable-pip-version-check wheel --no-deps \
                 --no-build-isolation --no-binary mmcv -w "$TMPW" "mmcv==$MMCV_VERSION"
         else
-            log "building mmcv==$MMCV_VERSION with ops (about 15 minutes on 2 cores)"
+            log "building mmcv==$MMCV_VERSION with ops (about 15 minutes on 2" \
+                "cores; log: $SETUP_LOG)"
             MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
-                "$PY" -m pip --disable-pip-version-check wheel --no-deps \
+                logged "$PY" -m pip --disable-pip-version-check wheel --no-deps \
                 --no-build-isolation --no-binary mmcv -w "$TMPW" "mmcv==$MMCV_VERSION"
         fi
         mv "$TMPW"/mmcv-*.whl "$WHEELDIR"/
@@ -192,7 +209,7 @@ for pyx in "$ROOT"/mmcalidet/priors/*.pyx; do
     so="$(ls "${pyx%.pyx}".*.so 2>/dev/null | head -n1 || true)"
     if [ -z "$so" ] || [ "$pyx" -nt "$so" ]; then
         log "rebuilding the Cython extension"
-        (cd "$ROOT" && "$PY" setup.py -q build_ext --inplace >/dev/null)
+        (cd "$ROOT" && logged "$PY" setup.py -q build_ext --inplace)
         break
     fi
 done

@@ -84,3 +84,25 @@ def test_cuda_wheels_are_cached_apart():
         '/c/torch-2.13.0-cp311'  # the CPU folder, as before
     assert call('mmcv_wheel_dir /c 2.13.0 cp311 cu126') == \
         '/c/torch-2.13.0-cu126-cp311'
+
+
+def test_logged_steps_keep_their_output_in_the_log(tmp_path):
+    log = tmp_path / 'setup.log'
+    env = dict(os.environ, SETUP_LOG=str(log))
+    ok = subprocess.run(
+        [BASH, '-c', f'source "{SCRIPT}" && logged echo pip-says-hello'],
+        env=env, capture_output=True, text=True)
+    assert ok.returncode == 0
+    assert ok.stdout == '' and ok.stderr == ''
+    assert 'pip-says-hello' in log.read_text()
+    bad = subprocess.run([
+        BASH, '-c', f'source "{SCRIPT}" && '
+        'logged sh -c "echo the-reason; exit 3"; echo status=$?'
+    ],
+                         env=env,
+                         capture_output=True,
+                         text=True)
+    # the failure is said, with the log's end, and the step fails
+    assert 'status=1' in bad.stdout
+    assert '[setup_env] failed: sh -c' in bad.stderr
+    assert 'the-reason' in bad.stderr
