@@ -4,6 +4,7 @@ DINO and CaliDINO, through :mod:`mmcalidet.evaluation`'s protocol
 (``EvalSetup``, the injection table, ``evaluate_groups`` per site,
 ``evaluate_subsets``, ``self_calibrate_partitions`` per site)."""
 import argparse
+import contextlib
 import os
 import os.path as osp
 import platform
@@ -23,8 +24,12 @@ def _pct(v: Optional[float]) -> str:
     return f'{100 * v:.1f}'
 
 
-def evaluate_all(args: argparse.Namespace, trained: Dict, out_dir: str,
-                 data_meta: Dict, quick: bool) -> Dict:
+def evaluate_all(args: argparse.Namespace,
+                 trained: Dict,
+                 out_dir: str,
+                 data_meta: Dict,
+                 quick: bool,
+                 log_file: Optional[str] = None) -> Dict:
     """Every table and plot of the benchmark, from one decoder cache per
     detector (all sites' val images), through the library's protocol.
 
@@ -36,6 +41,8 @@ def evaluate_all(args: argparse.Namespace, trained: Dict, out_dir: str,
         out_dir (str): where the plots go.
         data_meta (dict): the data folder's ``meta.json``.
         quick (bool): leave out the subset table.
+        log_file (str, optional): where what the libraries print while
+            the models load goes (default: nowhere).
 
     Returns:
         dict: the rows and markdown of every table, the self-calibration
@@ -60,15 +67,20 @@ def evaluate_all(args: argparse.Namespace, trained: Dict, out_dir: str,
     progress = not args.no_progress
     timings = {}
     start = time.perf_counter()
-    setup = EvalSetup(
-        trained_config(trained['calidet_dir'], trained['calidet_config']),
-        trained['calidet_ckpt'],
-        baseline_config=trained_config(trained['dino_dir'],
-                                       trained['dino_config']),
-        baseline_checkpoint=trained['dino_ckpt'],
-        posthoc=args.posthoc,
-        device='cuda' if torch.cuda.is_available() else 'cpu',
-        progress=progress)
+    # what the libraries print while the models load (pycocotools' index,
+    # mmengine's checkpoint lines) goes to the log, not the console
+    with open(log_file or os.devnull, 'a') as log, \
+            contextlib.redirect_stdout(log):
+        setup = EvalSetup(
+            trained_config(trained['calidet_dir'],
+                           trained['calidet_config']),
+            trained['calidet_ckpt'],
+            baseline_config=trained_config(trained['dino_dir'],
+                                           trained['dino_config']),
+            baseline_checkpoint=trained['dino_ckpt'],
+            posthoc=args.posthoc,
+            device='cuda' if torch.cuda.is_available() else 'cpu',
+            progress=progress)
     timings['cache'] = time.perf_counter() - start
     if setup.info.get('shared_cache'):
         print('[eval] the CaliDINO keeps the DINO\'s trunk: one decoder '

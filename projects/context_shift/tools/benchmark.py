@@ -182,7 +182,7 @@ def main(argv=None) -> int:
     log = log_to_file(osp.join(work_dir, 'evaluation.log'))
     print(f'[eval] caching decoder outputs and evaluating (log: {log})',
           flush=True)
-    results = evaluate_all(args, trained, out_dir, meta, args.quick)
+    results = evaluate_all(args, trained, out_dir, meta, args.quick, log)
     path = write_results(out_dir, results, trained, sched, argv,
                          time.perf_counter() - start)
     print('\n' + results['injection_md'] + '\n')
