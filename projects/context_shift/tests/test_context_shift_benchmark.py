@@ -78,7 +78,7 @@ def test_benchmark_writes_every_table(bench):
         train_log
     # the trainings' and the evaluation's reports went to their logs
     assert 'Iter(train)' not in log and 'mmengine - INFO' not in log
-    assert (root / 'work' / 'evaluation.log').stat().st_size > 0
+    assert (root / 'work' / 'benchmark.log').stat().st_size > 0
     assert osp.isfile(root / 'work' / 'dino' / 'decoder_cache_train' /
                       'hidden.npy')
     assert 'does not fit the config' not in log

@@ -171,15 +171,16 @@ def main(argv=None) -> int:
         ('' if args.variant == 'digits' else '_' + args.variant) +
         ('_quick' if args.quick else ''))
     out_dir = args.out_dir or osp.join(work_dir, 'results')
+    # mmengine's reports (config and checkpoint reads) and library
+    # warnings: to the work folder's log; the console keeps the stages
+    os.makedirs(work_dir, exist_ok=True)
+    log = log_to_file(osp.join(work_dir, 'benchmark.log'))
     meta = ensure_data(args)
     trained = train_both(args, sched, work_dir)
     if args.train_only:
         return 0
     sched = ran_schedule(sched, trained)
     os.makedirs(out_dir, exist_ok=True)
-    os.makedirs(work_dir, exist_ok=True)
-    # mmengine's reports and library warnings: to the work folder's log
-    log = log_to_file(osp.join(work_dir, 'evaluation.log'))
     print(f'[eval] caching decoder outputs and evaluating (log: {log})',
           flush=True)
     results = evaluate_all(args, trained, out_dir, meta, args.quick, log)
