@@ -59,3 +59,17 @@ def _restore_default_scope():
                                or after.scope_name != before.scope_name):
         DefaultScope.get_instance(
             f'restored-{uuid.uuid4().hex}', scope_name=before.scope_name)
+
+
+@pytest.fixture(autouse=True)
+def _end_a_stopped_training_stage():
+    """A Runner whose ``train()`` a test stops on an exception never runs
+    ``after_train``: its message hub keeps ``loop_stage='train'`` and its
+    dataset's classes, and a later test in the same process that builds and
+    steps a model outside a Runner would read them as its own. End the
+    stage a test left behind."""
+    from mmengine.logging import MessageHub
+    yield
+    hub = MessageHub.get_current_instance()
+    if hub.get_info('loop_stage') is not None:
+        hub.pop_info('loop_stage')

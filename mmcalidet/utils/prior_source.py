@@ -62,7 +62,8 @@ def describe_prior_source(src) -> str:
     return 'the prior'
 
 
-def training_dataset_classes() -> Optional[List[str]]:
+def training_dataset_classes(
+        num_classes: Optional[int] = None) -> Optional[List[str]]:
     """The class names of the dataset that a running mmengine training loop
     trains on, else ``None``.
 
@@ -70,11 +71,18 @@ def training_dataset_classes() -> Optional[List[str]]:
     training dataset's ``metainfo`` in the message hub before training and
     marks the loop stage; the runner itself never sets the model's
     ``dataset_meta``. Read only while the stage is ``'train'``, so a message
-    hub left from an earlier run does not count.
+    hub left from an earlier run does not count. A run that stopped on an
+    exception leaves its stage behind (``after_train`` never ran), so with
+    ``num_classes`` given, classes of another count are not this model's
+    training dataset and are ignored too.
+
+    Args:
+        num_classes (int, optional): the model's K; ``None``: no count check.
 
     Returns:
-        list[str] | None: the classes, or ``None`` outside a training run
-        or when the dataset has none.
+        list[str] | None: the classes, or ``None`` outside a training run,
+        when the dataset has none, or when their count is not
+        ``num_classes``.
     """
     from mmengine.logging import MessageHub
     hub = MessageHub.get_current_instance()
@@ -82,7 +90,11 @@ def training_dataset_classes() -> Optional[List[str]]:
         return None
     meta = hub.get_info('dataset_meta')
     classes = meta.get('classes') if isinstance(meta, dict) else None
-    return list(classes) if classes else None
+    if not classes:
+        return None
+    if num_classes is not None and len(classes) != num_classes:
+        return None
+    return list(classes)
 
 
 def model_classes(model) -> Optional[List[str]]:

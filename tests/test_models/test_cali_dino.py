@@ -497,3 +497,30 @@ def test_first_training_step_rejects_a_prior_of_other_classes(tmp_path):
     assert training_dataset_classes() is None
     data = model.data_preprocessor(demo_batch([[0], [1]]), True)
     assert data['data_samples'][0].prior.shape == (3, 3)
+
+
+def test_a_crashed_run_of_other_classes_is_not_the_training_dataset(tmp_path):
+    """A training run that stopped on an exception leaves its loop stage
+    and dataset in the message hub (``after_train`` never ran): a model of
+    another class count, built and stepped later in the same process, does
+    not take those classes for its own."""
+    from mmengine.logging import MessageHub
+    path = save_prior(
+        tmp_path / 'three.json',
+        np.eye(3) * 0.5 + 0.5,
+        classes=['bird', 'cat', 'dog'])
+    hub = MessageHub.get_instance('test_crashed_run_left_behind')
+    hub.update_info('dataset_meta',
+                    dict(classes=[f'class_{k}' for k in range(80)]))
+    hub.update_info('loop_stage', 'train')
+    try:
+        assert training_dataset_classes(80) is not None
+        assert training_dataset_classes(3) is None
+        torch.manual_seed(0)
+        model = MODELS.build(three_class_config(str(path)).model)
+        # the old reading raised here: class 'bird' is not in the prior...
+        data = model.data_preprocessor(demo_batch([[0], [1]]), True)
+        assert data['data_samples'][0].prior.shape == (3, 3)
+        train_steps(model, demo_batch([[0], [1]]), steps=1)
+    finally:
+        hub.pop_info('loop_stage')

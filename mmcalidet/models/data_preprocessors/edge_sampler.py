@@ -354,7 +354,7 @@ class EdgeSampler(nn.Module):
         self._check_ready()
         if not self._classes_checked:
             # the first batch of a training run: the dataset's class order
-            classes = training_dataset_classes()
+            classes = training_dataset_classes(self.num_classes)
             if classes is not None:
                 self.set_classes(classes)
         labels = [

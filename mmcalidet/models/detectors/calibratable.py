@@ -421,7 +421,7 @@ class CalibratableDetectorMixin:
         matched to the training dataset's classes first."""
         if not self.__dict__.get('_classes_matched') and \
                 '_dataset_meta' not in self.__dict__:
-            classes = training_dataset_classes()
+            classes = training_dataset_classes(self.num_classes)
             if classes is not None:
                 self._match_prior_classes(classes)
         if is_cached_batch(batch_inputs):
