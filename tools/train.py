@@ -36,6 +36,7 @@ from mmengine.runner import Runner
 
 import mmcalidet  # noqa: F401  (registers the modules and checkpoint types)
 import mmcalidet.engine.checkpoint_hooks  # noqa: F401  (registers hooks)
+from mmcalidet.engine.run_seed import restore_run_seed
 from mmcalidet.models import NonFiniteError
 from mmcalidet.utils.checkpoint import name_checkpoint
 from mmcalidet.utils.checkpoint_compat import CheckpointError
@@ -227,6 +228,10 @@ def main(argv=None) -> None:
     elif args.resume is not None:
         cfg.resume = True
         cfg.load_from = args.resume
+    seed = restore_run_seed(cfg)
+    if seed is not None:
+        print(f'resuming with the interrupted run\'s seed {seed} '
+              '(randomness.seed)', flush=True)
     add_checkpoint_compat_hook(cfg)
     check_config_priors(cfg)
     init_cpu_distributed(cfg)

@@ -363,6 +363,15 @@ def build_decoder_cache(config: str,
                              device, progress)
 
 
+def _make_train_cache_aside(*args) -> DecoderCache:
+    """:func:`_make_train_cache` with the caller's random generators left
+    as found (a training run that makes its cache initialises as one that
+    reuses it)."""
+    from ..utils.random_state import preserved_random_state
+    with preserved_random_state():
+        return _make_train_cache(*args)
+
+
 def _make_train_cache(config: str, checkpoint: str, cache_dir: str,
                       fingerprint: Dict, device: str,
                       progress: bool) -> DecoderCache:
@@ -442,7 +451,7 @@ def ensure_decoder_cache(
     return open_or_make(
         cache_dir,
         fingerprint,
-        lambda: _make_train_cache(config, checkpoint, cache_dir, fingerprint,
-                                  device, progress),
+        lambda: _make_train_cache_aside(config, checkpoint, cache_dir,
+                                        fingerprint, device, progress),
         force=force,
         logger=logger)

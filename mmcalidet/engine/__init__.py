@@ -2,13 +2,15 @@
 """mmengine components registered in mmdet's ``LOOPS`` / ``HOOKS``: the
 evaluation protocol's test loops (``loops.py``), online self-calibration
 (``self_calibration_hook.py``), safe checkpointing
-(``checkpoint_hooks.py``) and snapshots at chosen iterations
+(``checkpoint_hooks.py``), the seed a resumed run restores
+(``run_seed.py``) and snapshots at chosen iterations
 (``snapshot_hook.py``)."""
 from .calibrator_optim import CalibratorOptimWrapperConstructor
 from .checkpoint_hooks import (AtomicCheckpointHook, CheckpointCompatHook,
                                IterationSeedHook)
 from .loops import (CachedTestLoop, PriorSweepTestLoop,
                     SelfCalibrationTestLoop, SubsetEvalTestLoop)
+from .run_seed import checkpoint_to_resume, restore_run_seed
 from .self_calibration_hook import OnlineSelfCalibrationHook
 from .snapshot_hook import SnapshotHook
 
@@ -16,5 +18,6 @@ __all__ = [
     'CachedTestLoop', 'PriorSweepTestLoop', 'SubsetEvalTestLoop',
     'SelfCalibrationTestLoop', 'OnlineSelfCalibrationHook',
     'AtomicCheckpointHook', 'IterationSeedHook', 'CheckpointCompatHook',
-    'SnapshotHook', 'CalibratorOptimWrapperConstructor'
+    'SnapshotHook', 'CalibratorOptimWrapperConstructor', 'restore_run_seed',
+    'checkpoint_to_resume'
 ]

@@ -295,3 +295,30 @@ def test_cache_tool_makes_the_cache_once(dino, tmp_path, capsys):
         text=True)
     assert bad.returncode == 1 and 'not found' in bad.stderr
     assert 'Traceback' not in bad.stderr
+
+
+def test_making_the_cache_leaves_the_callers_random_numbers(dino, tmp_path):
+    """A training run whose dataset makes the cache draws the same random
+    numbers afterwards (its model's initial weights, the sampler's order)
+    as a run that reuses the cache."""
+    import random
+
+    import numpy as np
+    from mmengine.runner import set_random_seed
+
+    def draws():
+        return (random.random(), float(np.random.rand()),
+                float(torch.rand(())))
+
+    _, config, ckpt = dino
+    set_random_seed(0)
+    unmoved = draws()
+    set_random_seed(0)
+    DecoderCacheDataset(
+        str(tmp_path / 'cache'),
+        source=dict(
+            config=config,
+            checkpoint=ckpt,
+            indices=INDICES[:2],
+            progress=False))
+    assert draws() == unmoved

@@ -51,7 +51,13 @@ class NoisyModel(BaseModel):
         return dict(loss=((self.weight - inputs.mean(0) - noise)**2).sum())
 
 
-def train(work_dir, loop, length, num_workers, resume=False):
+def train(work_dir,
+          loop,
+          length,
+          num_workers,
+          resume=False,
+          seed=7,
+          sampler='DefaultSampler'):
     """Train 3 iterations (or epochs of 3 iterations) from scratch, or to
     ``length`` after resuming; returns the model."""
     model = NoisyModel()
@@ -64,7 +70,7 @@ def train(work_dir, loop, length, num_workers, resume=False):
         experiment_name=f'seed-{uuid.uuid4().hex}',
         train_dataloader=dict(
             dataset=RandomAugmentDataset(),
-            sampler=dict(type='DefaultSampler', shuffle=True),
+            sampler=dict(type=sampler, shuffle=True),
             batch_size=2,
             num_workers=num_workers,
             collate_fn=dict(type='default_collate')),
@@ -75,7 +81,7 @@ def train(work_dir, loop, length, num_workers, resume=False):
                 type='CheckpointHook', interval=1, by_epoch=by_epoch),
             logger=None),
         custom_hooks=[IterationSeedHook()],
-        randomness=dict(seed=7),
+        randomness=dict(seed=seed),
         resume=resume,
         default_scope='mmengine')
     runner.train()
@@ -120,3 +126,71 @@ def test_without_seeded_fetches_a_resume_augments_differently(
     assert all(
         torch.equal(a[1], b[1])
         for a, b in zip(resumed.records, whole.records[3:]))
+
+
+def train_from_config(work_dir, length, resume=False):
+    """The toy run through a config without ``randomness.seed`` (as the
+    documented commands run), resumed the way tools/train.py does: the
+    interrupted run's seed restored before the runner is built."""
+    from mmengine.config import Config
+
+    from mmcalidet.engine import restore_run_seed
+    model = NoisyModel()
+    cfg = Config(
+        dict(
+            work_dir=str(work_dir),
+            train_cfg=dict(by_epoch=False, max_iters=length),
+            randomness=dict(seed=None),
+            resume=resume))
+    restored = restore_run_seed(cfg)
+    runner = Runner(
+        model=model,
+        work_dir=cfg.work_dir,
+        experiment_name=f'seed-{uuid.uuid4().hex}',
+        train_dataloader=dict(
+            dataset=RandomAugmentDataset(),
+            sampler=dict(type='InfiniteSampler', shuffle=True),
+            batch_size=2,
+            num_workers=0,
+            collate_fn=dict(type='default_collate')),
+        train_cfg=cfg.train_cfg,
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
+        default_hooks=dict(
+            checkpoint=dict(type='CheckpointHook', interval=1, by_epoch=False),
+            logger=None),
+        custom_hooks=[IterationSeedHook()],
+        randomness=cfg.randomness,
+        resume=cfg.resume,
+        default_scope='mmengine')
+    runner.train()
+    return model, runner.seed, restored
+
+
+def test_resume_without_a_seed_repeats_the_interrupted_run(tmp_path):
+    # the interrupted run draws its seed; the resumed one restores it from
+    # the checkpoint before the sampler is built (its shuffle order too)
+    killed, seed, restored = train_from_config(tmp_path / 'killed', 3)
+    assert restored is None  # nothing to restore in a fresh run
+    resumed, resumed_seed, restored = train_from_config(
+        tmp_path / 'killed', 6, resume=True)
+    assert restored == seed == resumed_seed
+    # the uninterrupted run of that seed
+    whole = train(
+        tmp_path / 'whole', 'iter', 6, 0, seed=seed, sampler='InfiniteSampler')
+    assert len(resumed.records) == 3
+    for (inputs, noise), (want_inputs,
+                          want_noise) in zip(resumed.records,
+                                             whole.records[3:]):
+        assert torch.equal(inputs, want_inputs)
+        assert torch.equal(noise, want_noise)
+    assert torch.equal(resumed.weight, whole.weight)
+    # an explicit seed is the config's to keep
+    from mmengine.config import Config
+
+    from mmcalidet.engine import restore_run_seed
+    cfg = Config(
+        dict(
+            work_dir=str(tmp_path / 'killed'),
+            randomness=dict(seed=seed + 1),
+            resume=True))
+    assert restore_run_seed(cfg) is None and cfg.randomness.seed == seed + 1
