@@ -19,6 +19,13 @@ Beside mmengine's Runner, the tool
   K, with NaN or with class names that are not the training set's is one
   line (:class:`ConfigPriorError`), not a traceback from the first
   training step;
+- names a calibrator's baseline once (:func:`~mmcalidet.decoder_cache.
+  match_baseline`): ``load_from`` fills the decoder cache's
+  ``source.checkpoint`` (or the other way round), and two different
+  detectors there are one line (:class:`TrunkMismatchError`);
+- resumes a run without ``randomness.seed`` with the seed its checkpoint
+  records (:func:`~mmcalidet.engine.restore_run_seed`), so that the
+  resumed run repeats the interrupted one;
 - checks, before the first iteration, that the training set's classes fit
   the model's head (:class:`TrainClassesError`: e.g. an 80-class decoder
   cache for a 10-class calibrator).
@@ -36,6 +43,7 @@ from mmengine.runner import Runner
 
 import mmcalidet  # noqa: F401  (registers the modules and checkpoint types)
 import mmcalidet.engine.checkpoint_hooks  # noqa: F401  (registers hooks)
+from mmcalidet.decoder_cache import TrunkMismatchError, match_baseline
 from mmcalidet.engine.run_seed import restore_run_seed
 from mmcalidet.models import NonFiniteError
 from mmcalidet.utils.checkpoint import name_checkpoint
@@ -57,7 +65,8 @@ class TrainClassesError(ValueError):
 #: the errors printed in one line: a bad checkpoint (unreadable, not
 #: fitting, invalid prior), a bad prior in the config, a training set of
 #: more classes than the model's head
-ERRORS = (CheckpointError, ConfigPriorError, TrainClassesError)
+ERRORS = (CheckpointError, ConfigPriorError, TrainClassesError,
+          TrunkMismatchError)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -222,6 +231,9 @@ def main(argv=None) -> None:
             raise RuntimeError('--auto-scale-lr needs '
                                'auto_scale_lr.base_batch_size in the config')
         cfg.auto_scale_lr.enable = True
+    # the baseline a calibrator calibrates, before --resume names another
+    # checkpoint in load_from
+    match_baseline(cfg)
     if args.resume == 'auto':
         cfg.resume = True
         cfg.load_from = None
@@ -230,8 +242,10 @@ def main(argv=None) -> None:
         cfg.load_from = args.resume
     seed = restore_run_seed(cfg)
     if seed is not None:
-        print(f'resuming with the interrupted run\'s seed {seed} '
-              '(randomness.seed)', flush=True)
+        print(
+            f'resuming with the interrupted run\'s seed {seed} '
+            '(randomness.seed)',
+            flush=True)
     add_checkpoint_compat_hook(cfg)
     check_config_priors(cfg)
     init_cpu_distributed(cfg)

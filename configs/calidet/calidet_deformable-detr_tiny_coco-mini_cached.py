@@ -3,14 +3,14 @@
 # (deformable-detr_tiny_coco-mini.py): only the CaliFormer learns, as in
 # calidet_dino_tiny_coco-mini_cached.py. Set the Deformable DETR:
 #   python tools/train.py configs/calidet/calidet_deformable-detr_tiny_coco-mini_cached.py \
-#       --cfg-options load_from=DDETR.pth \
-#       train_dataloader.dataset.source.checkpoint=DDETR.pth
+#       --cfg-options load_from=DDETR.pth
+# load_from names the baseline once: tools/train.py makes the decoder cache
+# from it (the dataset's source.checkpoint) and refuses two detectors.
 _base_ = [
     './calidet_deformable-detr_tiny_coco-mini.py', '../_base_/calibrator.py'
 ]
 
-ddetr_checkpoint = 'work_dirs/deformable-detr_tiny_coco-mini/iter_400.pth'
-load_from = ddetr_checkpoint
+load_from = 'work_dirs/deformable-detr_tiny_coco-mini/iter_400.pth'
 
 # V' = 0 at the start: the calibrator starts as the baseline it calibrates
 # (docs/user_guides/model.md)
@@ -28,7 +28,6 @@ train_dataloader = dict(
         'decoder_cache_train',
         source=dict(
             config='configs/calidet/deformable-detr_tiny_coco-mini.py',
-            checkpoint=ddetr_checkpoint,
             passes=2)))
 # the CaliFormer alone (../_base_/calibrator.py)
 optim_wrapper = _base_.calibrator_optim_wrapper

@@ -3,12 +3,12 @@
 # CaliFormer learns (see projects/context_shift/configs/
 # calidet_dino_tiny_context-shift_cached.py for the recipe). Set the DINO:
 #   python tools/train.py configs/calidet/calidet_dino_tiny_coco-mini_cached.py \
-#       --cfg-options load_from=DINO.pth \
-#       train_dataloader.dataset.source.checkpoint=DINO.pth
+#       --cfg-options load_from=DINO.pth
+# load_from names the baseline once: tools/train.py makes the decoder cache
+# from it (the dataset's source.checkpoint) and refuses two detectors.
 _base_ = ['./calidet_dino_tiny_coco-mini.py', '../_base_/calibrator.py']
 
-dino_checkpoint = 'work_dirs/dino_tiny_coco-mini/iter_400.pth'
-load_from = dino_checkpoint
+load_from = 'work_dirs/dino_tiny_coco-mini/iter_400.pth'
 
 # V' = 0 at the start: the calibrator starts as the baseline it calibrates
 # (docs/user_guides/model.md)
@@ -23,10 +23,8 @@ train_dataloader = dict(
     dataset=dict(
         type='DecoderCacheDataset',
         cache_dir='work_dirs/dino_tiny_coco-mini/decoder_cache_train',
-        source=dict(
-            config='configs/calidet/dino_tiny_coco-mini.py',
-            checkpoint=dino_checkpoint,
-            passes=2)))
+        source=dict(config='configs/calidet/dino_tiny_coco-mini.py',
+                    passes=2)))
 # the CaliFormer alone, at the tiny schedule's lr (../_base_/calibrator.py)
 optim_wrapper = dict(
     _base_.calibrator_optim_wrapper, optimizer=dict(fused=True))

@@ -44,7 +44,10 @@ class DecoderCacheDataset(Dataset):
         cache_dir (str): the cache folder.
         source (dict, optional): how to make the cache when the folder is
             missing, torn or stale: ``config`` and ``checkpoint`` of the
-            trained detector, and optionally ``passes``, ``indices``,
+            trained detector (``checkpoint`` left out of a config:
+            tools/train.py gives it ``load_from``, see
+            :func:`~mmcalidet.decoder_cache.match_baseline`), and
+            optionally ``passes``, ``indices``,
             ``batch_size``, ``dtype``, ``device``, ``progress``, ``seed``,
             ``layers`` (see :func:`~mmcalidet.decoder_cache.
             build_decoder_cache`). Without it the folder must hold a
@@ -74,10 +77,15 @@ class DecoderCacheDataset(Dataset):
             self._metainfo['classes'] = self.cache.classes
 
     def _ensure(self, source: Dict) -> None:
-        for key in ('config', 'checkpoint'):
-            if key not in source:
-                raise ValueError(f'DecoderCacheDataset: source needs '
-                                 f'{key!r}, got {sorted(source)}')
+        if 'config' not in source:
+            raise ValueError(f"DecoderCacheDataset: source needs 'config', "
+                             f'got {sorted(source)}')
+        if source.get('checkpoint') is None:
+            raise ValueError(
+                "DecoderCacheDataset: source needs 'checkpoint' (the "
+                'detector the cache is made from); tools/train.py takes it '
+                'from load_from, and a Runner built otherwise needs it '
+                'given: mmcalidet.decoder_cache.match_baseline(cfg) fills it')
         unknown = sorted(set(source) - set(SOURCE_KEYS))
         if unknown:
             raise ValueError(f'DecoderCacheDataset: unknown source keys '

@@ -5,11 +5,13 @@ protocol (the last layer, re-scored under any prior).
 
 The decoder's hidden states and boxes do not depend on the prior (the
 encoder's proposal head stays uncalibrated), so they are computed once and
-reused. Modules: ``fingerprint`` (what makes a cache), ``store`` (the
+reused. Modules: ``fingerprint`` (what makes a cache), ``baseline`` (the one
+checkpoint a calibrator and its cache share), ``store`` (the
 folder format, its validation, the :class:`DecoderCache` reader),
 ``writer`` (atomic writing), ``build`` (running the detector), ``samples``
 and ``npy`` (the stored data samples and arrays).
 """
+from .baseline import TrunkMismatchError, match_baseline, same_checkpoint
 from .build import (build_decoder_cache, cache_folder, cache_hidden_states,
                     cache_images, ensure_decoder_cache, fill_cache,
                     image_batches, open_or_make, run_decoder, stale_reasons,
@@ -28,5 +30,6 @@ __all__ = [
     'run_decoder', 'fill_cache', 'cache_hidden_states', 'cache_images',
     'image_batches', 'cache_folder', 'open_or_make', 'stale_reasons',
     'build_decoder_cache', 'ensure_decoder_cache', 'train_fingerprint',
-    'strip_data_sample', 'with_predictions', 'remove_stale_folders'
+    'strip_data_sample', 'with_predictions', 'remove_stale_folders',
+    'match_baseline', 'same_checkpoint', 'TrunkMismatchError'
 ]

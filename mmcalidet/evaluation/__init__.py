@@ -18,7 +18,7 @@ from .cache import (HiddenStateCache, cache_hidden_states, cache_images,
                     image_batches)
 from .coco import (METRICS, CocoEvaluator, cache_evaluator,
                    coco_evaluator_from_cfg)
-from .methods import EvalSetup, shares_trunk
+from .methods import EvalSetup, input_changes, shares_trunk
 from .online import OnlineSelfCalibrator
 from .partitions import (SUBSET_SIZES, calibration_subsets, evaluate_groups,
                          evaluate_partitions, evaluate_subsets,
@@ -37,19 +37,18 @@ from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
                     format_order_verdict)
 
 __all__ = [
-    'EvalSetup', 'shares_trunk', 'HiddenStateCache', 'cache_hidden_states',
-    'cache_images', 'image_batches', 'Rescorer', 'is_calibratable', 'METRICS',
-    'CocoEvaluator', 'cache_evaluator', 'coco_evaluator_from_cfg',
-    'STANDARD_PRIORS', 'PriorSpec', 'Method', 'build_priors',
-    'evaluate_priors', 'check_expected_order', 'format_order_verdict',
-    'SUBSET_SIZES', 'split_subsets', 'subset_epsilon', 'calibration_subsets',
-    'evaluate_partitions', 'evaluate_groups', 'site_priors',
-    'read_image_groups', 'read_evaluation_labels', 'evaluate_subsets',
-    'DEFAULT_ETA', 'DEFAULT_SCORE_THR', 'SelfCalibrationResult',
-    'prediction_statistics', 'update_target', 'calibration_step',
-    'self_calibrate', 'self_calibrate_partitions', 'mean_history',
-    'OnlineSelfCalibrator',
-    'CORRECTIONS', 'CORRECTION_NAMES', 'PriorReweighting',
-    'CooccurrenceRescoring', 'build_correction', 'class_frequencies',
-    'markdown_table', 'write_report', 'prior_sensitivity'
+    'EvalSetup', 'shares_trunk', 'input_changes', 'HiddenStateCache',
+    'cache_hidden_states', 'cache_images', 'image_batches', 'Rescorer',
+    'is_calibratable', 'METRICS', 'CocoEvaluator', 'cache_evaluator',
+    'coco_evaluator_from_cfg', 'STANDARD_PRIORS', 'PriorSpec', 'Method',
+    'build_priors', 'evaluate_priors', 'check_expected_order',
+    'format_order_verdict', 'SUBSET_SIZES', 'split_subsets', 'subset_epsilon',
+    'calibration_subsets', 'evaluate_partitions', 'evaluate_groups',
+    'site_priors', 'read_image_groups', 'read_evaluation_labels',
+    'evaluate_subsets', 'DEFAULT_ETA', 'DEFAULT_SCORE_THR',
+    'SelfCalibrationResult', 'prediction_statistics', 'update_target',
+    'calibration_step', 'self_calibrate', 'self_calibrate_partitions',
+    'mean_history', 'OnlineSelfCalibrator', 'CORRECTIONS', 'CORRECTION_NAMES',
+    'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
+    'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'
 ]

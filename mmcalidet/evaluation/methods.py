@@ -6,6 +6,7 @@ corrections. The tools parse their options with
 :mod:`~mmcalidet.evaluation.tool_options` and pass them here as plain
 arguments.
 """
+import json
 import logging
 import os.path as osp
 from typing import Dict, List, Optional, Sequence
@@ -101,10 +102,67 @@ def resolve_train_prior(src, model, cfg, classes: Sequence[str]):
     return load_prior_source(src, classes, len(classes), return_meta=True)
 
 
-def shares_trunk(model: torch.nn.Module, baseline: torch.nn.Module) -> bool:
+#: what of a data preprocessor decides the images a detector sees
+_PREPROCESSING = ('pad_size_divisor', 'pad_value', '_channel_conversion',
+                  '_enable_normalize')
+
+
+def input_changes(cfg, baseline_cfg, model: torch.nn.Module,
+                  baseline: torch.nn.Module) -> List[str]:
+    """What differs between the test inputs of two detectors: the test
+    set (images, annotation file, pipeline, ``indices``), the batch size
+    (padding), the data preprocessor's normalisation and padding.
+
+    Args:
+        cfg (Config): the main detector's loaded config.
+        baseline_cfg (Config): the baseline's.
+        model (nn.Module): the main detector.
+        baseline (nn.Module): the baseline.
+
+    Returns:
+        list[str]: e.g. ``['test_dataloader.dataset']``; empty when both
+        see the same inputs.
+    """
+    changes = []
+    mine, other = cfg.test_dataloader, baseline_cfg.test_dataloader
+    if json.dumps(mine.get('dataset'), sort_keys=True, default=str) != \
+            json.dumps(other.get('dataset'), sort_keys=True, default=str):
+        changes.append('test_dataloader.dataset')
+    if mine.get('batch_size') != other.get('batch_size'):
+        changes.append('test_dataloader.batch_size')
+    pre, base_pre = model.data_preprocessor, baseline.data_preprocessor
+    for attr in _PREPROCESSING:
+        if getattr(pre, attr, None) != getattr(base_pre, attr, None):
+            changes.append(f'model.data_preprocessor.{attr.lstrip("_")}')
+    for attr in ('mean', 'std'):
+        a, b = getattr(pre, attr, None), getattr(base_pre, attr, None)
+        same = (a is None and b is None) or (a is not None and b is not None
+                                             and a.shape == b.shape
+                                             and torch.equal(a.cpu(), b.cpu()))
+        if not same:
+            changes.append(f'model.data_preprocessor.{attr}')
+    return changes
+
+
+def shares_trunk(model: torch.nn.Module,
+                 baseline: torch.nn.Module,
+                 cfg=None,
+                 baseline_cfg=None) -> bool:
     """Whether every weight of ``baseline`` is in ``model``, unchanged
-    (a CaliDet model calibrated on the baseline's cached decoder outputs):
-    then both have the same decoder outputs and one cache serves both."""
+    (a CaliDet model calibrated on the baseline's cached decoder outputs),
+    and, with both configs given, both see the same test inputs
+    (:func:`input_changes`): then both have the same decoder outputs
+    and one cache serves both.
+
+    Args:
+        model (nn.Module): the main detector.
+        baseline (nn.Module): the baseline.
+        cfg (Config, optional): the main detector's loaded config.
+        baseline_cfg (Config, optional): the baseline's.
+
+    Returns:
+        bool: one cache serves both.
+    """
     if type(model.backbone) is not type(baseline.backbone):
         return False
     mine = model.state_dict()
@@ -113,6 +171,9 @@ def shares_trunk(model: torch.nn.Module, baseline: torch.nn.Module) -> bool:
         if other is None or other.shape != value.shape or \
                 not torch.equal(other, value):
             return False
+    if cfg is not None and baseline_cfg is not None and \
+            input_changes(cfg, baseline_cfg, model, baseline):
+        return False
     return True
 
 
@@ -186,13 +247,14 @@ class EvalSetup:
             model = build_detector(cfg, checkpoint, device)
             model.dataset_meta = dict(loader.dataset.metainfo)
             if name == 'model':
+                self.cfg = cfg
                 self.classes = list(loader.dataset.metainfo['classes'])
                 self.info['eval_batch_size'] = loader.batch_size
                 self.train_prior, self.train_meta = resolve_train_prior(
                     train_prior, model, cfg, self.classes)
                 self.evaluator: CocoEvaluator = coco_evaluator_from_cfg(
                     cfg, self.classes)
-            elif shares_trunk(self.model, model):
+            elif shares_trunk(self.model, model, self.cfg, cfg):
                 # a calibrator trained on the baseline's cached outputs:
                 # the same decoder outputs, one cache
                 return model, self.cache

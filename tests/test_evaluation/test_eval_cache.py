@@ -361,3 +361,48 @@ def test_eval_tool_runs_reuse_the_cache_dir(two_checkpoints, tmp_path,
         with open(tmp_path / name / 'priors.json') as f:
             rows.append([(r['prior'], r['AP']) for r in json.load(f)['rows']])
     assert rows[0] == rows[1]
+
+
+def test_one_cache_serves_a_baseline_only_with_the_same_test_inputs(tmp_path):
+    """A CaliDINO calibrated on a DINO's outputs shares its decoder cache
+    with that DINO, but not when the baseline's config tests on other
+    inputs (a resize without keeping the aspect ratio): ``shares_trunk``
+    compared weights only and scored the baseline on the CaliDINO's
+    inputs."""
+    from mmcalidet.evaluation import EvalSetup
+    from mmcalidet.testing import build_detector
+    dino = build_detector('calidet/dino_tiny_coco-mini.py', seed=0)
+    dino_file = str(tmp_path / 'dino.pth')
+    save_checkpoint(dict(state_dict=dino.state_dict()), dino_file)
+    cali = build_detector('calidet/calidet_dino_tiny_coco-mini.py', seed=1)
+    missing = cali.load_state_dict(dino.state_dict(), strict=False)
+    assert not missing.unexpected_keys
+    cali_file = str(tmp_path / 'cali.pth')
+    save_checkpoint(dict(state_dict=cali.state_dict()), cali_file)
+    dino_config = osp.join(PROJECT_ROOT, 'configs', 'calidet',
+                           'dino_tiny_coco-mini.py')
+    other_inputs = str(tmp_path / 'dino_stretched.py')
+    with open(other_inputs, 'w') as f:
+        f.write(f"_base_ = '{dino_config}'\n"
+                'test_dataloader = dict(dataset=dict(pipeline=[\n'
+                "    dict(type='LoadImageFromFile'),\n"
+                "    dict(type='Resize', scale=(96, 96), keep_ratio=False),\n"
+                "    dict(type='LoadAnnotations', with_bbox=True),\n"
+                "    dict(type='PackDetInputs', meta_keys=('img_id', "
+                "'img_path', 'ori_shape', 'img_shape', 'scale_factor'))]))\n")
+    rows = {}
+    for name, config in (('same', dino_config), ('other', other_inputs)):
+        setup = EvalSetup(
+            CALI,
+            cali_file,
+            baseline_config=config,
+            baseline_checkpoint=dino_file,
+            posthoc=[],
+            **SMALL)
+        rows[name] = setup
+    assert rows['same'].info['shared_cache'] is True
+    assert rows['other'].info['shared_cache'] is False
+    # the stretched images are other inputs: the baseline's own outputs
+    same_hidden = rows['same'].methods[-1].rescorer.cache.get([0])[0]
+    other_hidden = rows['other'].methods[-1].rescorer.cache.get([0])[0]
+    assert not torch.equal(same_hidden, other_hidden)

@@ -19,7 +19,8 @@ from mmengine.runner import (find_latest_checkpoint, load_checkpoint,
                              save_checkpoint)
 
 from mmcalidet.priors import sample_prior
-from mmcalidet.testing import PROJECT_ROOT, data_root, demo_batch, get_config
+from mmcalidet.testing import (PROJECT_ROOT, build_detector, data_root,
+                               demo_batch, get_config)
 
 pytestmark = pytest.mark.slow
 
@@ -131,9 +132,9 @@ def test_resume_continues_training(trained):
     output = run([
         sys.executable, 'tools/train.py', CONFIG, '--work-dir', work_dir,
         '--resume', '--cfg-options',
-        *[o for o in FEW_ITERS if 'max_iters' not in o],
-        'train_cfg.max_iters=4', 'train_cfg.val_interval=100',
-        'train_cfg.val_begin=100'
+        *[o
+          for o in FEW_ITERS if 'max_iters' not in o], 'train_cfg.max_iters=4',
+        'train_cfg.val_interval=100', 'train_cfg.val_begin=100'
     ])
     assert 'resumed epoch: 0, iter: 3' in output
     assert re.search(r'Iter\(train\) \[4/4\]', output)
@@ -148,8 +149,9 @@ def tested(trained, tmp_path_factory):
     prior_file = str(tmp_path / 'prior.npy')
     np.save(prior_file, sample_prior(80, [0, 2]))
     runs = {}
-    for name, extra in (('own', ['--show-dir', 'vis']),
-                        ('injected', ['--prior', prior_file])):
+    for name, extra in (('own', ['--show-dir',
+                                 'vis']), ('injected', ['--prior',
+                                                        prior_file])):
         out_file = str(tmp_path / f'{name}.pkl')
         output = run([
             sys.executable, 'tools/test.py', CONFIG,
@@ -238,7 +240,6 @@ def test_a_cache_of_more_classes_stops_with_one_line(tmp_path, monkeypatch,
     """An 80-class decoder cache for a 10-class calibrator failed with a
     traceback at the first step (a label out of range): one line naming
     the cache and both class counts, before the first iteration."""
-    from mmcalidet.testing import build_detector
     from mmcalidet.utils.cli import run_tool
     dino = build_detector('calidet/dino_tiny_coco-mini.py', seed=0)
     dino_file = str(tmp_path / 'dino.pth')
@@ -246,6 +247,13 @@ def test_a_cache_of_more_classes_stops_with_one_line(tmp_path, monkeypatch,
     prior10 = str(tmp_path / 'prior10.npy')
     np.save(prior10, np.eye(10))
     cache = str(tmp_path / 'cache')
+    # a 10-class fine-tune of the 80-class baseline's weights
+    fine_tune = str(tmp_path / 'fine_tune.py')
+    with open(fine_tune, 'w') as f:
+        f.write(f"_base_ = '{PROJECT_ROOT}/configs/calidet/"
+                "calidet_dino_tiny_coco-mini_cached.py'\n"
+                "custom_hooks = [dict(type='CheckpointCompatHook', "
+                'allow_shape_mismatch=True)]\n')
     monkeypatch.chdir(PROJECT_ROOT)
     monkeypatch.setenv('MMCALIDET_DATA', data_root())
     monkeypatch.setattr(sys, 'argv', ['tools/train.py'])
@@ -254,10 +262,9 @@ def test_a_cache_of_more_classes_stops_with_one_line(tmp_path, monkeypatch,
     with pytest.raises(SystemExit) as info:
         run_tool(
             train['main'], [
-                'configs/calidet/calidet_dino_tiny_coco-mini_cached.py',
-                '--work-dir',
-                str(tmp_path / 'work'), '--cfg-options', 'load_from=None',
-                f'train_dataloader.dataset.source.checkpoint={dino_file}',
+                fine_tune, '--work-dir',
+                str(tmp_path / 'work'), '--cfg-options',
+                f'load_from={dino_file}',
                 f'train_dataloader.dataset.cache_dir={cache}',
                 'train_dataloader.dataset.source.indices=[0,1]',
                 'train_dataloader.dataset.source.progress=False',
@@ -271,3 +278,39 @@ def test_a_cache_of_more_classes_stops_with_one_line(tmp_path, monkeypatch,
         f'train.py: error: the training set (DecoderCacheDataset {cache}) '
         'has 80 classes, the model\'s head 10 '), last
     assert not glob.glob(str(tmp_path / 'work' / '*.pth'))
+
+
+def test_a_cache_of_another_detector_is_refused_before_anything_is_built(
+        tmp_path, monkeypatch, capsys):
+    """``load_from=A.pth`` with ``source.checkpoint=B.pth`` trained a
+    calibrator that kept A's decoder and learned B's outputs (exit 0): one
+    line naming both, before a cache or a checkpoint is written."""
+    from mmcalidet.utils.cli import run_tool
+    files = []
+    for seed in (0, 1):
+        dino = build_detector('calidet/dino_tiny_coco-mini.py', seed=seed)
+        files.append(str(tmp_path / f'dino_{seed}.pth'))
+        save_checkpoint(dict(state_dict=dino.state_dict()), files[-1])
+    cache = str(tmp_path / 'cache')
+    monkeypatch.chdir(PROJECT_ROOT)
+    monkeypatch.setenv('MMCALIDET_DATA', data_root())
+    monkeypatch.setattr(sys, 'argv', ['tools/train.py'])
+    train = runpy.run_path(
+        osp.join(PROJECT_ROOT, 'tools', 'train.py'), run_name='tool')
+    with pytest.raises(SystemExit) as info:
+        run_tool(
+            train['main'], [
+                'configs/calidet/calidet_dino_tiny_coco-mini_cached.py',
+                '--work-dir',
+                str(tmp_path / 'work'), '--cfg-options',
+                f'load_from={files[0]}',
+                f'train_dataloader.dataset.source.checkpoint={files[1]}',
+                f'train_dataloader.dataset.cache_dir={cache}'
+            ],
+            errors=train['ERRORS'])
+    assert info.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(
+        f'train.py: error: load_from {files[0]} is not the detector the '
+        f'decoder cache is made from ({files[1]}'), err[-1]
+    assert not osp.exists(cache) and not osp.exists(tmp_path / 'work')

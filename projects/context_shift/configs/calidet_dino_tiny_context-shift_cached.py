@@ -21,8 +21,8 @@ _base_ = [
 ]
 
 dino_config = 'projects/context_shift/configs/dino_tiny_context-shift.py'
-dino_checkpoint = 'work_dirs/context_shift/dino/iter_3000.pth'
-load_from = dino_checkpoint
+# the baseline, named once: tools/train.py makes the cache from it
+load_from = 'work_dirs/context_shift/dino/iter_3000.pth'
 
 model = dict(data_preprocessor=_base_.calibrator_preprocessor)
 
@@ -33,8 +33,7 @@ train_dataloader = dict(
         # made on first use (one pass of the DINO over the 2,000 train
         # scenes, about a minute), remade when the checkpoint changes
         cache_dir='work_dirs/context_shift/dino/decoder_cache_train',
-        source=dict(
-            config=dino_config, checkpoint=dino_checkpoint, passes=1)))
+        source=dict(config=dino_config, passes=1)))
 
 # the calibrator schedule, optimizer and wrapper of ../_base_/calibrator.py:
 # 10,000 CaliFormer updates at 2e-4 (the fine-tune's CaliFormer lr), x0.1

@@ -9,8 +9,8 @@ _base_ = [
 
 dino_config = ('projects/context_shift/configs/'
                'dino_tiny_context-shift_many-class.py')
-dino_checkpoint = 'work_dirs/context_shift_many-class/dino/iter_3000.pth'
-load_from = dino_checkpoint
+# the baseline, named once: tools/train.py makes the cache from it
+load_from = 'work_dirs/context_shift_many-class/dino/iter_3000.pth'
 
 model = dict(data_preprocessor=_base_.calibrator_preprocessor)
 
@@ -20,8 +20,7 @@ train_dataloader = dict(
         type='DecoderCacheDataset',
         cache_dir='work_dirs/context_shift_many-class/dino/'
         'decoder_cache_train',
-        source=dict(
-            config=dino_config, checkpoint=dino_checkpoint, passes=1)))
+        source=dict(config=dino_config, passes=1)))
 
 max_iters = _base_.calibrator_max_iters
 train_cfg = _base_.calibrator_train_cfg

@@ -20,7 +20,6 @@ ROOT = osp.dirname(
     osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 CONFIGS = 'projects/context_shift/configs/'
 
-
 #: (plain DINO, CaliDINO fine-tune, CaliDINO calibrator) configs and the
 #: default data folder of each data variant
 VARIANTS = {
@@ -40,7 +39,6 @@ VARIANTS = {
 }
 #: (dino iterations, fine-tune iterations, calibrator updates) per mode
 SCHEDULES = dict(full=(3000, 1000, 10000), quick=(900, 300, 3000))
-
 
 #: the config parts that decide what a training produces
 TRAINING_KEYS = ('model', 'optim_wrapper', 'param_scheduler', 'load_from')
@@ -142,8 +140,13 @@ class Training:
         progress (bool): show a progress bar while waiting.
     """
 
-    def __init__(self, config: str, work_dir: str, max_iters: int,
-                 options: List[str], retrain: bool, data: str,
+    def __init__(self,
+                 config: str,
+                 work_dir: str,
+                 max_iters: int,
+                 options: List[str],
+                 retrain: bool,
+                 data: str,
                  threads: Optional[int] = None,
                  progress: bool = True) -> None:
         self.config, self.work_dir = config, work_dir
@@ -164,13 +167,15 @@ class Training:
         ] + options
         os.makedirs(work_dir, exist_ok=True)
         self.log = osp.join(work_dir, 'train.log')
-        print(f'[train] {osp.basename(config)} ({max_iters} iterations; '
-              f'log: {self.log})', flush=True)
+        print(
+            f'[train] {osp.basename(config)} ({max_iters} iterations; '
+            f'log: {self.log})',
+            flush=True)
         env = dict(os.environ, MMCALIDET_CS_DATA=osp.realpath(data))
         env.pop('MMCALIDET_LIGHT', None)
         if threads:
-            env.update(OMP_NUM_THREADS=str(threads),
-                       MKL_NUM_THREADS=str(threads))
+            env.update(
+                OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         with open(self.log, 'w') as log:
             log.write(' '.join(cmd[1:]) + '\n')
             log.flush()
@@ -260,9 +265,12 @@ def follow_training(proc: subprocess.Popen,
         return proc.wait()
     from tqdm import tqdm
     done = 0
-    with open(log, errors='replace') as f, tqdm(
-            total=total, desc=f'[train] {desc}', unit='it',
-            dynamic_ncols=True) as bar:
+    with open(
+            log, errors='replace') as f, tqdm(
+                total=total,
+                desc=f'[train] {desc}',
+                unit='it',
+                dynamic_ncols=True) as bar:
         while True:
             code = proc.poll()
             for match in _ITER_LINE.finditer(f.read()):
@@ -301,19 +309,20 @@ def ran_schedule(sched: Dict, trained: Dict) -> Dict:
     """
     from mmengine.config import Config
     out = dict(sched)
-    for key, iters, work_dir, config in (
-        ('decay', sched['dino'], trained['dino_dir'],
-         trained['dino_config']),
-        ('calidet_decay', sched['calidet'], trained['calidet_dir'],
-         trained['calidet_config'])):
+    for key, iters, work_dir, config in (('decay', sched['dino'],
+                                          trained['dino_dir'],
+                                          trained['dino_config']),
+                                         ('calidet_decay', sched['calidet'],
+                                          trained['calidet_dir'],
+                                          trained['calidet_config'])):
         dumped = trained_config(work_dir, config)
         if dumped == config:
             continue
         scheds = Config.fromfile(dumped).get('param_scheduler') or []
         if isinstance(scheds, dict):
             scheds = [scheds]
-        inside = sorted(m for s in scheds for m in s.get('milestones', [])
-                        if m < iters)
+        inside = sorted(
+            m for s in scheds for m in s.get('milestones', []) if m < iters)
         out[key] = inside[0] if inside else None
     return out
 
@@ -338,23 +347,42 @@ def schedule(args: argparse.Namespace) -> Dict:
     decay = int(round(dino * args.decay_at))
     init = args.calidet_init
     if init == 'cached':  # the CaliFormer alone, on the final DINO
-        return dict(dino=dino, decay=decay, init=init, start=dino,
-                    calidet=updates,
-                    calidet_decay=int(round(updates * args.decay_at)))
+        return dict(
+            dino=dino,
+            decay=decay,
+            init=init,
+            start=dino,
+            calidet=updates,
+            calidet_decay=int(round(updates * args.decay_at)))
     if init == 'finetune':  # the paper's: from the final DINO
-        return dict(dino=dino, decay=decay, init=init, start=dino,
-                    calidet=ft, calidet_decay=int(round(ft * args.decay_at)))
+        return dict(
+            dino=dino,
+            decay=decay,
+            init=init,
+            start=dino,
+            calidet=ft,
+            calidet_decay=int(round(ft * args.decay_at)))
     if init == 'scratch':
-        return dict(dino=dino, decay=decay, init=init, start=0,
-                    calidet=dino, calidet_decay=decay)
+        return dict(
+            dino=dino,
+            decay=decay,
+            init=init,
+            start=0,
+            calidet=dino,
+            calidet_decay=decay)
     if not ft < dino or dino % ft:
         raise ValueError(f'--finetune-iters ({ft}) must divide '
                          f'--dino-iters ({dino}) and be smaller')
     if not dino - ft < decay <= dino:
         raise ValueError(f'the lr decay (iteration {decay}) must fall in '
                          'the fine-tune window')
-    return dict(dino=dino, decay=decay, init=init, start=dino - ft,
-                calidet=ft, calidet_decay=decay - dino + ft)
+    return dict(
+        dino=dino,
+        decay=decay,
+        init=init,
+        start=dino - ft,
+        calidet=ft,
+        calidet_decay=decay - dino + ft)
 
 
 def ensure_data(args: argparse.Namespace) -> Dict:
@@ -420,8 +448,7 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
                           args.retrain, args.data).wait())
         start = osp.join(dino_dir, f'iter_{sched["dino"]}.pth')
         cali_opts += [
-            f'load_from={start}',
-            f'train_dataloader.dataset.source.checkpoint={start}',
+            f'load_from={start}',  # the cache's source too (train.py)
             f'train_dataloader.dataset.source.config={dino_config}',
             'train_dataloader.dataset.cache_dir='
             f'{osp.join(dino_dir, "decoder_cache_train")}',

@@ -27,12 +27,13 @@ SITES = ['like_train', 'left_only', 'crossed']
 def _run(args, timeout=900):
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop('MMCALIDET_LIGHT', None)
-    res = subprocess.run([sys.executable, TOOL] + args,
-                         cwd=ROOT,
-                         env=env,
-                         capture_output=True,
-                         text=True,
-                         timeout=timeout)
+    res = subprocess.run(
+        [sys.executable, TOOL] + args,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout)
     return res.returncode, res.stdout + res.stderr
 
 
@@ -40,17 +41,34 @@ def _run(args, timeout=900):
 def bench(tmp_path_factory):
     root = tmp_path_factory.mktemp('bench')
     data = str(root / 'data')
-    make_context_shift(data, seed=0, num_train=8, num_val_per_site=3,
-                       img_size=64, digit_size=(10, 16), progress=False)
+    make_context_shift(
+        data,
+        seed=0,
+        num_train=8,
+        num_val_per_site=3,
+        img_size=64,
+        digit_size=(10, 16),
+        progress=False)
     args = [
-        '--data', data, '--work-dir',
-        str(root / 'work'), '--dino-iters', '4', '--calibrator-updates', '3',
-        '--self-cal-iters', '2', '--score-thr', '0', '--no-progress',
+        '--data',
+        data,
+        '--work-dir',
+        str(root / 'work'),
+        '--dino-iters',
+        '4',
+        '--calibrator-updates',
+        '3',
+        '--self-cal-iters',
+        '2',
+        '--score-thr',
+        '0',
+        '--no-progress',
         # an option that changes the architecture: the evaluation must
         # build the model the training ran (the dumped config); and a
         # constant lr (no milestone within the 3 updates): the report
         # must say what ran, not the default decay
-        '--calidet-options', 'model.bbox_head.califormer.num_layers=2',
+        '--calidet-options',
+        'model.bbox_head.califormer.num_layers=2',
         'param_scheduler.0.milestones=[100]'
     ]
     code, log = _run(args)
@@ -67,15 +85,16 @@ def test_benchmark_writes_every_table(bench):
     # DINO's cached decoder outputs; the DINO's lr decays at 5/6, the
     # calibrator's milestone was moved past its last update
     assert res['schedule'] == dict(
-        dino=4, decay=3, init='cached', start=4, calidet=3,
-        calidet_decay=None)
+        dino=4, decay=3, init='cached', start=4, calidet=3, calidet_decay=None)
     dino_ckpt = root / 'work' / 'dino' / 'iter_4.pth'
     assert osp.isfile(dino_ckpt)
     assert osp.isfile(root / 'work' / 'calidet' / 'iter_3.pth')
     train_log = (root / 'work' / 'calidet' / 'train.log').read_text()
     assert 'load_from=' + str(dino_ckpt) in train_log
-    assert f'train_dataloader.dataset.source.checkpoint={dino_ckpt}' in \
-        train_log
+    # load_from named the cache's detector too (tools/train.py)
+    with open(root / 'work' / 'dino' / 'decoder_cache_train' /
+              'meta.json') as f:
+        assert json.load(f)['checkpoint_path'] == osp.abspath(dino_ckpt)
     # the trainings' and the evaluation's reports went to their logs
     assert 'Iter(train)' not in log and 'mmengine - INFO' not in log
     assert (root / 'work' / 'benchmark.log').stat().st_size > 0
@@ -92,9 +111,8 @@ def test_benchmark_writes_every_table(bench):
     assert res['num_images'] == 9
     # per site: CaliDINO under E_t and E_site, epsilon of the site's labels
     cali = [r for r in res['sites'] if r['method'] == 'CaliDINO']
-    assert [(r['site'], r['prior']) for r in cali] == [
-        (s, p) for s in SITES for p in ('E_t', 'E_site')
-    ]
+    assert [(r['site'], r['prior']) for r in cali
+            ] == [(s, p) for s in SITES for p in ('E_t', 'E_site')]
     assert all(r['num_images'] == 3 for r in cali)
     # self-calibration: one curve per site and prior-taking method
     assert len(res['self_calibration']) == 3 * 3
@@ -112,9 +130,8 @@ def test_benchmark_writes_every_table(bench):
         assert site in md
     for png in ('priors', 'sites', 'subsets', 'self_calibration'):
         assert f'![]({png}.png)' in md
-    for png in ['priors', 'sites', 'subsets', 'self_calibration'] + [
-            f'prior_{s}' for s in SITES
-    ]:
+    for png in ['priors', 'sites', 'subsets', 'self_calibration'
+                ] + [f'prior_{s}' for s in SITES]:
         assert osp.getsize(out / f'{png}.png') > 1000
 
 
@@ -143,9 +160,9 @@ def test_benchmark_compares_only_the_chosen_corrections(bench, tmp_path):
         res = json.load(f)
     methods = {r['method'] for r in res['injection']}
     assert methods == {'CaliDINO', 'DINO', 'DINO + marginal re-weighting'}
-    assert {r['method'] for r in res['self_calibration']} == {
-        'CaliDINO', 'DINO + marginal re-weighting'
-    }
+    assert {r['method']
+            for r in res['self_calibration']
+            } == {'CaliDINO', 'DINO + marginal re-weighting'}
     assert len(res['self_calibration']) == 3 * 2
     assert 'co-occurrence' not in (out / 'results.md').read_text()
     assert all(r['score_thr'] == 0.2 for r in res['self_calibration'])
@@ -160,7 +177,8 @@ def test_benchmark_rejects_a_bad_schedule(tmp_path, capsys):
         '--data',
         str(tmp_path / 'd'), '--calidet-init', 'same-budget', '--dino-iters',
         '5', '--finetune-iters', '2'
-    ], timeout=120)
+    ],
+                     timeout=120)
     assert code != 0
     assert 'must divide --dino-iters' in log
     assert not osp.exists(tmp_path / 'd')  # checked before generating
@@ -168,18 +186,19 @@ def test_benchmark_rejects_a_bad_schedule(tmp_path, capsys):
     # argparse's own errors (exit 2); in this process, as they all fail
     # before any work starts
     tool = _tool_module()
-    for extra, message in ((['--calibrator-config', 'no/such.py'],
-                            'no/such.py: not a file'),
-                           (['--calibrator-config',
-                             osp.join(ROOT, TOOL), '--calidet-init',
-                             'finetune'], 'only with --calidet-init cached')):
+    for extra, message in ((['--calibrator-config',
+                             'no/such.py'], 'no/such.py: not a file'), ([
+                                 '--calibrator-config',
+                                 osp.join(ROOT, TOOL), '--calidet-init',
+                                 'finetune'
+                             ], 'only with --calidet-init cached')):
         with pytest.raises(ValueError, match=message):
             tool.main(['--data', str(tmp_path / 'd')] + extra)
         assert not osp.exists(tmp_path / 'd')
-    for extra, message in ((['--score-thr', '1.5'],
-                            'a number in [0, 1], got \'1.5\''),
-                           (['--score-thr', 'nan'],
-                            'a number in [0, 1], got \'nan\'')):
+    for extra, message in ((['--score-thr',
+                             '1.5'], 'a number in [0, 1], got \'1.5\''),
+                           (['--score-thr',
+                             'nan'], 'a number in [0, 1], got \'nan\'')):
         with pytest.raises(SystemExit) as exc:
             tool.main(['--data', str(tmp_path / 'd')] + extra)
         assert exc.value.code == 2
@@ -195,7 +214,8 @@ def test_benchmark_trains_both_from_scratch_side_by_side(bench, tmp_path):
         str(root / 'data'), '--work-dir',
         str(work), '--calidet-init', 'scratch', '--dino-iters', '2',
         '--finetune-iters', '1', '--train-only', '--no-progress'
-    ], timeout=300)
+    ],
+                     timeout=300)
     assert code == 0, log[-3000:]
     # the same schedule for both, the CaliDINO from no checkpoint
     assert osp.isfile(work / 'dino' / 'iter_2.pth')
@@ -217,7 +237,8 @@ def test_benchmark_same_budget_starts_from_an_earlier_checkpoint(
         str(work), '--calidet-init', 'same-budget', '--dino-iters', '2',
         '--finetune-iters', '1', '--decay-at', '1', '--train-only',
         '--no-progress'
-    ], timeout=300)
+    ],
+                     timeout=300)
     assert code == 0, log[-3000:]
     # the DINO keeps its iteration-1 checkpoint; the CaliDINO runs the
     # remaining iteration from it
@@ -235,10 +256,10 @@ def test_benchmark_fine_tunes_from_a_reused_dino(bench, tmp_path):
         '--data',
         str(root / 'data'), '--work-dir',
         str(work), '--dino-work-dir',
-        str(root / 'work' / 'dino'), '--dino-iters', '4',
-        '--finetune-iters', '1', '--calidet-init', 'finetune',
-        '--train-only', '--no-progress'
-    ], timeout=300)
+        str(root / 'work' / 'dino'), '--dino-iters', '4', '--finetune-iters',
+        '1', '--calidet-init', 'finetune', '--train-only', '--no-progress'
+    ],
+                     timeout=300)
     assert code == 0, log[-3000:]
     assert log.count('[train] reusing') == 1
     assert 'load_from=' + str(root / 'work' / 'dino' / 'iter_4.pth') in (
@@ -326,7 +347,8 @@ def test_benchmark_trains_the_chosen_calibrator_config(bench, tmp_path):
         str(root / 'work' / 'dino'), '--dino-iters', '4',
         '--calibrator-updates', '2', '--calibrator-config', config,
         '--train-only', '--no-progress'
-    ], timeout=300)
+    ],
+                     timeout=300)
     assert code == 0, log[-3000:]
     # the fixture's DINO is reused; the calibrator trains the paper's
     # recipe (LoMa on every query) for the benchmark's updates
