@@ -116,7 +116,8 @@ class DecoderCacheWriter:
         if layers not in LAYERS:
             raise ValueError(f'layers must be one of {LAYERS}, got '
                              f'{layers!r}')
-        self.target = None if target is None else osp.abspath(target)
+        # through a symlink, the folder it points to (the link stays)
+        self.target = None if target is None else osp.realpath(target)
         self.fingerprint = _jsonable_fingerprint(fingerprint)
         self.dtype = dtype
         self.layers = layers

@@ -254,3 +254,24 @@ def test_writer_errors():
     hidden, boxes, batch, _ = outputs()[0]
     with pytest.raises(ValueError, match=r'\(L, B, Q, d\)'):
         DecoderCacheWriter().add(hidden[0], boxes[0], batch, 0)
+
+
+def test_a_stale_cache_behind_a_symlink_is_replaced_where_it_lies(tmp_path):
+    """A cache folder reached through a symlink (e.g. to a larger disk) is
+    remade in the folder the link points to: the link stays, and no
+    renamed link or partial folder is left on either side."""
+    disk = tmp_path / 'disk'
+    disk.mkdir()
+    real = disk / 'cache'
+    write(str(real), seed=0)
+    link = tmp_path / 'work' / 'cache'
+    link.parent.mkdir()
+    link.symlink_to(real, target_is_directory=True)
+    other = write(
+        str(link), fingerprint=dict(FP, checkpoint=dict(sha1='b')), seed=1)
+    assert other.fingerprint['checkpoint'] == dict(sha1='b')
+    assert link.is_symlink() and osp.realpath(link) == str(real)
+    reopened = DecoderCache.open(str(real))
+    assert reopened.fingerprint['checkpoint'] == dict(sha1='b')
+    assert private_entries(str(disk)) == []
+    assert sorted(os.listdir(link.parent)) == ['cache']
