@@ -118,6 +118,7 @@ if __name__ == '__main__':
             ['numpy', 'pycocotools', 'matplotlib', 'tqdm'],
             extras_require={
                 'tests': parse_requirements('tests.txt'),
+                'deploy': parse_requirements('deploy.txt'),
                 'build': ['Cython>=3.0', 'numpy'],
             },
             license='Apache License 2.0',

@@ -173,6 +173,11 @@ if ! have mmengine 0.10.7 || ! have mmdet 3.3.0 || ! have opencv-python 4.14.0.9
     log "installing mmengine, mmdet and runtime requirements"
     pip_q install -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
 fi
+# the deploy extra (ONNX export and ONNX Runtime), which the tests exercise
+if ! "$PY" -c 'import onnx, onnxruntime' 2>/dev/null; then
+    log "installing onnx and onnxruntime (the deploy extra)"
+    pip_q install -r "$ROOT/requirements/deploy.txt"
+fi
 
 # 4. openmim without openxlab (which would pin setuptools back to 60).
 if ! have openmim 0.3.9; then

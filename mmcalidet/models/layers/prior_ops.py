@@ -1,5 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Tensor helpers for relation matrices E (E[i, j] = P(i | j))."""
+import torch
 from torch import Tensor
 
 
@@ -14,9 +15,10 @@ def flat_prior_like(prior: Tensor) -> Tensor:
         Tensor: K x K.
     """
     num_classes = prior.shape[-1]
-    flat = prior.new_full((num_classes, num_classes), 0.5)
-    flat.fill_diagonal_(1.0)
-    return flat
+    eye = torch.eye(num_classes, dtype=prior.dtype, device=prior.device)
+    # 0.5 + 0.5 * I: exact in floating point, and an ONNX-exportable op
+    # (fill_diagonal_ is not)
+    return 0.5 + 0.5 * eye
 
 
 def prior_delta(prior: Tensor) -> Tensor:

@@ -1,0 +1,15 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Deployment with the prior as an input: ONNX export of a calibratable
+detector (``export``), ONNX Runtime inference with run-time priors
+(``runtime``) and the export's check against PyTorch (``verify``).
+
+onnx and onnxruntime are the optional ``deploy`` extra
+(``pip install -e .[deploy]``); they are imported when used."""
+from .export import (ExportWrapper, export_onnx, fold_prior, read_export_meta)
+from .runtime import OnnxDetector
+from .verify import verify_onnx
+
+__all__ = [
+    'ExportWrapper', 'export_onnx', 'fold_prior', 'read_export_meta',
+    'OnnxDetector', 'verify_onnx'
+]

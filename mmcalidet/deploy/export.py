@@ -1,0 +1,243 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""ONNX export of a DETR-family detector, a CaliDet one with its prior as a
+graph input or folded into the classifier weights.
+
+The graph takes one image of a fixed size ``H x W`` after the model's
+normalisation (``input``: 1 x 3 x H x W) and, unless the prior is folded,
+the prior (``prior``: K x K float32); it returns mmdeploy's detection
+outputs, ``dets`` (N x 5: x1, y1, x2, y2 in the input's pixels, score) and
+``labels`` (N). The CaliFormer runs inside the graph. The export traces
+the PyTorch model with ``torch.onnx`` (the TorchScript exporter): on the
+CPU, mmcv's multi-scale deformable attention takes its PyTorch path
+(``grid_sample``), which ONNX has from opset 16.
+
+What the runtime needs (class names, input size, normalisation, the
+deployment prior) is stored in the file's metadata (``mmcalidet``), so an
+ONNX Runtime user needs neither mmdet nor the config.
+"""
+import copy
+import json
+import os
+import os.path as osp
+import warnings
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from mmdet.structures import DetDataSample
+from torch import Tensor, nn
+
+#: the metadata key of the runtime's settings
+META_KEY = 'mmcalidet'
+#: the ONNX opset (grid_sample: 16)
+OPSET = 17
+
+
+def _decoder_cls_branches(head) -> Sequence[nn.Module]:
+    """The decoder layers' classification branches (not a two-stage
+    encoder's proposal classifier), each once: a head that shares one
+    branch across its layers (``share_pred_layer``) lists it once."""
+    num = len(head.cls_branches) - int(
+        bool(getattr(head, 'as_two_stage', False)))
+    branches = {}
+    for layer in range(num):
+        branches.setdefault(
+            id(head.cls_branches[layer]), head.cls_branches[layer])
+    return list(branches.values())
+
+
+def fold_prior(model: nn.Module, prior) -> nn.Module:
+    """A copy of a CaliDet detector with V' of ``prior`` folded into its
+    classification weights: ``W + rho * V'`` in every decoder layer's
+    branch, and no calibration left to compute (the plain detector's
+    cost).
+
+    Args:
+        model (nn.Module): a calibratable detector.
+        prior: what :meth:`resolve_prior` of the model takes (a file, a
+            shipped name, a K x K matrix, a dict).
+
+    Returns:
+        nn.Module: the folded copy (eval mode); ``model`` is unchanged.
+    """
+    matrix = model.resolve_prior(prior)
+    folded = copy.deepcopy(model).eval()
+    head = folded.bbox_head
+    with torch.no_grad():
+        prior_t = torch.as_tensor(
+            matrix, dtype=torch.float32, device=folded.prior.device)
+        cali = head.get_cali_vectors(prior_t)
+        num_classes = cali.shape[0]
+        for branch in _decoder_cls_branches(head):
+            branch.weight[:num_classes] += head.rho * cali.to(
+                branch.weight.dtype)
+        folded.set_prior(matrix)
+    # the logits are the folded branches' own
+    head.calibrate_cls_scores = lambda scores, hidden, cali_vectors: scores
+    folded.folded_prior = matrix
+    return folded
+
+
+class ExportWrapper(nn.Module):
+    """The traced forward: one normalised image (and the prior) in,
+    ``dets`` and ``labels`` out.
+
+    Args:
+        model (nn.Module): the detector (eval mode).
+        input_shape (tuple[int, int]): ``(H, W)`` of the graph's input.
+        prior_input (bool): the prior is the graph's second input; else
+            the model's own (deployment or folded) prior applies.
+    """
+
+    def __init__(self, model: nn.Module, input_shape: Tuple[int, int],
+                 prior_input: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.input_shape = tuple(int(v) for v in input_shape)
+        self.prior_input = prior_input
+
+    def forward(self,
+                input: Tensor,
+                prior: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        height, width = self.input_shape
+        sample = DetDataSample(
+            metainfo=dict(
+                img_shape=(height, width),
+                ori_shape=(height, width),
+                pad_shape=(height, width),
+                batch_input_shape=(height, width),
+                scale_factor=(1.0, 1.0)))
+        if self.prior_input:
+            sample.prior = prior
+        result = self.model.predict(input, [sample], rescale=False)[0]
+        pred = result.pred_instances
+        dets = torch.cat([pred.bboxes, pred.scores[:, None]], dim=1)
+        return dets, pred.labels
+
+
+def model_export_meta(model: nn.Module, input_shape: Tuple[int, int],
+                      prior_input: bool) -> Dict:
+    """The runtime's settings of an exported model.
+
+    Args:
+        model (nn.Module): the detector.
+        input_shape (tuple[int, int]): ``(H, W)``.
+        prior_input (bool): the graph takes the prior.
+
+    Returns:
+        dict: ``classes``, ``input_shape``, ``mean``, ``std``,
+        ``bgr_to_rgb``, ``prior_input``, ``num_classes``, ``prior`` (the
+        deployment prior of a prior-input graph, the folded one
+        otherwise), ``model`` (its type).
+    """
+    from ..utils.prior_source import model_classes
+    pre = model.data_preprocessor
+    mean = getattr(pre, 'mean', None)
+    std = getattr(pre, 'std', None)
+    classes = model_classes(model)
+    prior = getattr(model, 'folded_prior', None)
+    if prior is None and hasattr(model, 'get_prior'):
+        prior = model.get_prior()
+    return dict(
+        format=1,
+        model=type(model).__name__,
+        classes=list(classes) if classes else None,
+        num_classes=int(model.bbox_head.num_classes),
+        input_shape=[int(v) for v in input_shape],
+        mean=None if mean is None else mean.flatten().tolist(),
+        std=None if std is None else std.flatten().tolist(),
+        bgr_to_rgb=bool(getattr(pre, '_channel_conversion', False)),
+        prior_input=bool(prior_input),
+        folded=getattr(model, 'folded_prior', None) is not None,
+        prior=None if prior is None else np.asarray(prior).tolist())
+
+
+def export_onnx(model: nn.Module,
+                out: str,
+                input_shape: Tuple[int, int] = (256, 256),
+                prior_input: bool = True,
+                opset: int = OPSET) -> str:
+    """Export a detector to ONNX (written atomically: an interrupted export
+    leaves no file at ``out``).
+
+    Args:
+        model (nn.Module): the detector, a CaliDet one for
+            ``prior_input`` (a :func:`fold_prior` copy: ``False``).
+        out (str): the ``.onnx`` file.
+        input_shape (tuple[int, int]): ``(H, W)`` of the input.
+        prior_input (bool): make the prior the graph's second input.
+        opset (int): the ONNX opset (>= 16).
+
+    Returns:
+        str: ``out``.
+
+    Raises:
+        ValueError: a prior input asked of a detector without a prior.
+    """
+    import onnx
+    if prior_input and not hasattr(model, 'resolve_prior'):
+        raise ValueError(f'{type(model).__name__} takes no prior: export it '
+                         'without a prior input')
+    if prior_input and getattr(model, 'folded_prior', None) is not None:
+        raise ValueError('a folded model has its prior in its weights: '
+                         'export it without a prior input')
+    model = model.eval()
+    height, width = (int(v) for v in input_shape)
+    wrapper = ExportWrapper(model, (height, width), prior_input)
+    device = next(model.parameters()).device
+    image = torch.zeros(1, 3, height, width, device=device)
+    args: tuple = (image, )
+    names = ['input']
+    if prior_input:
+        args += (torch.as_tensor(
+            model.get_prior(), dtype=torch.float32, device=device), )
+        names.append('prior')
+    elif hasattr(model, 'deployment_cali_vectors'):
+        with torch.no_grad():
+            model.deployment_cali_vectors()  # a constant of the graph
+    os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
+    partial = f'{out}.partial-{os.getpid()}'
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            torch.onnx.export(
+                wrapper,
+                args,
+                partial,
+                input_names=names,
+                output_names=['dets', 'labels'],
+                opset_version=opset,
+                do_constant_folding=True,
+                dynamo=False)
+        graph = onnx.load(partial)
+        entry = graph.metadata_props.add()
+        entry.key = META_KEY
+        entry.value = json.dumps(
+            model_export_meta(model, (height, width), prior_input))
+        onnx.save(graph, partial)
+        os.replace(partial, out)
+    finally:
+        if osp.exists(partial):
+            os.remove(partial)
+    return out
+
+
+def read_export_meta(onnx_file: str) -> Dict:
+    """The runtime's settings stored by :func:`export_onnx`.
+
+    Args:
+        onnx_file (str): the exported file.
+
+    Returns:
+        dict: see :func:`model_export_meta`.
+
+    Raises:
+        ValueError: the file is not an mmcalidet export.
+    """
+    import onnx
+    graph = onnx.load(onnx_file, load_external_data=False)
+    for entry in graph.metadata_props:
+        if entry.key == META_KEY:
+            return json.loads(entry.value)
+    raise ValueError(f'{onnx_file} has no {META_KEY} metadata: export it '
+                     'with tools/deployment/export_onnx.py')

@@ -1,0 +1,192 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Run an exported detector in ONNX Runtime, with a run-time prior.
+
+Needs onnxruntime, numpy and mmcv's image reading only: the class names,
+input size, normalisation and the deployment prior come from the file's
+metadata (:func:`~mmcalidet.deploy.export.export_onnx`).
+"""
+import json
+import os
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from .export import META_KEY
+
+ImageLike = Union[str, os.PathLike, np.ndarray]
+
+
+class OnnxDetector:
+    """An exported (Cali)DETR in ONNX Runtime.
+
+    Each image is resized to the graph's input size (the aspect ratio is
+    not kept: a static graph has no padding mask), normalised as the model
+    was, and its boxes are mapped back to the original image.
+
+    Args:
+        onnx_file (str): a file of :func:`~mmcalidet.deploy.export_onnx`.
+        providers (Sequence[str], optional): ONNX Runtime's execution
+            providers; defaults to the CPU.
+        threads (int, optional): intra-op threads (``None``: ONNX
+            Runtime's default).
+
+    Attributes:
+        meta (dict): the export's settings (``classes``, ``input_shape``,
+            ``prior_input``, ``prior`` ...).
+        classes (list[str] | None): class names, by label.
+    """
+
+    def __init__(self,
+                 onnx_file: str,
+                 providers: Optional[Sequence[str]] = None,
+                 threads: Optional[int] = None) -> None:
+        import onnxruntime as ort
+        if not os.path.isfile(onnx_file):
+            raise FileNotFoundError(f'ONNX file not found: {onnx_file}')
+        options = ort.SessionOptions()
+        if threads is not None:
+            options.intra_op_num_threads = int(threads)
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(
+            onnx_file,
+            sess_options=options,
+            providers=list(providers or ['CPUExecutionProvider']))
+        custom = self.session.get_modelmeta().custom_metadata_map
+        if META_KEY not in custom:
+            raise ValueError(f'{onnx_file} has no {META_KEY} metadata: '
+                             'export it with tools/deployment/export_onnx.py')
+        self.meta: Dict[str, Any] = json.loads(custom[META_KEY])
+        self.onnx_file = onnx_file
+        self.classes: Optional[List[str]] = self.meta.get('classes')
+        self.num_classes = int(self.meta['num_classes'])
+        self.prior_input = bool(self.meta['prior_input'])
+        stored = self.meta.get('prior')
+        self.default_prior = None if stored is None else np.asarray(
+            stored, dtype=np.float32)
+
+    def resolve_prior(self, prior: Any = None) -> Optional[np.ndarray]:
+        """Validate a run-time prior before ONNX Runtime runs.
+
+        Args:
+            prior: a prior file, a shipped name, a K x K matrix or a dict in
+                the prior file format (reordered by class name to the
+                model's classes); ``None``: the exported deployment prior.
+
+        Returns:
+            np.ndarray | None: the float32 K x K matrix, ``None`` for a
+            folded graph given no prior.
+
+        Raises:
+            ValueError: one line naming the problem (shape, NaN, values
+                outside [0, 1], class names), or a prior given to a graph
+                whose prior is folded.
+        """
+        if not self.prior_input:
+            if prior is not None:
+                raise ValueError(
+                    f'{self.onnx_file} has its prior folded into its '
+                    'weights: export it with --prior-input to give priors '
+                    'at run time')
+            return None
+        if prior is None:
+            return self.default_prior
+        from ..utils.prior_source import load_prior_source
+        matrix = load_prior_source(
+            prior, classes=self.classes, num_classes=self.num_classes)
+        return np.ascontiguousarray(matrix, dtype=np.float32)
+
+    def preprocess(self, image: ImageLike) -> tuple:
+        """An image as the graph's input.
+
+        Args:
+            image (str | PathLike | np.ndarray): a file, or a BGR uint8
+                array (as ``mmcv.imread`` returns).
+
+        Returns:
+            tuple: ``(input (1, 3, H, W) float32, (h_scale, w_scale),
+            (orig_h, orig_w))``.
+        """
+        import mmcv
+        if isinstance(image, (str, os.PathLike)):
+            path = os.fspath(image)
+            array = mmcv.imread(path)
+            if array is None:
+                raise ValueError(f'cannot read image {path}')
+        else:
+            array = np.asarray(image)
+        if array.ndim != 3 or array.shape[2] != 3:
+            raise ValueError(f'an image must be H x W x 3, got '
+                             f'{tuple(array.shape)}')
+        height, width = self.meta['input_shape']
+        orig_h, orig_w = array.shape[:2]
+        resized = mmcv.imresize(array, (width, height)).astype(np.float32)
+        if self.meta.get('bgr_to_rgb'):
+            resized = resized[..., ::-1]
+        if self.meta.get('mean') is not None:
+            resized = (resized - np.asarray(self.meta['mean'], np.float32)) \
+                / np.asarray(self.meta['std'], np.float32)
+        tensor = np.ascontiguousarray(resized.transpose(2, 0, 1)[None])
+        return tensor.astype(np.float32), (height / orig_h,
+                                           width / orig_w), (orig_h, orig_w)
+
+    def run_input(self,
+                  tensor: np.ndarray,
+                  prior: Optional[np.ndarray] = None) -> tuple:
+        """The graph's raw outputs for an input tensor and a resolved
+        prior (:meth:`resolve_prior`).
+
+        Returns:
+            tuple[np.ndarray, np.ndarray]: ``dets`` (N, 5) and ``labels``.
+        """
+        feeds = {'input': tensor}
+        if self.prior_input:
+            feeds['prior'] = self.default_prior if prior is None else prior
+        dets, labels = self.session.run(None, feeds)
+        return dets, labels
+
+    def __call__(self,
+                 images: Union[ImageLike, Sequence[ImageLike]],
+                 prior: Any = None,
+                 score_thr: float = 0.0) -> Union[Dict, List[Dict]]:
+        """Detect objects under a prior.
+
+        Args:
+            images: an image (file or BGR array) or a list of them.
+            prior: see :meth:`resolve_prior`; checked before anything runs.
+            score_thr (float): keep detections scoring at least this.
+
+        Returns:
+            dict | list[dict]: per image ``bboxes`` (N, 4: x1, y1, x2, y2
+            in the original image's pixels), ``scores``, ``labels`` and
+            ``label_names`` (when the classes are known), best first.
+        """
+        matrix = self.resolve_prior(prior)
+        single = isinstance(images, (str, os.PathLike, np.ndarray))
+        results = []
+        for image in ([images] if single else list(images)):
+            tensor, (h_scale, w_scale), (orig_h, orig_w) = \
+                self.preprocess(image)
+            dets, labels = self.run_input(tensor, matrix)
+            boxes = dets[:, :4] / np.array(
+                [w_scale, h_scale, w_scale, h_scale], np.float32)
+            boxes[:, 0::2] = boxes[:, 0::2].clip(0, orig_w)
+            boxes[:, 1::2] = boxes[:, 1::2].clip(0, orig_h)
+            keep = dets[:, 4] >= score_thr
+            result = dict(
+                bboxes=boxes[keep],
+                scores=dets[keep, 4],
+                labels=labels[keep].astype(np.int64))
+            if self.classes:
+                result['label_names'] = [
+                    self.classes[int(k)] for k in result['labels']
+                ]
+            results.append(result)
+        return results[0] if single else results
+
+    @staticmethod
+    def to_json(result: Dict) -> Dict:
+        """A result as JSON-ready lists."""
+        return {
+            key: value.tolist() if isinstance(value, np.ndarray) else value
+            for key, value in result.items()
+        }
