@@ -96,6 +96,67 @@ def fit_text(text: str,
     return min_font_size, text[:max_chars - 3] + '...'
 
 
+def draw_comparison(visualizer, img: np.ndarray, name: str,
+                    preds: Sequence[DetDataSample], titles: Sequence[str],
+                    footer: str, score_thr: float) -> np.ndarray:
+    """Two panels drawn by the visualizer, each under a title, and a
+    footer line that names what changed.
+
+    Args:
+        visualizer (DetLocalVisualizer): draws the detections.
+        img (np.ndarray): the RGB image.
+        name (str): its name.
+        preds (Sequence[DetDataSample]): the two predictions.
+        titles (Sequence[str]): the two panel titles.
+        footer (str): the line under the panels.
+        score_thr (float): draw and count detections at or above this.
+
+    Returns:
+        np.ndarray: the RGB canvas.
+    """
+    height, width = img.shape[:2]
+    strip = max(22, int(round(0.06 * height)))
+    gap = max(4, width // 100)
+    panels = []
+    for pred in preds:
+        visualizer.add_datasample(
+            name,
+            img,
+            pred,
+            show=False,
+            draw_gt=False,
+            pred_score_thr=score_thr)
+        panels.append(visualizer.get_image())
+    canvas = np.full((height + 2 * strip, 2 * width + gap, 3),
+                     255,
+                     dtype=np.uint8)
+    for k, panel in enumerate(panels):
+        x = k * (width + gap)
+        canvas[strip:strip + height, x:x + width] = panel
+    texts, positions, widths = [], [], []
+    for k, (title, pred) in enumerate(zip(titles, preds)):
+        count = sum(count_by_class(pred, score_thr).values())
+        texts.append(f'{title}: {count} detections >= {score_thr:.2f}')
+        positions.append([k * (width + gap) + 4, strip // 2])
+        widths.append(width - 8)
+    texts.append(footer)
+    positions.append([4, height + strip + strip // 2])
+    widths.append(canvas.shape[1] - 8)
+    font_sizes = []
+    for k, (text, room) in enumerate(zip(texts, widths)):
+        size, text = fit_text(text, room, int(strip * 0.4), visualizer.dpi)
+        texts[k] = text
+        font_sizes.append(size)
+    visualizer.set_image(canvas)
+    visualizer.draw_texts(
+        texts,
+        np.array(positions),
+        colors='black',
+        font_sizes=font_sizes,
+        vertical_alignments='center')
+    return visualizer.get_image()
+
+
 class CaliDetInferencer(DetInferencer):
     """mmdet's ``DetInferencer`` for CaliDet detectors: every call takes a
     ``prior``.
@@ -140,6 +201,7 @@ class CaliDetInferencer(DetInferencer):
         detector's in a CaliDet model, missing tensors), has an invalid
         prior or cannot be read is a :class:`CheckpointError` naming the
         file (mmdet only logs the tensors that do not fit)."""
+
         def build(checkpoint: Optional[str], contents=None) -> nn.Module:
             # a copy each time: mmdet's builder edits the config
             return super(CaliDetInferencer, self)._init_model(
@@ -311,47 +373,6 @@ class CaliDetInferencer(DetInferencer):
     def _draw_comparison(self, img: np.ndarray, name: str,
                          preds: Sequence[DetDataSample], titles: Sequence[str],
                          footer: str, score_thr: float) -> np.ndarray:
-        """Two panels drawn by the visualizer, each under a title, and a
-        footer line that names what changed."""
-        height, width = img.shape[:2]
-        strip = max(22, int(round(0.06 * height)))
-        gap = max(4, width // 100)
-        panels = []
-        for pred in preds:
-            self.visualizer.add_datasample(
-                name,
-                img,
-                pred,
-                show=False,
-                draw_gt=False,
-                pred_score_thr=score_thr)
-            panels.append(self.visualizer.get_image())
-        canvas = np.full((height + 2 * strip, 2 * width + gap, 3),
-                         255,
-                         dtype=np.uint8)
-        for k, panel in enumerate(panels):
-            x = k * (width + gap)
-            canvas[strip:strip + height, x:x + width] = panel
-        texts, positions, widths = [], [], []
-        for k, (title, pred) in enumerate(zip(titles, preds)):
-            count = sum(count_by_class(pred, score_thr).values())
-            texts.append(f'{title}: {count} detections >= {score_thr:.2f}')
-            positions.append([k * (width + gap) + 4, strip // 2])
-            widths.append(width - 8)
-        texts.append(footer)
-        positions.append([4, height + strip + strip // 2])
-        widths.append(canvas.shape[1] - 8)
-        font_sizes = []
-        for k, (text, room) in enumerate(zip(texts, widths)):
-            size, text = fit_text(text, room, int(strip * 0.4),
-                                  self.visualizer.dpi)
-            texts[k] = text
-            font_sizes.append(size)
-        self.visualizer.set_image(canvas)
-        self.visualizer.draw_texts(
-            texts,
-            np.array(positions),
-            colors='black',
-            font_sizes=font_sizes,
-            vertical_alignments='center')
-        return self.visualizer.get_image()
+        """:func:`draw_comparison` with this inferencer's visualizer."""
+        return draw_comparison(self.visualizer, img, name, preds, titles,
+                               footer, score_thr)

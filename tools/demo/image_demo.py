@@ -23,21 +23,13 @@ skipped with a line naming it; the others are still run, and the tool then
 exits with 1. A folder without images is an error.
 """
 import argparse
-import os
 import os.path as osp
 import sys
-import warnings
-from typing import List, Optional, Tuple
 
 from mmengine.config import Config, DictAction
 
 from mmcalidet.utils.cli import error_line, positive_int, run_tool, unit_float
-
-#: the file names read in a folder (mmdet's ``DetInferencer``'s)
-IMG_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif',
-                  '.tiff', '.webp')
-#: the default pixel limit, Pillow's ``Image.MAX_IMAGE_PIXELS``
-MAX_PIXELS = 89_478_485
+from mmcalidet.utils.image_files import MAX_PIXELS, check_images, list_images
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -80,94 +72,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 def prior_title(prior) -> str:
     """A panel title for a prior argument."""
     return 'checkpoint prior' if prior is None else osp.basename(prior)
-
-
-def list_images(img: str) -> List[str]:
-    """The image files of ``IMG``: itself, or a folder's files with an image
-    extension, sorted.
-
-    Args:
-        img (str): an image file or a folder.
-
-    Returns:
-        list[str]: the files.
-
-    Raises:
-        ValueError: a folder without image files.
-    """
-    if not osp.isdir(img):
-        return [img]
-    files = sorted(
-        osp.join(img, name) for name in os.listdir(img)
-        if name.lower().endswith(IMG_EXTENSIONS)
-        and osp.isfile(osp.join(img, name)))
-    if not files:
-        raise ValueError(f'no images ({", ".join(IMG_EXTENSIONS)}) found in '
-                         f'{img}: nothing written')
-    return files
-
-
-def check_image(path: str, max_pixels: int) -> Optional[str]:
-    """Why an image file cannot be run, from its header alone (nothing is
-    decoded), or ``None`` if it can.
-
-    Args:
-        path (str): the image file.
-        max_pixels (int): the largest width x height accepted.
-
-    Returns:
-        str | None: the reason, or ``None``.
-    """
-    from PIL import Image, UnidentifiedImageError
-    limit = Image.MAX_IMAGE_PIXELS
-    try:
-        # Pillow's own bomb guard would refuse at a limit of its own; the
-        # size is checked here against --max-pixels instead
-        Image.MAX_IMAGE_PIXELS = None
-        with warnings.catch_warnings():
-            warnings.simplefilter('ignore', Image.DecompressionBombWarning)
-            with Image.open(path) as image:
-                width, height = image.size
-                if width * height > max_pixels:
-                    return (f'{width} x {height} = {width * height} pixels, '
-                            f'over --max-pixels {max_pixels}')
-                image.verify()  # the file's structure, without decoding
-    except UnidentifiedImageError:
-        return 'not an image (or of a format Pillow cannot read)'
-    except (OSError, SyntaxError, ValueError) as exc:
-        # unreadable, or a broken image (Pillow's verify raises these)
-        return f'unreadable image ({exc})'
-    finally:
-        Image.MAX_IMAGE_PIXELS = limit
-    if width < 1 or height < 1:
-        return f'empty image ({width} x {height})'
-    return None
-
-
-def check_images(files: List[str], max_pixels: int) -> Tuple[List[str], int]:
-    """The files that can be run; a line on stderr names each other one.
-
-    Args:
-        files (list[str]): the image files.
-        max_pixels (int): the largest width x height accepted.
-
-    Returns:
-        tuple[list[str], int]: the good files and the number skipped.
-
-    Raises:
-        ValueError: none of the files can be run.
-    """
-    good = []
-    for path in files:
-        reason = check_image(path, max_pixels)
-        if reason is None:
-            good.append(path)
-        else:
-            print(error_line(f'skipped {path}: {reason}'), file=sys.stderr)
-    if not good:
-        raise ValueError(f'none of the {len(files)} image(s) could be run: '
-                         'nothing written')
-    return good, len(files) - len(good)
 
 
 def main(argv=None) -> int:
