@@ -95,6 +95,9 @@ class ExportWrapper(nn.Module):
         self.model = model
         self.input_shape = tuple(int(v) for v in input_shape)
         self.prior_input = prior_input
+        # the model's mode: torch.onnx.export restores the wrapper's mode
+        # afterwards, recursively (a new module's would be training)
+        self.training = model.training
 
     def forward(self,
                 input: Tensor,

@@ -170,3 +170,10 @@ def test_a_plain_detector_exports_without_a_prior(tmp_path):
     assert report['ok'], report['failures']
     with pytest.raises(ValueError, match='folded'):
         OnnxDetector(out).resolve_prior('coco2017_val')
+
+
+def test_export_leaves_the_model_in_eval_mode(tmp_path):
+    model = tiny('dino')
+    export_onnx(model, str(tmp_path / 'm.onnx'), (64, 64))
+    assert not model.training
+    assert not any(m.training for m in model.modules())
