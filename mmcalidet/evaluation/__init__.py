@@ -9,6 +9,8 @@ docs/user_guides/evaluate.md and self_calibrate.md), one module per step:
 * ``partitions``: subsets, sites and self-calibration subsets, each under
   E_t and its own statistics -- :func:`evaluate_partitions`;
 * ``self_calibration``, ``online``: Algo. 1, offline and online;
+* ``site_prior``: a site's prior fitted from a few labelled images,
+  shrunk toward E_t by cross-validation -- :func:`fit_site_prior`;
 * ``baselines``, ``coco``, ``report``, ``sensitivity``: post-hoc
   corrections, COCO metrics, tables, V' probes.
 """
@@ -16,10 +18,11 @@ from .baselines import (CORRECTION_NAMES, CORRECTIONS, CooccurrenceRescoring,
                         PriorReweighting, build_correction, class_frequencies)
 from .cache import (HiddenStateCache, cache_hidden_states, cache_images,
                     image_batches)
-from .coco import (METRICS, CocoEvaluator, cache_evaluator,
-                   coco_evaluator_from_cfg)
+from .coco import (METRICS, CocoEvaluator, ImageMatches, cache_evaluator,
+                   coco_evaluator_from_cfg, paired_bootstrap)
 from .methods import EvalSetup, input_changes, shares_trunk
 from .online import OnlineSelfCalibrator
+from .site_prior import (SitePriorFit, fit_site_prior, shrink, site_estimate)
 from .partitions import (SUBSET_SIZES, calibration_subsets, evaluate_groups,
                          evaluate_partitions, evaluate_subsets,
                          read_evaluation_labels, read_image_groups,
@@ -37,18 +40,20 @@ from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
                     format_order_verdict)
 
 __all__ = [
-    'EvalSetup', 'shares_trunk', 'input_changes', 'HiddenStateCache',
-    'cache_hidden_states', 'cache_images', 'image_batches', 'Rescorer',
-    'is_calibratable', 'METRICS', 'CocoEvaluator', 'cache_evaluator',
-    'coco_evaluator_from_cfg', 'STANDARD_PRIORS', 'PriorSpec', 'Method',
-    'build_priors', 'evaluate_priors', 'check_expected_order',
-    'format_order_verdict', 'SUBSET_SIZES', 'split_subsets', 'subset_epsilon',
-    'calibration_subsets', 'evaluate_partitions', 'evaluate_groups',
-    'site_priors', 'read_image_groups', 'read_evaluation_labels',
-    'evaluate_subsets', 'DEFAULT_ETA', 'DEFAULT_SCORE_THR',
-    'SelfCalibrationResult', 'prediction_statistics', 'update_target',
-    'calibration_step', 'self_calibrate', 'self_calibrate_partitions',
-    'mean_history', 'OnlineSelfCalibrator', 'CORRECTIONS', 'CORRECTION_NAMES',
+    'ImageMatches', 'paired_bootstrap', 'SitePriorFit', 'fit_site_prior',
+    'shrink', 'site_estimate', 'EvalSetup', 'shares_trunk', 'input_changes',
+    'HiddenStateCache', 'cache_hidden_states', 'cache_images', 'image_batches',
+    'Rescorer', 'is_calibratable', 'METRICS', 'CocoEvaluator',
+    'cache_evaluator', 'coco_evaluator_from_cfg', 'STANDARD_PRIORS',
+    'PriorSpec', 'Method', 'build_priors', 'evaluate_priors',
+    'check_expected_order', 'format_order_verdict', 'SUBSET_SIZES',
+    'split_subsets', 'subset_epsilon', 'calibration_subsets',
+    'evaluate_partitions', 'evaluate_groups', 'site_priors',
+    'read_image_groups', 'read_evaluation_labels', 'evaluate_subsets',
+    'DEFAULT_ETA', 'DEFAULT_SCORE_THR', 'SelfCalibrationResult',
+    'prediction_statistics', 'update_target', 'calibration_step',
+    'self_calibrate', 'self_calibrate_partitions', 'mean_history',
+    'OnlineSelfCalibrator', 'CORRECTIONS', 'CORRECTION_NAMES',
     'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
     'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'
 ]

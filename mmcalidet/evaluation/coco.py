@@ -201,6 +201,54 @@ class CocoEvaluator:
             for k, v in zip(METRICS, stats)
         }
 
+    def image_matches(self, img_ids: Sequence[int],
+                      results: Sequence[InstanceData]) -> 'ImageMatches':
+        """COCOeval's per-image matching of detections to ground truth
+        (area ``all``, the first ``maxDets``), from which the box AP of any
+        multiset of these images follows (:class:`ImageMatches`): the
+        paired bootstrap over images resamples them.
+
+        Args:
+            img_ids (Sequence[int]): the COCO image ids (distinct).
+            results (Sequence[InstanceData]): detections per image.
+
+        Returns:
+            ImageMatches: the matches.
+        """
+        from mmdet.datasets.api_wrappers import COCOeval
+        img_ids = [int(i) for i in img_ids]
+        if len(set(img_ids)) != len(img_ids):
+            raise ValueError('image_matches needs distinct image ids')
+        with_gt = set().union(*(self._img_cats[i] for i in img_ids)) \
+            if img_ids else set()
+        cat_ids = [c for c in self.cat_ids if c in with_gt]
+        dets = self.to_array(img_ids, results)
+        dets = dets[np.isin(dets[:, 6], cat_ids)]
+        if not cat_ids:
+            return ImageMatches([], [], img_ids, 0, 0)
+        if len(dets) == 0:
+            dets = np.array([[img_ids[0], 0, 0, 1, 1, 0, cat_ids[0]]],
+                            dtype=np.float64)
+        with contextlib.redirect_stdout(io.StringIO()):
+            coco_dt = self.coco.loadRes(dets)
+            coco_eval = COCOeval(self.coco, coco_dt, 'bbox')
+            params = coco_eval.params
+            params.catIds = cat_ids
+            params.imgIds = img_ids
+            params.maxDets = [self.proposal_nums[0]]
+            params.areaRng = params.areaRng[:1]  # 'all'
+            params.areaRngLbl = params.areaRngLbl[:1]
+            coco_eval.evaluate()
+        # COCOeval sorts its images and categories
+        return ImageMatches(
+            coco_eval.evalImgs,
+            list(params.catIds),
+            list(params.imgIds),
+            self.proposal_nums[0],
+            len(params.iouThrs),
+            params.recThrs,
+            order=img_ids)
+
 
 def coco_evaluator_from_cfg(cfg, classes: Sequence[str]) -> CocoEvaluator:
     """A :class:`CocoEvaluator` on the ``ann_file`` of a config's
@@ -229,3 +277,136 @@ def cache_evaluator(evaluator: CocoEvaluator) -> Callable:
         return evaluator.evaluate(ids, predictions)
 
     return evaluate
+
+
+class ImageMatches:
+    """Per-image COCO matches (:meth:`CocoEvaluator.image_matches`) and the
+    box AP of any multiset of their images, as COCOeval's ``accumulate``
+    computes it (area ``all``, ``maxDets`` 100): an image drawn twice
+    counts twice.
+
+    Args:
+        eval_imgs (list): COCOeval's ``evalImgs`` (category-major).
+        cat_ids (list[int]): the evaluated categories.
+        img_ids (list[int]): the images, in ``evalImgs`` order.
+        max_det (int): detections per image.
+        num_iou (int): IoU thresholds.
+        rec_thrs (np.ndarray, optional): the recall thresholds.
+        order (list[int], optional): the images in the order positions
+            refer to (default ``img_ids``).
+    """
+
+    def __init__(self,
+                 eval_imgs,
+                 cat_ids,
+                 img_ids,
+                 max_det: int,
+                 num_iou: int,
+                 rec_thrs=None,
+                 order: Optional[Sequence[int]] = None) -> None:
+        self.cat_ids = list(cat_ids)
+        self.max_det = max_det
+        self.num_iou = num_iou
+        self.rec_thrs = rec_thrs
+        num_imgs = len(img_ids)
+        # positions follow ``order`` (the caller's), evalImgs ``img_ids``
+        self.img_ids = list(img_ids if order is None else order)
+        where = {img_id: i for i, img_id in enumerate(img_ids)}
+        columns = [where[img_id] for img_id in self.img_ids]
+        # per category: per image (scores, matches T x D, ignore T x D,
+        # number of non-ignored ground truths)
+        self._entries = []
+        for k in range(len(self.cat_ids)):
+            per_img = []
+            for i in columns:
+                e = eval_imgs[k * num_imgs + i]
+                if e is None:
+                    per_img.append(None)
+                    continue
+                per_img.append(
+                    (np.asarray(e['dtScores'][:max_det], dtype=np.float64),
+                     np.asarray(e['dtMatches'])[:, :max_det]
+                     > 0, np.asarray(e['dtIgnore'])[:, :max_det].astype(bool),
+                     int(np.count_nonzero(np.asarray(e['gtIgnore']) == 0))))
+            self._entries.append(per_img)
+
+    def ap(self, positions: Optional[Sequence[int]] = None) -> float:
+        """Box AP (a fraction) of the images at ``positions`` (indices into
+        ``img_ids``, repeats allowed; default each once); ``nan`` without
+        ground truth.
+
+        Args:
+            positions (Sequence[int], optional): the images.
+
+        Returns:
+            float: the AP.
+        """
+        if positions is None:
+            positions = range(len(self.img_ids))
+        positions = list(positions)
+        precisions = []
+        for per_img in self._entries:
+            entries = [per_img[i] for i in positions if per_img[i] is not None]
+            if not entries:
+                continue
+            npig = sum(e[3] for e in entries)
+            if npig == 0:
+                continue
+            scores = np.concatenate([e[0] for e in entries])
+            order = np.argsort(-scores, kind='mergesort')
+            matches = np.concatenate([e[1] for e in entries], axis=1)[:, order]
+            ignore = np.concatenate([e[2] for e in entries], axis=1)[:, order]
+            tps = np.cumsum(matches & ~ignore, axis=1, dtype=np.float64)
+            fps = np.cumsum(~matches & ~ignore, axis=1, dtype=np.float64)
+            for tp, fp in zip(tps, fps):
+                recall = tp / npig
+                precision = tp / (fp + tp + np.spacing(1))
+                # COCOeval: precision made monotone, read at each threshold
+                precision = np.maximum.accumulate(precision[::-1])[::-1]
+                q = np.zeros(len(self.rec_thrs))
+                idx = np.searchsorted(recall, self.rec_thrs, side='left')
+                valid = idx < len(precision)
+                q[valid] = precision[idx[valid]]
+                precisions.append(q.mean())
+        return float(np.mean(precisions)) if precisions else float('nan')
+
+
+def paired_bootstrap(first: ImageMatches,
+                     second: ImageMatches,
+                     resamples: int = 1000,
+                     seed: int = 0,
+                     level: float = 0.95) -> Dict[str, float]:
+    """AP(first) - AP(second) on the same images, with a paired bootstrap
+    interval: images are resampled with replacement, both methods scored on
+    each resample.
+
+    Args:
+        first (ImageMatches): one method's matches.
+        second (ImageMatches): the other's, on the same images.
+        resamples (int): bootstrap resamples.
+        seed (int): their random seed.
+        level (float): the interval's coverage.
+
+    Returns:
+        dict: ``diff`` (on all images, AP points), ``low``, ``high`` (the
+        percentile interval, AP points), ``resamples``.
+    """
+    if first.img_ids != second.img_ids:
+        raise ValueError('a paired bootstrap needs the same images')
+    n = len(first.img_ids)
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for _ in range(int(resamples)):
+        draw = rng.integers(0, n, size=n)
+        a, b = first.ap(draw), second.ap(draw)
+        if np.isfinite(a) and np.isfinite(b):
+            diffs.append(100 * (a - b))
+    tail = 100 * (1 - level) / 2
+    low, high = (
+        np.percentile(diffs, [tail, 100 - tail]) if diffs else
+        (float('nan'), float('nan')))
+    return dict(
+        diff=100 * (first.ap() - second.ap()),
+        low=float(low),
+        high=float(high),
+        resamples=len(diffs))
