@@ -145,7 +145,8 @@ def fit_site_prior(rescorer: Rescorer,
         alphas (Sequence[float]): the shrinkage candidates (> 0).
         absent (Sequence[str]): the estimate forms tried.
         folds (int): cross-validation folds (at most n).
-        resamples (int): bootstrap resamples of the gain's interval.
+        resamples (int): bootstrap resamples of the gain's interval (0:
+            no interval, ``nan``).
         seed (int): the folds' and the bootstrap's seed.
         indices (Sequence[int], optional): the cached images to use
             (default all).
@@ -209,7 +210,8 @@ def fit_site_prior(rescorer: Rescorer,
             table=table)
     chosen = (best['absent'], best['alpha'])
     interval = paired_bootstrap(
-        matches[chosen], base, resamples=resamples, seed=seed)
+        matches[chosen], base, resamples=resamples, seed=seed) \
+        if resamples else dict(low=float('nan'), high=float('nan'))
     estimate = site_estimate(labels, train_prior, chosen[0])
     return SitePriorFit(
         prior=shrink(train_prior, estimate, chosen[1]),
@@ -222,3 +224,97 @@ def fit_site_prior(rescorer: Rescorer,
         high=interval['high'],
         folds=folds,
         table=table)
+
+
+def mean_interval(values: Sequence[float],
+                  resamples: int = 10000,
+                  seed: int = 0,
+                  level: float = 0.95) -> Dict[str, float]:
+    """The mean of paired gains and its bootstrap percentile interval.
+
+    Args:
+        values (Sequence[float]): one gain per repeat.
+        resamples (int): bootstrap resamples.
+        seed (int): their seed.
+        level (float): the coverage.
+
+    Returns:
+        dict: ``mean``, ``low``, ``high``.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values),
+                                size=(resamples, len(values)))].mean(1)
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return dict(mean=float(values.mean()), low=float(low), high=float(high))
+
+
+def deployment_gains(rescorer: Rescorer,
+                     evaluator: CocoEvaluator,
+                     train_prior: np.ndarray,
+                     indices: Sequence[int],
+                     num_labelled: int = 32,
+                     repeats: int = 10,
+                     seed: int = 0,
+                     **fit_kwargs) -> Dict:
+    """A site's prior measured as a user deploys it: estimated from
+    ``num_labelled`` labelled images of the site, evaluated on the site's
+    other images, against E_t, over ``repeats`` random draws of the
+    labelled images.
+
+    Each draw scores two priors: the raw estimate of the labelled images
+    (:func:`~mmcalidet.priors.batch_prior`) and the prior
+    :func:`fit_site_prior` fits on them.
+
+    Args:
+        rescorer (Rescorer): the detector on the cached site images.
+        evaluator (CocoEvaluator): their annotations.
+        train_prior (np.ndarray): E_t.
+        indices (Sequence[int]): the site's cached images.
+        num_labelled (int): n, the labelled images of a draw.
+        repeats (int): draws.
+        seed (int): their seed.
+        **fit_kwargs: :func:`fit_site_prior`'s options (``resamples``
+            defaults to 0 here: the interval is over the draws).
+
+    Returns:
+        dict: ``num_labelled``, ``repeats``, ``raw`` and ``fitted`` (each
+        ``mean``, ``low``, ``high``: the AP gain over E_t on the other
+        images, its bootstrap 95 % interval over the draws, AP points,
+        and ``gains``, one per draw) and ``alphas`` (chosen per draw).
+    """
+    indices = np.asarray(indices, dtype=np.int64)
+    if len(indices) <= num_labelled:
+        raise ValueError(f'{len(indices)} site images leave none to '
+                         f'evaluate on after {num_labelled} labelled ones')
+    fit_kwargs.setdefault('resamples', 0)
+    cache = rescorer.cache
+    labels, img_ids = cache.gt_label_lists(), cache.img_ids()
+    rng = np.random.default_rng(seed)
+    gains: Dict[str, List[float]] = dict(raw=[], fitted=[])
+    alphas = []
+    for draw in range(int(repeats)):
+        order = rng.permutation(len(indices))
+        labelled = indices[order[:num_labelled]]
+        rest = indices[order[num_labelled:]]
+        fit = fit_site_prior(
+            rescorer,
+            evaluator,
+            train_prior,
+            seed=seed + draw,
+            indices=labelled,
+            **fit_kwargs)
+        raw = batch_prior(len(train_prior), [labels[i] for i in labelled])
+        ids = [img_ids[i] for i in rest]
+        base = evaluator.evaluate(ids, rescorer.predict(train_prior,
+                                                        rest))['AP']
+        for name, prior in (('raw', raw), ('fitted', fit.prior)):
+            ap = evaluator.evaluate(ids, rescorer.predict(prior, rest))['AP']
+            gains[name].append(100 * (ap - base))
+        alphas.append(fit.alpha)
+    out = dict(
+        num_labelled=int(num_labelled), repeats=int(repeats), alphas=alphas)
+    for name, values in gains.items():
+        out[name] = dict(mean_interval(values, seed=seed), gains=values)
+    return out

@@ -203,3 +203,38 @@ def test_estimates_and_bad_input():
         fit_site_prior(
             PriorScoredRescorer([(1, np.zeros((1, 4)), np.zeros(1, int))], 3),
             None, train_prior)
+
+
+def test_deployment_gains_estimate_on_some_images_and_score_the_rest(
+        paired_site):
+    from mmcalidet.evaluation import deployment_gains, mean_interval
+    evaluator, site = paired_site
+    rescorer = PriorScoredRescorer(site)
+    res = deployment_gains(
+        rescorer,
+        evaluator,
+        flat_prior(4),
+        indices=range(32),
+        num_labelled=16,
+        repeats=3,
+        seed=0)
+    assert res['repeats'] == 3 and len(res['alphas']) == 3
+    for name in ('raw', 'fitted'):
+        assert len(res[name]['gains']) == 3
+        assert res[name]['low'] <= res[name]['mean'] <= res[name]['high']
+    # the site's pairs, learned from 16 images, hold on the other 16
+    assert res['fitted']['low'] > 10 and res['raw']['low'] > 10
+    assert all(alpha > 0 for alpha in res['alphas'])
+    # no prior effect: the fitted prior stays E_t, gains are 0
+    null = deployment_gains(
+        PriorScoredRescorer(site, ignore_prior=True),
+        evaluator,
+        flat_prior(4),
+        indices=range(32),
+        num_labelled=16,
+        repeats=2)
+    assert null['fitted']['gains'] == [0.0, 0.0
+                                       ] and null['alphas'] == [0.0, 0.0]
+    assert mean_interval([1.5, 1.5, 1.5]) == dict(mean=1.5, low=1.5, high=1.5)
+    with pytest.raises(ValueError, match='leave none'):
+        deployment_gains(rescorer, evaluator, flat_prior(4), range(8), 8)

@@ -11,6 +11,8 @@ import platform
 import time
 from typing import Dict, List, Optional, Sequence
 
+import numpy as np
+
 from mmcalidet.priors import prior_mae
 from .training import trained_config
 
@@ -50,12 +52,11 @@ def evaluate_all(args: argparse.Namespace,
     """
     import torch
 
-    from mmcalidet.evaluation import (STANDARD_PRIORS, SUBSET_SIZES, EvalSetup,
-                                      build_priors, cache_evaluator,
-                                      check_expected_order, evaluate_groups,
-                                      evaluate_priors, evaluate_subsets,
-                                      markdown_table, read_image_groups,
-                                      self_calibrate_partitions, site_priors)
+    from mmcalidet.evaluation import (
+        STANDARD_PRIORS, SUBSET_SIZES, EvalSetup, build_priors,
+        cache_evaluator, check_expected_order, evaluate_groups,
+        evaluate_priors, evaluate_subsets, markdown_table, read_image_groups,
+        deployment_gains, self_calibrate_partitions, site_priors)
     from mmcalidet.evaluation.partitions import group_partitions
     from mmcalidet.evaluation.report import injection_table, metric_columns
     from mmcalidet.visualization import (plot_prior_comparison,
@@ -72,8 +73,7 @@ def evaluate_all(args: argparse.Namespace,
     with open(log_file or os.devnull, 'a') as log, \
             contextlib.redirect_stdout(log):
         setup = EvalSetup(
-            trained_config(trained['calidet_dir'],
-                           trained['calidet_config']),
+            trained_config(trained['calidet_dir'], trained['calidet_config']),
             trained['calidet_ckpt'],
             baseline_config=trained_config(trained['dino_dir'],
                                            trained['dino_config']),
@@ -83,16 +83,18 @@ def evaluate_all(args: argparse.Namespace,
             progress=progress)
     timings['cache'] = time.perf_counter() - start
     if setup.info.get('shared_cache'):
-        print('[eval] the CaliDINO keeps the DINO\'s trunk: one decoder '
-              'cache serves both', flush=True)
+        print(
+            '[eval] the CaliDINO keeps the DINO\'s trunk: one decoder '
+            'cache serves both',
+            flush=True)
     evaluate = cache_evaluator(setup.evaluator)
     e_t, cache, methods = setup.train_prior, setup.cache, setup.methods
     labels = cache.gt_label_lists()
 
     # 1. the standard injection table (all sites)
     t0 = time.perf_counter()
-    specs = build_priors(STANDARD_PRIORS, labels, e_t, cache.batch_ids,
-                         None, setup.classes)
+    specs = build_priors(STANDARD_PRIORS, labels, e_t, cache.batch_ids, None,
+                         setup.classes)
     prior_rows = evaluate_priors(methods, specs, evaluate, progress)
     orders = {
         m.name: check_expected_order(prior_rows, m.name)
@@ -105,13 +107,48 @@ def evaluate_all(args: argparse.Namespace,
     groups = read_image_groups(
         osp.join(args.data, 'annotations', 'instances_val.json'),
         cache.img_ids())
-    order = [s for s in SITES if s in set(groups)] + sorted(
-        set(groups) - set(SITES))
+    order = [s for s in SITES if s in set(groups)
+             ] + sorted(set(groups) - set(SITES))
     site_prior = site_priors(labels, groups, len(e_t), order)
     site_rows = evaluate_groups(methods, evaluate, e_t, groups, order,
                                 site_prior)
     timings['sites'] = time.perf_counter() - t0
     sites = group_partitions(groups, order)
+
+    # 2b. per site, as a user deploys: a prior estimated from a few
+    # labelled site images (raw, and fitted toward E_t by cross-validation),
+    # scored on the site's other images against E_t
+    t0 = time.perf_counter()
+    deployment_rows = []
+    repeats = getattr(args, 'fit_repeats', 0)
+    for site, idx in (sites.items() if repeats else ()):
+        # a small site keeps at least one image to evaluate on
+        num = min(args.fit_labelled, len(idx) - 1)
+        if num < 2:
+            continue
+        for m in (m for m in methods if m.takes_prior):
+            res = deployment_gains(
+                m.rescorer,
+                setup.evaluator,
+                e_t,
+                idx,
+                num_labelled=num,
+                repeats=repeats)
+            for prior in ('raw', 'fitted'):
+                deployment_rows.append(
+                    dict(
+                        site=site,
+                        method=m.name,
+                        prior=f'E_site({num}) ' +
+                        ('raw' if prior == 'raw' else 'fitted'),
+                        gain=res[prior]['mean'],
+                        interval=f'[{res[prior]["low"]:+.2f}, '
+                        f'{res[prior]["high"]:+.2f}]',
+                        alpha=float(np.mean(res['alphas']))
+                        if prior == 'fitted' else None,
+                        repeats=repeats,
+                        gains=res[prior]['gains']))
+    timings['deployment'] = time.perf_counter() - t0
 
     # 3. subsets (the paper's Tab. 3 layout)
     subset_rows = []
@@ -125,7 +162,8 @@ def evaluate_all(args: argparse.Namespace,
     t0 = time.perf_counter()
     calibrated = [m for m in methods if m.takes_prior]
     runs = {
-        m.name: self_calibrate_partitions(
+        m.name:
+        self_calibrate_partitions(
             m.rescorer.model,
             m.cache,
             list(sites.values()),
@@ -146,8 +184,8 @@ def evaluate_all(args: argparse.Namespace,
             curves[f'{name}, {site}'] = res.history
             first, last = res.history[0]['AP'], res.history[-1]['AP']
             estimate = evaluate(by_name[name].cache,
-                                rescorer.predict(res.start_estimate,
-                                                 idx), idx)['AP']
+                                rescorer.predict(res.start_estimate, idx),
+                                idx)['AP']
             selfcal_rows.append(
                 dict(
                     site=site,
@@ -162,8 +200,9 @@ def evaluate_all(args: argparse.Namespace,
     timings['self_calibration'] = time.perf_counter() - t0
 
     def table(rows, keys, gain=True):
-        return markdown_table(rows, keys + metric_columns() + (
-            [('gain_AP', 'AP gain', 'gain')] if gain else []))
+        return markdown_table(
+            rows, keys + metric_columns() +
+            ([('gain_AP', 'AP gain', 'gain')] if gain else []))
 
     results = dict(
         injection=prior_rows,
@@ -175,13 +214,20 @@ def evaluate_all(args: argparse.Namespace,
                                    ('epsilon', 'epsilon', '.3f'),
                                    ('method', 'method', ''),
                                    ('prior', 'prior', '')]),
+        deployment=deployment_rows,
+        deployment_md=markdown_table(deployment_rows, [
+            ('site', 'site', ''), ('method', 'method', ''),
+            ('prior', 'prior', ''), ('gain', 'AP gain over E_t', '+.2f'),
+            ('interval', '95 % interval (draws)', ''),
+            ('alpha', 'mean alpha', '.2f')
+        ]) if deployment_rows else '',
         subsets=subset_rows,
         subsets_md=table(subset_rows, [('size', 'subset size', ''),
                                        ('num_subsets', 'subsets', ''),
                                        ('method', 'method', ''),
                                        ('prior', 'prior', ''),
-                                       ('epsilon', 'epsilon', '.3f')])
-        if subset_rows else '',
+                                       ('epsilon', 'epsilon',
+                                        '.3f')]) if subset_rows else '',
         self_calibration=selfcal_rows,
         self_calibration_md=markdown_table(
             selfcal_rows, [('site', 'site', ''), ('method', 'method', ''),
@@ -193,18 +239,19 @@ def evaluate_all(args: argparse.Namespace,
                            ('epsilon_end', 'epsilon(E_site, E_c)', '.3f'),
                            ('AP_estimate', 'AP(E_i)', 'pct')]),
         curves=curves,
-        claims=claims(prior_rows, site_rows, selfcal_rows, orders))
+        claims=claims(prior_rows, site_rows, selfcal_rows, orders,
+                      deployment_rows))
     plots = [
         plot_prior_sweep(prior_rows, osp.join(out_dir, 'priors.png')),
         plot_site_results(site_rows, osp.join(out_dir, 'sites.png')),
         plot_self_calibration(
-            curves, osp.join(out_dir, 'self_calibration.png'),
+            curves,
+            osp.join(out_dir, 'self_calibration.png'),
             title='Self-calibration per site (from E_t)'),
     ]
     if subset_rows:
         plots.append(
-            plot_subset_results(subset_rows,
-                                osp.join(out_dir, 'subsets.png')))
+            plot_subset_results(subset_rows, osp.join(out_dir, 'subsets.png')))
     for site in sites:
         plots.append(
             plot_prior_comparison(
@@ -221,7 +268,8 @@ def evaluate_all(args: argparse.Namespace,
         data_epsilon=data_meta.get('epsilon', {}))
 
 
-def claims(prior_rows, site_rows, selfcal_rows, orders) -> List[str]:
+def claims(prior_rows, site_rows, selfcal_rows, orders,
+           deployment_rows=()) -> List[str]:
     """The benchmark's claims, each with its numbers and a verdict.
 
     Args:
@@ -229,6 +277,8 @@ def claims(prior_rows, site_rows, selfcal_rows, orders) -> List[str]:
         site_rows (list[dict]): the per-site rows.
         selfcal_rows (list[dict]): the self-calibration rows.
         orders (dict): per method, :func:`check_expected_order`'s result.
+        deployment_rows (list[dict]): the deployment rows (raw and fitted
+            site priors from a few labelled images).
 
     Returns:
         list[str]: one line per claim.
@@ -254,6 +304,14 @@ def claims(prior_rows, site_rows, selfcal_rows, orders) -> List[str]:
             out.append(
                 f'site {r["site"]} (epsilon {r["epsilon"]:.3f}): E_site vs '
                 f'E_t {100 * r["gain_AP"]:+.1f} AP')
+    for r in deployment_rows:
+        if r['method'].startswith('Cali'):
+            low = float(r['interval'].strip('[]').split(',')[0])
+            out.append(
+                f'site {r["site"]}, {r["prior"]}: {r["gain"]:+.2f} AP '
+                f'{r["interval"]} over {r["repeats"]} draws: **' +
+                ('holds' if r['gain'] >= 0 and low >= -0.3 else 'fails') +
+                '** (mean >= 0, interval >= -0.3)')
     for r in selfcal_rows:
         out.append(f'self-calibration, {r["method"]}, site {r["site"]}: '
                    f'{_pct(r["AP_start"])} -> {_pct(r["AP_end"])} AP '
@@ -261,8 +319,8 @@ def claims(prior_rows, site_rows, selfcal_rows, orders) -> List[str]:
     return out
 
 
-def write_results(out_dir: str, results: Dict, trained: Dict,
-                  sched: Dict, argv: Sequence[str], total: float) -> str:
+def write_results(out_dir: str, results: Dict, trained: Dict, sched: Dict,
+                  argv: Sequence[str], total: float) -> str:
     """Write ``results.md`` and ``results.json``.
 
     Args:
@@ -302,7 +360,8 @@ def write_results(out_dir: str, results: Dict, trained: Dict,
         (None, f'Wall-clock: DINO training {_mins(secs["dino"])}, CaliDINO '
          f'training {_mins(secs["calidet"])}, decoder caches '
          f'{t["cache"]:.0f} s, injection table {t["injection"]:.0f} s, '
-         f'sites {t["sites"]:.0f} s, ' +
+         f'sites {t["sites"]:.0f} s, deployment '
+         f'{t.get("deployment", 0):.0f} s, ' +
          (f'subsets {t["subsets"]:.0f} s, ' if 'subsets' in t else '') +
          f'self-calibration {t["self_calibration"]:.0f} s; {_mins(total)} '
          'in all (0 = reused).'),
@@ -312,6 +371,15 @@ def write_results(out_dir: str, results: Dict, trained: Dict,
         ('Deployment sites: E_t vs the site prior',
          results['sites_md'] + '\n\n![](sites.png)')
     ]
+    if results.get('deployment_md'):
+        sections.append(
+            ('Deployment: a site prior from a few labelled images, on the '
+             'site\'s other images',
+             results['deployment_md'] + '\n\nraw: the labelled images\' '
+             'statistics; fitted: `fit_site_prior` on them (E_t + alpha '
+             '(E_site - E_t), alpha by cross-validation, E_t when none '
+             'gains). Gains over E_t on the other images of the site, mean '
+             'of the draws, with a bootstrap interval over the draws.'))
     if results['subsets_md']:
         sections.append(('Subsets (E_b of each subset vs E_t)',
                          results['subsets_md'] + '\n\n![](subsets.png)'))
@@ -319,8 +387,8 @@ def write_results(out_dir: str, results: Dict, trained: Dict,
         (f'Self-calibration per site (from E_t, {iters} iterations)',
          results['self_calibration_md'] + '\n\n![](self_calibration.png)'))
     data = {k: v for k, v in results.items() if not k.endswith('_md')}
-    data.update(schedule=sched, training_seconds=secs, machine=machine,
-                command=cmd)
+    data.update(
+        schedule=sched, training_seconds=secs, machine=machine, command=cmd)
     return write_report(out_dir, 'results', 'Context-shift benchmark results',
                         sections, data)[0]
 

@@ -60,6 +60,8 @@ def bench(tmp_path_factory):
         '3',
         '--self-cal-iters',
         '2',
+        '--fit-repeats',
+        '2',
         '--score-thr',
         '0',
         '--no-progress',
@@ -116,6 +118,14 @@ def test_benchmark_writes_every_table(bench):
     assert all(r['num_images'] == 3 for r in cali)
     # self-calibration: one curve per site and prior-taking method
     assert len(res['self_calibration']) == 3 * 3
+    # the deployment rows: per site and method that takes a prior, the raw
+    # and the fitted estimate from 2 of the site's 3 images
+    takes_prior = {r['method'] for r in res['self_calibration']}
+    assert len(res['deployment']) == 3 * len(takes_prior) * 2
+    assert {r['prior'] for r in res['deployment']} == {
+        'E_site(2) raw', 'E_site(2) fitted'
+    }
+    assert all(len(r['gains']) == r['repeats'] for r in res['deployment'])
     assert all(len(c) == 3 for c in res['curves'].values())
     for r in res['self_calibration']:
         assert r['score_thr'] == 0  # as asked

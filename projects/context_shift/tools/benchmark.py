@@ -41,7 +41,8 @@ except ImportError as exc:  # not run from the root with it on PYTHONPATH
     sys.exit(f'benchmark.py: error: {exc}; run it from the repository root '
              'with export PYTHONPATH=$PWD:$PYTHONPATH')
 from mmcalidet.evaluation.baselines import CORRECTION_NAMES, CORRECTIONS
-from mmcalidet.utils.cli import run_tool, unit_float
+from mmcalidet.utils.cli import (non_negative_int, positive_int, run_tool,
+                                 unit_float)
 from mmcalidet.utils.log_level import log_to_file
 
 
@@ -70,8 +71,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         'work_dirs/context_shift_quick with --quick)')
     parser.add_argument(
         '--out-dir', help='results folder (default <work-dir>/results)')
-    parser.add_argument(
-        '--dino-iters', type=int, help='plain DINO iterations')
+    parser.add_argument('--dino-iters', type=int, help='plain DINO iterations')
     parser.add_argument(
         '--finetune-iters',
         type=int,
@@ -103,8 +103,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         '--calibrator-config',
         help='the calibrator config of --calidet-init cached (default the '
         'variant\'s configs/context_shift/calidet_dino_tiny_context-shift'
-        '[_many-class]_cached.py), e.g. the filled recipe, '
-        'calidet_dino_tiny_context-shift_cached_filled.py')
+        '[_many-class]_cached.py), e.g. the paper\'s recipe, '
+        'calidet_dino_tiny_context-shift_cached_paper.py')
     parser.add_argument(
         '--retrain', action='store_true', help='train even if done')
     parser.add_argument(
@@ -114,6 +114,18 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=int,
         default=10,
         help='self-calibration iterations per site')
+    parser.add_argument(
+        '--fit-labelled',
+        type=positive_int,
+        default=32,
+        help='deployment rows: labelled images of a site the raw and the '
+        'fitted site prior are estimated from (32)')
+    parser.add_argument(
+        '--fit-repeats',
+        type=non_negative_int,
+        default=10,
+        help='deployment rows: random draws of those images per site (10; '
+        '0: no deployment rows)')
     parser.add_argument(
         '--score-thr',
         type=unit_float,
@@ -138,8 +150,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=CORRECTIONS,
         default=list(CORRECTIONS),
         help='post-hoc prior corrections of the plain DINO to compare with '
-        '(default: ' +
-        ' and '.join(CORRECTION_NAMES[c] for c in CORRECTIONS) +
+        '(default: ' + ' and '.join(CORRECTION_NAMES[c] for c in CORRECTIONS) +
         '; no value: the plain DINO alone). Each costs about a third of '
         'the evaluation')
     parser.add_argument(
@@ -181,13 +192,16 @@ def main(argv=None) -> int:
         return 0
     sched = ran_schedule(sched, trained)
     os.makedirs(out_dir, exist_ok=True)
-    print(f'[eval] caching decoder outputs and evaluating (log: {log})',
-          flush=True)
+    print(
+        f'[eval] caching decoder outputs and evaluating (log: {log})',
+        flush=True)
     results = evaluate_all(args, trained, out_dir, meta, args.quick, log)
     path = write_results(out_dir, results, trained, sched, argv,
                          time.perf_counter() - start)
     print('\n' + results['injection_md'] + '\n')
     print(results['sites_md'] + '\n')
+    if results['deployment_md']:
+        print(results['deployment_md'] + '\n')
     print(results['self_calibration_md'] + '\n')
     print('\n'.join(f'- {c}' for c in results['claims']))
     print(f'\nwrote {path} and {len(results["plots"])} plots '
