@@ -22,8 +22,6 @@ from .coco import (METRICS, CocoEvaluator, ImageMatches, cache_evaluator,
                    coco_evaluator_from_cfg, paired_bootstrap)
 from .methods import EvalSetup, input_changes, shares_trunk
 from .online import OnlineSelfCalibrator
-from .site_prior import (SitePriorFit, deployment_gains, fit_site_prior,
-                         mean_interval, shrink, site_estimate)
 from .partitions import (SUBSET_SIZES, calibration_subsets, evaluate_groups,
                          evaluate_partitions, evaluate_subsets,
                          read_evaluation_labels, read_image_groups,
@@ -36,8 +34,10 @@ from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                self_calibrate, self_calibrate_partitions,
                                update_target)
 from .sensitivity import prior_sensitivity
-from .sweep import (STANDARD_PRIORS, Method, PriorSpec, build_priors,
-                    check_expected_order, evaluate_priors,
+from .site_prior import (SitePriorFit, deployment_gains, fit_site_prior,
+                         mean_interval, shrink, site_estimate)
+from .sweep import (CONTENT_PRIORS, STANDARD_PRIORS, Method, PriorSpec,
+                    build_priors, check_expected_order, evaluate_priors,
                     format_order_verdict)
 
 __all__ = [
@@ -46,15 +46,16 @@ __all__ = [
     'EvalSetup', 'shares_trunk', 'input_changes', 'HiddenStateCache',
     'cache_hidden_states', 'cache_images', 'image_batches', 'Rescorer',
     'is_calibratable', 'METRICS', 'CocoEvaluator', 'cache_evaluator',
-    'coco_evaluator_from_cfg', 'STANDARD_PRIORS', 'PriorSpec', 'Method',
-    'build_priors', 'evaluate_priors', 'check_expected_order',
-    'format_order_verdict', 'SUBSET_SIZES', 'split_subsets', 'subset_epsilon',
-    'calibration_subsets', 'evaluate_partitions', 'evaluate_groups',
-    'site_priors', 'read_image_groups', 'read_evaluation_labels',
-    'evaluate_subsets', 'DEFAULT_ETA', 'DEFAULT_SCORE_THR',
-    'SelfCalibrationResult', 'prediction_statistics', 'update_target',
-    'calibration_step', 'self_calibrate', 'self_calibrate_partitions',
-    'mean_history', 'OnlineSelfCalibrator', 'CORRECTIONS', 'CORRECTION_NAMES',
+    'coco_evaluator_from_cfg', 'STANDARD_PRIORS', 'CONTENT_PRIORS',
+    'PriorSpec', 'Method', 'build_priors', 'evaluate_priors',
+    'check_expected_order', 'format_order_verdict', 'SUBSET_SIZES',
+    'split_subsets', 'subset_epsilon', 'calibration_subsets',
+    'evaluate_partitions', 'evaluate_groups', 'site_priors',
+    'read_image_groups', 'read_evaluation_labels', 'evaluate_subsets',
+    'DEFAULT_ETA', 'DEFAULT_SCORE_THR', 'SelfCalibrationResult',
+    'prediction_statistics', 'update_target', 'calibration_step',
+    'self_calibrate', 'self_calibrate_partitions', 'mean_history',
+    'OnlineSelfCalibrator', 'CORRECTIONS', 'CORRECTION_NAMES',
     'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
     'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'
 ]

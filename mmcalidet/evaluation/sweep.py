@@ -24,8 +24,17 @@ from .scoring import PriorArg, Rescorer
 #: the paper's priors, from the most misleading to the most accurate
 STANDARD_PRIORS = ('flip_E_x', 'E0', 'E_t', 'E_v', 'E_b', 'E_x')
 
+#: does the detector read relations, not only which classes are present?
+#: E_x and flip(E_x) with the columns of absent classes E_t's (no presence
+#: pattern): a detector that reads the content scores them in this order
+CONTENT_PRIORS = ('filled_flip_E_x', 'E_t', 'filled_E_x')
+
 #: how tables print them (the others as their key)
-PRIOR_LABELS = {'flip_E_x': 'flip(E_x)'}
+PRIOR_LABELS = {
+    'flip_E_x': 'flip(E_x)',
+    'filled_E_x': 'filled E_x',
+    'filled_flip_E_x': 'filled flip(E_x)'
+}
 
 PRIOR_NOTES = {
     'flip_E_x': 'E_x of each image with 0 and 1 swapped (misleading)',
@@ -34,9 +43,33 @@ PRIOR_NOTES = {
     'E_v': 'statistics of the whole evaluation set',
     'E_b': 'statistics of each evaluation batch',
     'E_x': 'statistics of each image (upper bound)',
+    'filled_E_x': 'E_x, the columns of absent classes from E_t',
+    'filled_flip_E_x': 'flip(E_x), the columns of absent classes from E_t',
 }
 
-ORACLE = {'flip_E_x', 'E_v', 'E_b', 'E_x'}
+ORACLE = {'flip_E_x', 'E_v', 'E_b', 'E_x', 'filled_E_x', 'filled_flip_E_x'}
+
+
+def fill_absent_columns(prior: np.ndarray, labels: Sequence[int],
+                        train_prior: np.ndarray) -> np.ndarray:
+    """A per-image prior with the columns of the classes the image does
+    not show taken from E_t: what is left of E_x is its content (which
+    classes go with the present ones), not the presence pattern.
+
+    Args:
+        prior (np.ndarray): the image's K x K prior (E_x or flip(E_x)).
+        labels (Sequence[int]): its classes.
+        train_prior (np.ndarray): E_t.
+
+    Returns:
+        np.ndarray: K x K float64.
+    """
+    present = np.zeros(len(prior), dtype=bool)
+    present[np.asarray(labels, dtype=np.int64)] = True
+    filled = np.array(train_prior, dtype=np.float64, copy=True)
+    filled[:, present] = prior[:, present]
+    np.fill_diagonal(filled, 1.0)
+    return filled
 
 
 @dataclass
@@ -133,8 +166,8 @@ def build_priors(names: Sequence[str],
     """Build the named priors for a set of evaluation images.
 
     Args:
-        names (Sequence[str]): keys of :data:`STANDARD_PRIORS` and of
-            ``extra``, in table order.
+        names (Sequence[str]): keys of :data:`STANDARD_PRIORS`,
+            :data:`CONTENT_PRIORS` and ``extra``, in table order.
         label_lists (Sequence[np.ndarray]): ground-truth class indices per
             image (for the oracle priors).
         train_prior (np.ndarray): E_t.
@@ -158,11 +191,13 @@ def build_priors(names: Sequence[str],
                           load_prior_source(extra[name], classes, k),
                           'user prior'))
             continue
-        if name not in STANDARD_PRIORS:
-            raise ValueError(f'unknown prior {name!r}; choose from '
-                             f'{list(STANDARD_PRIORS)} or pass it as '
-                             'LABEL=FILE')
-        if name in ('E_x', 'flip_E_x') and per_image is None:
+        if name not in STANDARD_PRIORS + CONTENT_PRIORS:
+            raise ValueError(
+                f'unknown prior {name!r}; choose from '
+                f'{list(dict.fromkeys(STANDARD_PRIORS + CONTENT_PRIORS))} '
+                'or pass it as LABEL=FILE')
+        if name in ('E_x', 'flip_E_x', 'filled_E_x',
+                    'filled_flip_E_x') and per_image is None:
             per_image = [sample_prior(k, labels) for labels in label_lists]
         if name == 'E0':
             prior = flat_prior(k)
@@ -177,8 +212,15 @@ def build_priors(names: Sequence[str],
                 k)
         elif name == 'E_x':
             prior = per_image_priors(per_image)
-        else:
+        elif name == 'flip_E_x':
             prior = per_image_priors([flip_prior(p) for p in per_image])
+        else:
+            flip = name == 'filled_flip_E_x'
+            prior = per_image_priors([
+                fill_absent_columns(
+                    flip_prior(p) if flip else p, labels, train_prior)
+                for p, labels in zip(per_image, label_lists)
+            ])
         specs.append(
             PriorSpec(name, PRIOR_LABELS.get(name, name), name in ORACLE,
                       prior, PRIOR_NOTES[name]))
@@ -290,8 +332,13 @@ def check_expected_order(rows: Sequence[Dict],
     }
     keys = [k for k in order if k in values]
     result = dict(
-        verdict='', holds=None, order=keys, violations=[], spread=None,
-        effect=None, tol=tol)
+        verdict='',
+        holds=None,
+        order=keys,
+        violations=[],
+        spread=None,
+        effect=None,
+        tol=tol)
     if len(keys) < 2:
         result['verdict'] = 'undecidable (fewer than two priors evaluated)'
         return result

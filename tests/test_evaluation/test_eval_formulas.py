@@ -98,6 +98,31 @@ def test_build_priors():
         build_priors(['E_q'], labels, e_t)
 
 
+def test_filled_priors_keep_the_content_not_the_presence():
+    labels = [np.array([0, 1]), np.array([2])]
+    e_t = np.full((K, K), 0.3)
+    np.fill_diagonal(e_t, 1.0)
+    specs = {
+        s.key: s
+        for s in build_priors(('filled_flip_E_x', 'E_t', 'filled_E_x'),
+                              labels, e_t)
+    }
+    assert specs['filled_E_x'].label == 'filled E_x'
+    assert specs['filled_E_x'].oracle and specs['filled_flip_E_x'].oracle
+    filled = specs['filled_E_x'].prior(np.array([0]))[0]
+    flipped = specs['filled_flip_E_x'].prior(np.array([0]))[0]
+    e_x = sample_prior(K, labels[0])
+    # the present classes' columns are E_x's (flipped: 1 - E_x) ...
+    np.testing.assert_array_equal(filled[:, [0, 1]], e_x[:, [0, 1]])
+    off = ~np.eye(K, dtype=bool)[:, [0, 1]]
+    np.testing.assert_array_equal(flipped[:, [0, 1]][off],
+                                  1 - e_x[:, [0, 1]][off])
+    # ... the others E_t's: no 0.5 columns marking absent classes
+    for prior in (filled, flipped):
+        np.testing.assert_array_equal(prior[:, 2:], e_t[:, 2:])
+        assert (np.diag(prior) == 1).all()
+
+
 def test_check_expected_order():
 
     def rows(aps, method='m'):

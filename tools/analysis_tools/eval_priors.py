@@ -19,10 +19,10 @@ import argparse
 import os.path as osp
 import time
 
-from mmcalidet.evaluation import (STANDARD_PRIORS, build_priors,
-                                  cache_evaluator, check_expected_order,
-                                  evaluate_priors, format_order_verdict,
-                                  write_report)
+from mmcalidet.evaluation import (CONTENT_PRIORS, STANDARD_PRIORS,
+                                  build_priors, cache_evaluator,
+                                  check_expected_order, evaluate_priors,
+                                  format_order_verdict, write_report)
 from mmcalidet.evaluation.baselines import describe_corrections
 from mmcalidet.evaluation.report import injection_table
 from mmcalidet.evaluation.sweep import parse_prior_names
@@ -44,7 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=list(STANDARD_PRIORS),
         metavar='PRIOR',
         help='priors in table order: ' + ', '.join(STANDARD_PRIORS) +
-        ', or LABEL=FILE for a prior file / shipped name')
+        ' (and ' + ', '.join(p for p in CONTENT_PRIORS if p != 'E_t') +
+        ': E_x and flip(E_x) with the absent classes\' columns from E_t), '
+        'or LABEL=FILE for a prior file / shipped name')
     parser.add_argument(
         '--order-tol',
         type=finite_float(0),

@@ -53,10 +53,10 @@ def evaluate_all(args: argparse.Namespace,
     import torch
 
     from mmcalidet.evaluation import (
-        STANDARD_PRIORS, SUBSET_SIZES, EvalSetup, build_priors,
-        cache_evaluator, check_expected_order, evaluate_groups,
-        evaluate_priors, evaluate_subsets, markdown_table, read_image_groups,
-        deployment_gains, self_calibrate_partitions, site_priors)
+        CONTENT_PRIORS, STANDARD_PRIORS, SUBSET_SIZES, EvalSetup, build_priors,
+        cache_evaluator, check_expected_order, deployment_gains,
+        evaluate_groups, evaluate_priors, evaluate_subsets, markdown_table,
+        read_image_groups, self_calibrate_partitions, site_priors)
     from mmcalidet.evaluation.partitions import group_partitions
     from mmcalidet.evaluation.report import injection_table, metric_columns
     from mmcalidet.visualization import (plot_prior_comparison,
@@ -93,11 +93,18 @@ def evaluate_all(args: argparse.Namespace,
 
     # 1. the standard injection table (all sites)
     t0 = time.perf_counter()
-    specs = build_priors(STANDARD_PRIORS, labels, e_t, cache.batch_ids, None,
+    # the paper's priors, then E_x and flip(E_x) without their presence
+    # pattern (does the detector read the relations themselves?)
+    names = STANDARD_PRIORS + ('filled_flip_E_x', 'filled_E_x')
+    specs = build_priors(names, labels, e_t, cache.batch_ids, None,
                          setup.classes)
     prior_rows = evaluate_priors(methods, specs, evaluate, progress)
     orders = {
         m.name: check_expected_order(prior_rows, m.name)
+        for m in methods if m.takes_prior
+    }
+    content_orders = {
+        m.name: check_expected_order(prior_rows, m.name, CONTENT_PRIORS)
         for m in methods if m.takes_prior
     }
     timings['injection'] = time.perf_counter() - t0
@@ -239,8 +246,9 @@ def evaluate_all(args: argparse.Namespace,
                            ('epsilon_end', 'epsilon(E_site, E_c)', '.3f'),
                            ('AP_estimate', 'AP(E_i)', 'pct')]),
         curves=curves,
+        content_orders=content_orders,
         claims=claims(prior_rows, site_rows, selfcal_rows, orders,
-                      deployment_rows))
+                      deployment_rows, content_orders))
     plots = [
         plot_prior_sweep(prior_rows, osp.join(out_dir, 'priors.png')),
         plot_site_results(site_rows, osp.join(out_dir, 'sites.png')),
@@ -268,8 +276,12 @@ def evaluate_all(args: argparse.Namespace,
         data_epsilon=data_meta.get('epsilon', {}))
 
 
-def claims(prior_rows, site_rows, selfcal_rows, orders,
-           deployment_rows=()) -> List[str]:
+def claims(prior_rows,
+           site_rows,
+           selfcal_rows,
+           orders,
+           deployment_rows=(),
+           content_orders=None) -> List[str]:
     """The benchmark's claims, each with its numbers and a verdict.
 
     Args:
@@ -279,6 +291,8 @@ def claims(prior_rows, site_rows, selfcal_rows, orders,
         orders (dict): per method, :func:`check_expected_order`'s result.
         deployment_rows (list[dict]): the deployment rows (raw and fitted
             site priors from a few labelled images).
+        content_orders (dict, optional): per method, the order filled
+            flip(E_x) < E_t < filled E_x (``CONTENT_PRIORS``).
 
     Returns:
         list[str]: one line per claim.
@@ -288,6 +302,11 @@ def claims(prior_rows, site_rows, selfcal_rows, orders,
         f'expected order, {method}: {" <= ".join(order["order"])}: '
         f'**{format_order_verdict(order)}**'
         for method, order in orders.items()
+    ]
+    out += [
+        f'reads relations, {method}: {" <= ".join(order["order"])}: '
+        f'**{format_order_verdict(order)}**'
+        for method, order in (content_orders or {}).items()
     ]
     ap = {(r['method'], r.get('key') or '-'): r['AP'] for r in prior_rows}
     cali = next((m for m, _ in ap if m.startswith('Cali')), None)

@@ -105,7 +105,8 @@ def test_benchmark_writes_every_table(bench):
     assert 'does not fit the config' not in log
     assert 'one decoder cache serves both' in log
     inj = {(r['method'], r['prior']) for r in res['injection']}
-    for prior in ('flip(E_x)', 'E0', 'E_t', 'E_v', 'E_b', 'E_x'):
+    for prior in ('flip(E_x)', 'E0', 'E_t', 'E_v', 'E_b', 'E_x',
+                  'filled flip(E_x)', 'filled E_x'):
         assert ('CaliDINO', prior) in inj
         assert ('DINO + marginal re-weighting', prior) in inj
         assert ('DINO + co-occurrence rescoring', prior) in inj
@@ -134,6 +135,11 @@ def test_benchmark_writes_every_table(bench):
         curve = res['curves'][f'{r["method"]}, {r["site"]}']
         assert r['gain'] == pytest.approx(curve[-1]['AP'] - curve[0]['AP'])
     assert any('AP(E_t) of CaliDINO vs DINO' in c for c in res['claims'])
+    assert res['content_orders']['CaliDINO']['order'] == [
+        'filled_flip_E_x', 'E_t', 'filled_E_x'
+    ]
+    assert any(c.startswith('reads relations, CaliDINO')
+               for c in res['claims'])
     # the report shows every table and plot the JSON holds
     md = (out / 'results.md').read_text()
     for site in SITES:
