@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ..priors import batch_prior
+from ..utils.progress import progress_bar
 from .coco import CocoEvaluator, paired_bootstrap
 from .scoring import Rescorer
 
@@ -257,6 +258,8 @@ def deployment_gains(rescorer: Rescorer,
                      num_labelled: int = 32,
                      repeats: int = 10,
                      seed: int = 0,
+                     progress: bool = False,
+                     desc: str = 'site prior draws',
                      **fit_kwargs) -> Dict:
     """A site's prior measured as a user deploys it: estimated from
     ``num_labelled`` labelled images of the site, evaluated on the site's
@@ -275,6 +278,8 @@ def deployment_gains(rescorer: Rescorer,
         num_labelled (int): n, the labelled images of a draw.
         repeats (int): draws.
         seed (int): their seed.
+        progress (bool): show a progress bar over the draws.
+        desc (str): its label.
         **fit_kwargs: :func:`fit_site_prior`'s options (``resamples``
             defaults to 0 here: the interval is over the draws).
 
@@ -294,7 +299,13 @@ def deployment_gains(rescorer: Rescorer,
     rng = np.random.default_rng(seed)
     gains: Dict[str, List[float]] = dict(raw=[], fitted=[])
     alphas = []
-    for draw in range(int(repeats)):
+    # E_t's matches once: its AP on any draw's other images follows
+    base_matches = evaluator.image_matches([img_ids[i] for i in indices],
+                                           rescorer.predict(
+                                               train_prior, indices))
+    position = {int(i): p for p, i in enumerate(indices)}
+    for draw in progress_bar(
+            range(int(repeats)), desc=desc, enabled=progress, unit='draw'):
         order = rng.permutation(len(indices))
         labelled = indices[order[:num_labelled]]
         rest = indices[order[num_labelled:]]
@@ -307,9 +318,11 @@ def deployment_gains(rescorer: Rescorer,
             **fit_kwargs)
         raw = batch_prior(len(train_prior), [labels[i] for i in labelled])
         ids = [img_ids[i] for i in rest]
-        base = evaluator.evaluate(ids, rescorer.predict(train_prior,
-                                                        rest))['AP']
+        base = base_matches.ap([position[int(i)] for i in rest])
         for name, prior in (('raw', raw), ('fitted', fit.prior)):
+            if name == 'fitted' and fit.alpha == 0:
+                gains[name].append(0.0)  # E_t itself
+                continue
             ap = evaluator.evaluate(ids, rescorer.predict(prior, rest))['AP']
             gains[name].append(100 * (ap - base))
         alphas.append(fit.alpha)

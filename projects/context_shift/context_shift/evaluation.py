@@ -140,7 +140,9 @@ def evaluate_all(args: argparse.Namespace,
                 e_t,
                 idx,
                 num_labelled=num,
-                repeats=repeats)
+                repeats=repeats,
+                progress=progress,
+                desc=f'site prior draws ({site}, {m.name})')
             for prior in ('raw', 'fitted'):
                 deployment_rows.append(
                     dict(
