@@ -134,6 +134,71 @@ class CocoEvaluator:
             rows.append(arr)
         return np.concatenate(rows) if rows else np.zeros((0, 7))
 
+    def _cocoeval(self,
+                  img_ids: Sequence[int],
+                  results: Sequence[InstanceData],
+                  eval_img_ids: Optional[Sequence[int]] = None,
+                  all_area_only: bool = False):
+        """COCOeval set up on these detections and run to ``evaluate()``
+        (the per-image matching), or ``None`` when no evaluated image has
+        ground truth.
+
+        Args:
+            img_ids (Sequence[int]): the COCO image id of each result.
+            results (Sequence[InstanceData]): detections per image.
+            eval_img_ids (Sequence[int], optional): the images to evaluate
+                on; default ``img_ids``.
+            all_area_only (bool): only the area range ``all`` and the
+                first ``maxDets`` (what :class:`ImageMatches` reads);
+                else every range with ground truth and every ``maxDets``.
+
+        Returns:
+            COCOeval | None: the evaluation.
+        """
+        from mmdet.datasets.api_wrappers import COCOeval
+        if len(img_ids) != len(results):
+            raise ValueError(f'{len(img_ids)} image ids for {len(results)} '
+                             'results')
+        eval_img_ids = list(img_ids if eval_img_ids is None else eval_img_ids)
+        unknown = (set(eval_img_ids) | set(img_ids)) - set(self.coco.imgs)
+        if unknown:
+            raise ValueError(f'image id {sorted(unknown)[0]!r} is not in the '
+                             'annotation file')
+        # COCOeval leaves a category without ground truth in the evaluated
+        # images out of every mean (its precision stays -1), and applies
+        # maxDets per image and category: evaluating only the categories
+        # with ground truth gives the same figures, much faster on subsets
+        with_gt = set().union(*(self._img_cats[i] for i in eval_img_ids)) \
+            if eval_img_ids else set()
+        cat_ids = [c for c in self.cat_ids if c in with_gt]
+        if not cat_ids:
+            return None
+        dets = self.to_array(img_ids, results)
+        in_eval = set(eval_img_ids)
+        dets = dets[np.isin(dets[:, 6], cat_ids)
+                    & np.isin(dets[:, 0], list(in_eval))]
+        if len(dets) == 0:
+            # loadRes needs one detection: a zero-score false positive
+            # changes nothing when there is no true positive (AP 0)
+            dets = np.array([[eval_img_ids[0], 0, 0, 1, 1, 0, cat_ids[0]]],
+                            dtype=np.float64)
+        with contextlib.redirect_stdout(io.StringIO()):
+            coco_dt = self.coco.loadRes(dets)
+            coco_eval = COCOeval(self.coco, coco_dt, 'bbox')
+            params = coco_eval.params
+            params.catIds = cat_ids
+            params.imgIds = eval_img_ids
+            if all_area_only:
+                params.maxDets = [self.proposal_nums[0]]
+                keep = [0]  # 'all'
+            else:
+                params.maxDets = self.proposal_nums
+                keep = self.area_ranges(eval_img_ids, cat_ids, params)
+            params.areaRng = [params.areaRng[i] for i in keep]
+            params.areaRngLbl = [params.areaRngLbl[i] for i in keep]
+            coco_eval.evaluate()
+        return coco_eval
+
     def evaluate(
             self,
             img_ids: Sequence[int],
@@ -155,44 +220,10 @@ class CocoEvaluator:
             ``nan`` where COCOeval gives -1 (no ground truth in that area
             range, or no ground truth at all).
         """
-        from mmdet.datasets.api_wrappers import COCOeval
-        if len(img_ids) != len(results):
-            raise ValueError(f'{len(img_ids)} image ids for {len(results)} '
-                             'results')
-        eval_img_ids = list(img_ids if eval_img_ids is None else eval_img_ids)
-        unknown = (set(eval_img_ids) | set(img_ids)) - set(self.coco.imgs)
-        if unknown:
-            raise ValueError(f'image id {sorted(unknown)[0]!r} is not in the '
-                             'annotation file')
-        # COCOeval leaves a category without ground truth in the evaluated
-        # images out of every mean (its precision stays -1), and applies
-        # maxDets per image and category: evaluating only the categories
-        # with ground truth gives the same figures, much faster on subsets
-        with_gt = set().union(*(self._img_cats[i] for i in eval_img_ids)) \
-            if eval_img_ids else set()
-        cat_ids = [c for c in self.cat_ids if c in with_gt]
-        if not cat_ids:
+        coco_eval = self._cocoeval(img_ids, results, eval_img_ids)
+        if coco_eval is None:
             return {k: float('nan') for k in METRICS}
-        dets = self.to_array(img_ids, results)
-        in_eval = set(eval_img_ids)
-        dets = dets[np.isin(dets[:, 6], cat_ids)
-                    & np.isin(dets[:, 0], list(in_eval))]
-        if len(dets) == 0:
-            # loadRes needs one detection: a zero-score false positive
-            # changes nothing when there is no true positive (AP 0)
-            dets = np.array([[eval_img_ids[0], 0, 0, 1, 1, 0, cat_ids[0]]],
-                            dtype=np.float64)
         with contextlib.redirect_stdout(io.StringIO()):
-            coco_dt = self.coco.loadRes(dets)
-            coco_eval = COCOeval(self.coco, coco_dt, 'bbox')
-            params = coco_eval.params
-            params.catIds = cat_ids
-            params.imgIds = eval_img_ids
-            params.maxDets = self.proposal_nums
-            keep = self.area_ranges(eval_img_ids, cat_ids, params)
-            params.areaRng = [params.areaRng[i] for i in keep]
-            params.areaRngLbl = [params.areaRngLbl[i] for i in keep]
-            coco_eval.evaluate()
             coco_eval.accumulate()
             coco_eval.summarize()
         stats = coco_eval.stats[:len(METRICS)]
@@ -215,30 +246,13 @@ class CocoEvaluator:
         Returns:
             ImageMatches: the matches.
         """
-        from mmdet.datasets.api_wrappers import COCOeval
         img_ids = [int(i) for i in img_ids]
         if len(set(img_ids)) != len(img_ids):
             raise ValueError('image_matches needs distinct image ids')
-        with_gt = set().union(*(self._img_cats[i] for i in img_ids)) \
-            if img_ids else set()
-        cat_ids = [c for c in self.cat_ids if c in with_gt]
-        dets = self.to_array(img_ids, results)
-        dets = dets[np.isin(dets[:, 6], cat_ids)]
-        if not cat_ids:
+        coco_eval = self._cocoeval(img_ids, results, all_area_only=True)
+        if coco_eval is None:
             return ImageMatches([], [], img_ids, 0, 0)
-        if len(dets) == 0:
-            dets = np.array([[img_ids[0], 0, 0, 1, 1, 0, cat_ids[0]]],
-                            dtype=np.float64)
-        with contextlib.redirect_stdout(io.StringIO()):
-            coco_dt = self.coco.loadRes(dets)
-            coco_eval = COCOeval(self.coco, coco_dt, 'bbox')
-            params = coco_eval.params
-            params.catIds = cat_ids
-            params.imgIds = img_ids
-            params.maxDets = [self.proposal_nums[0]]
-            params.areaRng = params.areaRng[:1]  # 'all'
-            params.areaRngLbl = params.areaRngLbl[:1]
-            coco_eval.evaluate()
+        params = coco_eval.params
         # COCOeval sorts its images and categories
         return ImageMatches(
             coco_eval.evalImgs,
