@@ -103,3 +103,27 @@ def check_images(files: List[str], max_pixels: int) -> Tuple[List[str], int]:
         raise ValueError(f'none of the {len(files)} image(s) could be run: '
                          'nothing written')
     return good, len(files) - len(good)
+
+
+def report_written(out_dir: str, folders: List[str], num_run: int,
+                   skipped: int) -> int:
+    """A demo's last lines: the folders written and, on stderr, how many
+    images were skipped.
+
+    Args:
+        out_dir (str): the output folder.
+        folders (list[str]): its sub-folders written (``vis``, ...).
+        num_run (int): images run.
+        skipped (int): images skipped (named earlier).
+
+    Returns:
+        int: the tool's exit status: 1 when an image was skipped, else 0.
+    """
+    print('wrote ' + ', '.join(osp.join(out_dir, d) for d in folders))
+    if skipped:
+        print(
+            error_line(f'{skipped} of {num_run + skipped} image(s) '
+                       'skipped (named above)'),
+            file=sys.stderr)
+        return 1
+    return 0

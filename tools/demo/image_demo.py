@@ -24,12 +24,12 @@ exits with 1. A folder without images is an error.
 """
 import argparse
 import os.path as osp
-import sys
 
 from mmengine.config import Config, DictAction
 
-from mmcalidet.utils.cli import error_line, positive_int, run_tool, unit_float
-from mmcalidet.utils.image_files import MAX_PIXELS, check_images, list_images
+from mmcalidet.utils.cli import positive_int, run_tool, unit_float
+from mmcalidet.utils.image_files import (MAX_PIXELS, check_images, list_images,
+                                         report_written)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -125,14 +125,7 @@ def main(argv=None) -> int:
                 result['changes'][k], args.score_thr)
         print(line)
     written = ['vis', 'preds'] + (['compare'] if args.compare_prior else [])
-    print('wrote ' + ', '.join(osp.join(args.out_dir, d) for d in written))
-    if skipped:
-        print(
-            error_line(f'{skipped} of {len(images) + skipped} image(s) '
-                       'skipped (named above)'),
-            file=sys.stderr)
-        return 1
-    return 0
+    return report_written(args.out_dir, written, len(images), skipped)
 
 
 if __name__ == '__main__':

@@ -20,11 +20,11 @@ import argparse
 import json
 import os
 import os.path as osp
-import sys
 import warnings
 
-from mmcalidet.utils.cli import error_line, positive_int, run_tool, unit_float
-from mmcalidet.utils.image_files import MAX_PIXELS, check_images, list_images
+from mmcalidet.utils.cli import positive_int, run_tool, unit_float
+from mmcalidet.utils.image_files import (MAX_PIXELS, check_images, list_images,
+                                         report_written)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -132,14 +132,7 @@ def main(argv=None) -> int:
             line += '; under --compare-prior: ' + footer
         print(line, flush=True)
     written = ['vis', 'preds'] + (['compare'] if len(priors) == 2 else [])
-    print('wrote ' + ', '.join(osp.join(args.out_dir, d) for d in written))
-    if skipped:
-        print(
-            error_line(f'{skipped} of {len(images) + skipped} image(s) '
-                       'skipped (named above)'),
-            file=sys.stderr)
-        return 1
-    return 0
+    return report_written(args.out_dir, written, len(images), skipped)
 
 
 if __name__ == '__main__':
