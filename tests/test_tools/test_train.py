@@ -235,12 +235,25 @@ def test_nan_weights_stop_training_with_one_line(tmp_path):
     assert not glob.glob(str(tmp_path / 'work' / '*.pth'))
 
 
+def train_in_process(args, monkeypatch) -> int:
+    """tools/train.py's ``main`` run in this process as ``run_tool`` runs
+    it (from the project root, the shared data): its exit status."""
+    from mmcalidet.utils.cli import run_tool
+    monkeypatch.chdir(PROJECT_ROOT)
+    monkeypatch.setenv('MMCALIDET_DATA', data_root())
+    monkeypatch.setattr(sys, 'argv', ['tools/train.py'])
+    train = runpy.run_path(
+        osp.join(PROJECT_ROOT, 'tools', 'train.py'), run_name='tool')
+    with pytest.raises(SystemExit) as info:
+        run_tool(train['main'], args, errors=train['ERRORS'])
+    return info.value.code
+
+
 def test_a_cache_of_more_classes_stops_with_one_line(tmp_path, monkeypatch,
                                                      capsys):
     """An 80-class decoder cache for a 10-class calibrator failed with a
     traceback at the first step (a label out of range): one line naming
     the cache and both class counts, before the first iteration."""
-    from mmcalidet.utils.cli import run_tool
     dino = build_detector('calidet/dino_tiny_coco-mini.py', seed=0)
     dino_file = str(tmp_path / 'dino.pth')
     save_checkpoint(dict(state_dict=dino.state_dict()), dino_file)
@@ -254,25 +267,16 @@ def test_a_cache_of_more_classes_stops_with_one_line(tmp_path, monkeypatch,
                 "calidet_dino_tiny_coco-mini_cached.py'\n"
                 "custom_hooks = [dict(type='CheckpointCompatHook', "
                 'allow_shape_mismatch=True)]\n')
-    monkeypatch.chdir(PROJECT_ROOT)
-    monkeypatch.setenv('MMCALIDET_DATA', data_root())
-    monkeypatch.setattr(sys, 'argv', ['tools/train.py'])
-    train = runpy.run_path(
-        osp.join(PROJECT_ROOT, 'tools', 'train.py'), run_name='tool')
-    with pytest.raises(SystemExit) as info:
-        run_tool(
-            train['main'], [
-                fine_tune, '--work-dir',
-                str(tmp_path / 'work'), '--cfg-options',
-                f'load_from={dino_file}',
-                f'train_dataloader.dataset.cache_dir={cache}',
-                'train_dataloader.dataset.source.indices=[0,1]',
-                'train_dataloader.dataset.source.progress=False',
-                'model.bbox_head.num_classes=10', f'model.prior={prior10}',
-                'train_cfg.max_iters=2', 'train_cfg.val_begin=1000'
-            ],
-            errors=train['ERRORS'])
-    assert info.value.code == 1
+    code = train_in_process([
+        fine_tune, '--work-dir',
+        str(tmp_path / 'work'), '--cfg-options', f'load_from={dino_file}',
+        f'train_dataloader.dataset.cache_dir={cache}',
+        'train_dataloader.dataset.source.indices=[0,1]',
+        'train_dataloader.dataset.source.progress=False',
+        'model.bbox_head.num_classes=10', f'model.prior={prior10}',
+        'train_cfg.max_iters=2', 'train_cfg.val_begin=1000'
+    ], monkeypatch)
+    assert code == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith(
         f'train.py: error: the training set (DecoderCacheDataset {cache}) '
@@ -285,30 +289,19 @@ def test_a_cache_of_another_detector_is_refused_before_anything_is_built(
     """``load_from=A.pth`` with ``source.checkpoint=B.pth`` trained a
     calibrator that kept A's decoder and learned B's outputs (exit 0): one
     line naming both, before a cache or a checkpoint is written."""
-    from mmcalidet.utils.cli import run_tool
     files = []
     for seed in (0, 1):
         dino = build_detector('calidet/dino_tiny_coco-mini.py', seed=seed)
         files.append(str(tmp_path / f'dino_{seed}.pth'))
         save_checkpoint(dict(state_dict=dino.state_dict()), files[-1])
     cache = str(tmp_path / 'cache')
-    monkeypatch.chdir(PROJECT_ROOT)
-    monkeypatch.setenv('MMCALIDET_DATA', data_root())
-    monkeypatch.setattr(sys, 'argv', ['tools/train.py'])
-    train = runpy.run_path(
-        osp.join(PROJECT_ROOT, 'tools', 'train.py'), run_name='tool')
-    with pytest.raises(SystemExit) as info:
-        run_tool(
-            train['main'], [
-                'configs/calidet/calidet_dino_tiny_coco-mini_cached.py',
-                '--work-dir',
-                str(tmp_path / 'work'), '--cfg-options',
-                f'load_from={files[0]}',
-                f'train_dataloader.dataset.source.checkpoint={files[1]}',
-                f'train_dataloader.dataset.cache_dir={cache}'
-            ],
-            errors=train['ERRORS'])
-    assert info.value.code == 1
+    code = train_in_process([
+        'configs/calidet/calidet_dino_tiny_coco-mini_cached.py', '--work-dir',
+        str(tmp_path / 'work'), '--cfg-options', f'load_from={files[0]}',
+        f'train_dataloader.dataset.source.checkpoint={files[1]}',
+        f'train_dataloader.dataset.cache_dir={cache}'
+    ], monkeypatch)
+    assert code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(
         f'train.py: error: load_from {files[0]} is not the detector the '
