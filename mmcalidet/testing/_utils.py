@@ -50,13 +50,13 @@ def run_tool(script: str,
     env = dict(os.environ, MMCALIDET_DATA=data_root())
     if threads is not None:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    return subprocess.run([sys.executable,
-                           osp.join(PROJECT_ROOT, script), *args],
-                          cwd=cwd,
-                          env=env,
-                          capture_output=True,
-                          text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, osp.join(PROJECT_ROOT, script), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout)
 
 
 def get_config(name: str, prior: Optional[str] = None) -> Config:
@@ -281,3 +281,30 @@ def captured_log() -> Iterator[List[str]]:
             yield messages
         finally:
             logger.removeHandler(handler)
+
+
+def damage_cache_file(folder: str, name: str, how: str) -> str:
+    """Damage one file of a decoder cache as a crash, a full disk or a
+    careless user would.
+
+    Args:
+        folder (str): the cache folder.
+        name (str): the file (``hidden.npy``, ``metainfo.json``, ...).
+        how (str): ``'truncate'`` (its last bytes cut), ``'delete'`` or
+            ``'garble'`` (replaced by text that is not JSON).
+
+    Returns:
+        str: the file's path.
+    """
+    path = osp.join(folder, name)
+    if how == 'truncate':
+        with open(path, 'r+b') as f:
+            f.truncate(osp.getsize(path) - 5)
+    elif how == 'delete':
+        os.remove(path)
+    elif how == 'garble':
+        with open(path, 'w') as f:
+            f.write('[{"img_id": ')
+    else:
+        raise ValueError(f'unknown damage {how!r}')
+    return path

@@ -15,7 +15,8 @@ from mmengine.runner import save_checkpoint
 from mmcalidet.datasets import DecoderCacheDataset, build_decoder_cache
 from mmcalidet.decoder_cache import (DecoderCache, cache_hidden_states,
                                      stale_reasons, train_fingerprint)
-from mmcalidet.testing import PROJECT_ROOT, build_detector, captured_log
+from mmcalidet.testing import (PROJECT_ROOT, build_detector, captured_log,
+                               damage_cache_file)
 
 INDICES = [0, 3, 5]
 #: a file of the cache and what happens to it
@@ -186,24 +187,11 @@ def made(dino, tmp_path_factory):
     return out, source
 
 
-def damage(folder, name, how):
-    path = osp.join(folder, name)
-    if how == 'truncate':
-        with open(path, 'r+b') as f:
-            f.truncate(osp.getsize(path) - 5)
-    elif how == 'delete':
-        os.remove(path)
-    else:
-        with open(path, 'w') as f:
-            f.write('[{"img_id": ')
-    return path
-
-
 @pytest.mark.parametrize('name,how', CORRUPTIONS)
 def test_a_torn_cache_is_an_error_naming_the_file(made, tmp_path, name, how):
     out = str(tmp_path / 'cache')
     shutil.copytree(made[0], out)
-    path = damage(out, name, how)
+    path = damage_cache_file(out, name, how)
     with pytest.raises(ValueError, match=f'decoder cache file {path}: '):
         DecoderCacheDataset(out)
 
@@ -215,7 +203,7 @@ def test_a_torn_cache_is_made_again_from_its_source(made, tmp_path, name, how):
     source = made[1]
     out = str(tmp_path / 'cache')
     shutil.copytree(made[0], out)
-    damage(out, name, how)
+    damage_cache_file(out, name, how)
     # a partial folder of a killed build
     stale = tmp_path / f'.cache.partial-{2**22 + 1}-0123abcd@' \
         f'{socket.gethostname()}'
@@ -274,7 +262,7 @@ def test_cache_tool_makes_the_cache_once(dino, tmp_path, capsys):
     assert main(['--check', out]) == 0
     assert 'valid: 2 entries x 2 decoder layers' in capsys.readouterr().out
     # a torn file: --check names it; a build makes the cache again
-    damage(out, 'boxes.npy', 'truncate')
+    damage_cache_file(out, 'boxes.npy', 'truncate')
     with pytest.raises(ValueError, match='boxes.npy: truncated'):
         main(['--check', out])
     assert main(args) == 0

@@ -19,7 +19,7 @@ from mmcalidet.decoder_cache import (CacheError, DecoderCache,
                                      open_or_make, remove_stale_folders,
                                      stale_reasons)
 from mmcalidet.decoder_cache import npy as npy_module
-from mmcalidet.testing import captured_log
+from mmcalidet.testing import captured_log, damage_cache_file
 
 L, B, Q, D = 3, 2, 5, 8
 FP = dict(checkpoint=dict(sha1='a'), layers='all')
@@ -68,19 +68,6 @@ def write(target=None, fingerprint=FP, seed=0, **kwargs):
     for batch in outputs(seed=seed):
         writer.add(*batch)
     return writer.commit()
-
-
-def damage(folder, name, how):
-    path = osp.join(folder, name)
-    if how == 'truncate':
-        with open(path, 'r+b') as f:
-            f.truncate(osp.getsize(path) - 7)
-    elif how == 'delete':
-        os.remove(path)
-    else:
-        with open(path, 'w') as f:
-            f.write('{"not": json')
-    return path
 
 
 def private_entries(parent):
@@ -132,7 +119,7 @@ def test_a_torn_file_is_named_on_open_and_remade_by_a_builder(
         tmp_path, damage_kind):
     target = str(tmp_path / 'cache')
     write(target)
-    path = damage(target, *CORRUPTIONS[damage_kind])
+    path = damage_cache_file(target, *CORRUPTIONS[damage_kind])
     # a reader without a source: an error naming the file
     with pytest.raises(ValueError, match=path) as info:
         DecoderCache.open(target)
