@@ -10,12 +10,11 @@ one's decoder and learn the other's outputs, and nothing would fail.
 :func:`match_baseline` makes one of the two settings name both, and
 refuses two that differ, before anything is built.
 """
-import json
 import os.path as osp
 from typing import Optional
 
 from .fingerprint import checkpoint_fingerprint
-from .store import META_FILE
+from .store import CacheError, read_meta
 
 
 class TrunkMismatchError(ValueError):
@@ -54,14 +53,13 @@ def _cache_checkpoint(cache_dir: str) -> Optional[tuple]:
     or ``None`` (no cache, an unreadable meta file, a model without
     checkpoint: the dataset reports those)."""
     try:
-        with open(osp.join(cache_dir, META_FILE)) as f:
-            meta = json.load(f)
+        meta = read_meta(cache_dir)
         made = meta['fingerprint']['checkpoint']
         return dict(
             size=made['size'],
             sha1=made['sha1']), meta.get('checkpoint_path',
                                          'a path it does not record')
-    except (OSError, ValueError, KeyError, TypeError):
+    except (CacheError, KeyError, TypeError):
         return None
 
 

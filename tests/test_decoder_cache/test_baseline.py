@@ -7,7 +7,7 @@ import shutil
 import pytest
 from mmengine.config import Config
 
-from mmcalidet.decoder_cache import (TrunkMismatchError,
+from mmcalidet.decoder_cache import (CACHE_FORMAT, TrunkMismatchError,
                                      checkpoint_fingerprint, match_baseline,
                                      same_checkpoint)
 
@@ -67,6 +67,8 @@ def test_an_existing_cache_of_another_detector_is_refused(
     with open(cache / 'meta.json', 'w') as f:
         json.dump(
             dict(
+                format=CACHE_FORMAT,
+                arrays={},
                 fingerprint=dict(checkpoint=checkpoint_fingerprint(b)),
                 checkpoint_path=b), f)
     with pytest.raises(TrunkMismatchError, match='cache') as info:
