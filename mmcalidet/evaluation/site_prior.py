@@ -169,9 +169,9 @@ def fit_site_prior(rescorer: Rescorer,
         raise ValueError(f'alphas must be finite and > 0, got {alphas}')
     folds = max(2, min(int(folds), n))
     train_prior = np.asarray(train_prior, dtype=np.float64)
-    all_labels = cache.gt_label_lists()
+    all_labels, all_ids = cache.gt_label_lists(), cache.img_ids()
     labels = [all_labels[i] for i in indices]
-    img_ids = [cache.img_ids()[i] for i in indices]
+    img_ids = [all_ids[i] for i in indices]
     order = np.random.default_rng(seed).permutation(n)
     parts = np.array_split(order, folds)
     candidates = [(form, float(a)) for form in absent for a in alphas]
@@ -197,30 +197,24 @@ def fit_site_prior(rescorer: Rescorer,
         gain = 100 * (matches[cand].ap() - base_ap)
         table.append(dict(absent=cand[0], alpha=cand[1], gain=gain))
     best = max(table, key=lambda row: (row['gain'], -row['alpha']))
-    if not best['gain'] > 0:
-        return SitePriorFit(
-            prior=train_prior.copy(),
-            estimate=site_estimate(labels, train_prior, absent[0]),
-            alpha=0.0,
-            absent=absent[0],
-            num_images=n,
-            gain=0.0,
-            low=0.0,
-            high=0.0,
-            folds=folds,
-            table=table)
-    chosen = (best['absent'], best['alpha'])
-    interval = paired_bootstrap(
-        matches[chosen], base, resamples=resamples, seed=seed) \
-        if resamples else dict(low=float('nan'), high=float('nan'))
-    estimate = site_estimate(labels, train_prior, chosen[0])
+    if best['gain'] > 0:
+        form, alpha, gain = best['absent'], best['alpha'], best['gain']
+        interval = paired_bootstrap(
+            matches[(form, alpha)], base, resamples=resamples, seed=seed) \
+            if resamples else dict(low=float('nan'), high=float('nan'))
+    else:  # no candidate gains: E_t
+        form, alpha, gain = absent[0], 0.0, 0.0
+        interval = dict(low=0.0, high=0.0)
+    estimate = site_estimate(labels, train_prior, form)
+    prior = shrink(train_prior, estimate, alpha) if alpha else \
+        train_prior.copy()
     return SitePriorFit(
-        prior=shrink(train_prior, estimate, chosen[1]),
+        prior=prior,
         estimate=estimate,
-        alpha=chosen[1],
-        absent=chosen[0],
+        alpha=alpha,
+        absent=form,
         num_images=n,
-        gain=best['gain'],
+        gain=gain,
         low=interval['low'],
         high=interval['high'],
         folds=folds,
