@@ -78,6 +78,26 @@ def fold_prior(model: nn.Module, prior) -> nn.Module:
     return folded
 
 
+def input_sample(height: int, width: int) -> DetDataSample:
+    """The data sample of one unpadded ``height x width`` input (what the
+    traced forward and its checks give the detector).
+
+    Args:
+        height (int): H.
+        width (int): W.
+
+    Returns:
+        DetDataSample: its metainfo only.
+    """
+    return DetDataSample(
+        metainfo=dict(
+            img_shape=(height, width),
+            ori_shape=(height, width),
+            pad_shape=(height, width),
+            batch_input_shape=(height, width),
+            scale_factor=(1.0, 1.0)))
+
+
 class ExportWrapper(nn.Module):
     """The traced forward: one normalised image (and the prior) in,
     ``dets`` and ``labels`` out.
@@ -102,14 +122,7 @@ class ExportWrapper(nn.Module):
     def forward(self,
                 input: Tensor,
                 prior: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        height, width = self.input_shape
-        sample = DetDataSample(
-            metainfo=dict(
-                img_shape=(height, width),
-                ori_shape=(height, width),
-                pad_shape=(height, width),
-                batch_input_shape=(height, width),
-                scale_factor=(1.0, 1.0)))
+        sample = input_sample(*self.input_shape)
         if self.prior_input:
             sample.prior = prior
         result = self.model.predict(input, [sample], rescale=False)[0]

@@ -5,11 +5,10 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 import torch
-from mmdet.structures import DetDataSample
 from mmdet.structures.bbox import bbox_cxcywh_to_xyxy
 from torch import nn
 
-from .export import ExportWrapper
+from .export import ExportWrapper, input_sample
 from .runtime import OnnxDetector
 
 
@@ -25,14 +24,10 @@ def query_boxes(model: nn.Module, tensor: torch.Tensor) -> np.ndarray:
         np.ndarray: (Q, 4).
     """
     height, width = tensor.shape[-2:]
-    sample = DetDataSample(
-        metainfo=dict(
-            img_shape=(height, width),
-            batch_input_shape=(height, width),
-            scale_factor=(1.0, 1.0)))
     with torch.no_grad():
         feats = model.extract_feat(tensor)
-        head_inputs = model.forward_transformer(feats, [sample])
+        head_inputs = model.forward_transformer(feats,
+                                                [input_sample(height, width)])
         outputs = model.bbox_head(
             **{
                 key: head_inputs[key]
