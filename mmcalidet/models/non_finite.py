@@ -110,3 +110,39 @@ def check_finite_tensors(what: str,
             f'{k} {"finite" if ok else "not finite"}'
             for (k, _), ok in zip(inputs, states))
     raise NonFiniteError(message)
+
+
+def non_finite_sources(model: torch.nn.Module,
+                       batch_inputs: Optional[Tensor] = None,
+                       listed: int = 3) -> str:
+    """Where a non-finite forward may come from: the model's parameters
+    and buffers that are not finite, and whether the batch is.
+
+    Args:
+        model (nn.Module): the detector.
+        batch_inputs (Tensor, optional): the images it was given.
+        listed (int): at most this many tensors are named.
+
+    Returns:
+        str: e.g. ``'weights: all finite; images: not finite'`` or
+        ``'weights: 2 of 310 tensors not finite (backbone.conv1.weight,
+        neck.convs.0.conv.weight); images: finite'``.
+    """
+    named = list(model.named_parameters()) + list(model.named_buffers())
+    named = [(k, v) for k, v in named if v.is_floating_point()]
+    bad = [
+        k for (k, _), ok in zip(named,
+                                _all_finite([v for _, v in named]).tolist())
+        if not ok
+    ] if named else []
+    if bad:
+        more = ', ...' if len(bad) > listed else ''
+        weights = (f'{len(bad)} of {len(named)} tensors not finite '
+                   f'({", ".join(bad[:listed])}{more})')
+    else:
+        weights = 'all finite'
+    text = f'weights: {weights}'
+    if torch.is_tensor(batch_inputs):
+        ok = bool(torch.isfinite(batch_inputs.detach()).all())
+        text += f'; images: {"finite" if ok else "not finite"}'
+    return text

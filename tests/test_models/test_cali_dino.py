@@ -521,6 +521,11 @@ def test_a_crashed_run_of_other_classes_is_not_the_training_dataset(tmp_path):
         # the old reading raised here: class 'bird' is not in the prior...
         data = model.data_preprocessor(demo_batch([[0], [1]]), True)
         assert data['data_samples'][0].prior.shape == (3, 3)
-        train_steps(model, demo_batch([[0], [1]]), steps=1)
+        # ... and the loss's first step would have matched the priors to
+        # the crashed run's classes; both keep the file's order
+        sampler = model.data_preprocessor.batch_augments[0]
+        assert sampler.prior_classes == ['bird', 'cat', 'dog']
+        np.testing.assert_allclose(
+            model.get_prior(), np.eye(3) * 0.5 + 0.5, atol=1e-7)
     finally:
         hub.pop_info('loop_stage')

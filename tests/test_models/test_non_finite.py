@@ -22,7 +22,9 @@ BATCH = demo_batch([[1, 2], [3]], size=64)
 HEAD_ERROR = re.compile(
     r"non-finite head outputs at iteration 12 \(before the Hungarian "
     r"matching\): (.*); inputs: decoder hidden states (finite|not finite), "
-    r"V' \(CaliFormer output\) (finite|not finite)$")
+    r"V' \(CaliFormer output\) (finite|not finite); "
+    r"weights: (.*); images: (finite|not finite)$")
+WEIGHTS = re.compile(r'(\d+) of \d+ tensors not finite \((.*)\)$')
 
 
 def use_message_hub(monkeypatch, **info):
@@ -81,6 +83,10 @@ def test_a_nan_classification_weight_stops_before_matching(
     ]
     for bad, total in counts.values():
         assert bad * 80 == total  # the logit of class 0 of every query
+    # the error names the weight, once though the branch is shared
+    assert WEIGHTS.match(match.group(4)).groups() == (
+        '1', 'bbox_head.cls_branches.0.weight'), match.group(4)
+    assert match.group(5) == 'finite'
     assert not changed  # stopped before any update
 
 
@@ -98,7 +104,24 @@ def test_a_nan_califormer_stops_and_says_v_prime(config, at_iteration_12):
     assert list(layer_counts(match.group(1))) == [
         'decoder layer 0 logits', 'decoder layer 1 logits'
     ]
+    assert WEIGHTS.match(match.group(4)).groups() == (
+        '1', 'bbox_head.califormer.nodes'), match.group(4)
     assert not changed
+
+
+def test_a_nan_image_is_named_with_finite_weights(at_iteration_12):
+    model = build_detector(CONFIGS[0])
+    model.train()
+    batch = copy.deepcopy(BATCH)
+    batch['inputs'] = [image.float() for image in batch['inputs']]
+    batch['inputs'][1][0, 5, 7] = float('nan')
+    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(NonFiniteError) as info:
+        model.train_step(batch, optim)
+    match = HEAD_ERROR.match(str(info.value))
+    assert match, str(info.value)
+    assert match.group(2) == 'not finite'  # the hidden states
+    assert match.groups()[3:] == ('all finite', 'not finite')
 
 
 def test_a_nan_loss_term_is_named(at_iteration_12):

@@ -14,7 +14,8 @@ from ...utils.checkpoint_compat import InvalidCheckpointPriorError
 from ...utils.prior_source import (describe_prior_source, load_prior_source,
                                    model_classes, training_dataset_classes)
 from ..data_preprocessors import EdgeSampler, is_cached_batch
-from ..non_finite import check_finite_losses
+from ..non_finite import (NonFiniteError, check_finite_losses,
+                          non_finite_sources)
 
 # set inside defer_class_matching(): dataset_meta is stored, not matched
 _DEFER_CLASS_MATCHING = contextvars.ContextVar(
@@ -426,7 +427,14 @@ class CalibratableDetectorMixin:
                 self._match_prior_classes(classes)
         if is_cached_batch(batch_inputs):
             return self.loss_cached(batch_inputs, batch_data_samples)
-        return super().loss(batch_inputs, batch_data_samples)
+        try:
+            return super().loss(batch_inputs, batch_data_samples)
+        except NonFiniteError as error:
+            # name what the forward was computed from: the weights (a
+            # diverged run) or the images (a bad input)
+            raise NonFiniteError(
+                f'{error}; {non_finite_sources(self, batch_inputs)}'
+            ) from None
 
     def loss_cached(self, batch_inputs: Dict[str, Tensor],
                     batch_data_samples: SampleList) -> dict:
