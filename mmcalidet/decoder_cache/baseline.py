@@ -84,6 +84,10 @@ def match_baseline(cfg) -> Optional[str]:
     """
     loader = cfg.get('train_dataloader') or {}
     dataset = loader.get('dataset') if hasattr(loader, 'get') else None
+    # a dataset wrapper (mmengine's RepeatDataset, say) holds it as dataset
+    while hasattr(dataset, 'get') and not _is_cache_dataset(dataset) and \
+            hasattr(dataset.get('dataset'), 'get'):
+        dataset = dataset.get('dataset')
     if dataset is None or not _is_cache_dataset(dataset):
         return None
     load_from = cfg.get('load_from')

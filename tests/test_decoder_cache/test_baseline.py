@@ -44,6 +44,19 @@ def test_one_setting_names_both(checkpoints):
     assert match_baseline(cfg) == a and cfg.load_from == a
 
 
+def test_a_wrapped_cache_dataset_is_found(checkpoints):
+    a, b, _ = checkpoints
+    cfg = calibrator_cfg(load_from=a, source=dict(config='dino.py'))
+    inner = cfg.train_dataloader.dataset
+    cfg.train_dataloader.dataset = dict(
+        type='RepeatDataset', times=2, dataset=inner)
+    assert match_baseline(cfg) == a
+    assert cfg.train_dataloader.dataset.dataset.source.checkpoint == a
+    cfg.train_dataloader.dataset.dataset.source.checkpoint = b
+    with pytest.raises(TrunkMismatchError):
+        match_baseline(cfg)
+
+
 def test_two_detectors_are_refused_naming_both(checkpoints):
     a, b, copy = checkpoints
     cfg = calibrator_cfg(
