@@ -92,6 +92,8 @@ class EdgeSampler(nn.Module):
     """
 
     BATCH_SCOPES = ('local', 'global')
+    #: the modes ``mode_probs`` may name (a subclass adds its own)
+    KNOWN_MODES = MODES
     #: the modes that draw on E_t
     NEED_PRIOR = ('dataset', )
 
@@ -257,15 +259,17 @@ class EdgeSampler(nn.Module):
             self.prior_classes = list(classes)
         self._classes_checked = True
 
-    @staticmethod
+    @classmethod
     def _check_mode_probs(
+            cls,
             mode_probs: Optional[Dict[str, float]]) -> Tuple[tuple, tuple]:
         if mode_probs is None:
             mode_probs = dict(sample=1.0, batch=1.0, dataset=1.0)
-        unknown = set(mode_probs) - set(MODES)
+        unknown = set(mode_probs) - set(cls.KNOWN_MODES)
         if unknown:
-            raise ValueError(f'EdgeSampler: unknown mode(s) {sorted(unknown)}'
-                             f'; choose from {list(MODES)}')
+            raise ValueError(
+                f'{cls.__name__}: unknown mode(s) {sorted(unknown)}; choose '
+                f'from {list(cls.KNOWN_MODES)}')
         weights = {k: float(v) for k, v in mode_probs.items() if v}
         if any(v < 0 or not np.isfinite(v) for v in weights.values()) or \
                 not weights:
