@@ -375,3 +375,194 @@ class SiteEdgeSampler(EdgeSampler):
                     None else np.asarray(site_prior, dtype=np.float64))
             index.append(seen[site])
         return np.stack(priors), np.asarray(index, dtype=np.int64)
+
+
+#: the simulated sites of a recipe-selection set, in the order they are
+#: filled (each takes its images before the next)
+VALIDATION_SITES = ('sim_rare_pairs', 'sim_without', 'sim_tilt',
+                    'sim_like_train')
+
+
+def validation_sites(pool_labels: Sequence[np.ndarray],
+                     train_labels: Sequence[np.ndarray],
+                     num_classes: int,
+                     per_site: int = 300,
+                     seed: int = 0,
+                     tilt_std: float = 1.0) -> Dict[str, Dict]:
+    """Simulated deployment sites on held-out images of the training
+    distribution, for choosing a training recipe without the val sites.
+
+    Each site is defined from the *training* labels only, and takes up to
+    ``per_site`` images of the pool that no earlier site took:
+
+    - ``sim_rare_pairs``: images holding a pair of classes that rarely go
+      together in training (both ``E_t[a, b]`` and ``E_t[b, a]`` at most
+      the off-diagonal's 25th percentile);
+    - ``sim_without``: images without the class whose absence moves the
+      training statistics most (mean |E(without c) - E_t|);
+    - ``sim_tilt``: a random tilt of the class mixture (see
+      :class:`SimulatedSites`);
+    - ``sim_like_train``: a random draw (the null site).
+
+    Args:
+        pool_labels (Sequence[np.ndarray]): class indices per pool image.
+        train_labels (Sequence[np.ndarray]): the training set's.
+        num_classes (int): K.
+        per_site (int): the most images a site takes.
+        seed (int): seed of the tilt and the random draws.
+        tilt_std (float): sigma of the tilt's per-class log weights.
+
+    Returns:
+        dict: per site (in :data:`VALIDATION_SITES` order, empty ones left
+        out) ``dict(members=<sorted pool indices>, rule=<what defines
+        it>)``.
+    """
+    from mmcalidet.priors import prior_mae
+    e_t = batch_prior(num_classes, train_labels)
+    train = SimulatedSites(train_labels, num_classes, min_images=1)
+    pool = SimulatedSites(pool_labels, num_classes, min_images=1)
+    rng = np.random.default_rng(seed)
+    free = np.ones(len(pool_labels), dtype=bool)
+
+    def take(candidates: np.ndarray, weights=None) -> np.ndarray:
+        candidates = candidates[free[candidates]]
+        size = min(per_site, len(candidates))
+        p = None if weights is None else \
+            weights[candidates] / weights[candidates].sum()
+        chosen = np.sort(rng.choice(candidates, size=size, replace=False, p=p))
+        free[chosen] = False
+        return chosen
+
+    off = ~np.eye(num_classes, dtype=bool)
+    low = np.quantile(e_t[off], 0.25)
+    rare = (e_t <= low) & (e_t.T <= low) & off
+    pairs = [(a, b) for a, b in zip(*np.nonzero(rare)) if a < b]
+    has_pair = np.zeros(len(pool_labels), dtype=bool)
+    for a, b in pairs:
+        has_pair |= pool.presence[:, a] & pool.presence[:, b]
+    shifts = {
+        c: prior_mae(train.statistics(('without', c)), e_t)
+        for c in train.classes_for['without']
+    }
+    dropped = max(shifts, key=shifts.get)
+    z = rng.normal(0.0, tilt_std, num_classes)
+    tilt = np.exp(pool.presence @ z - (pool.presence @ z).max())
+    everyone = np.arange(len(pool_labels))
+    sites = {
+        'sim_rare_pairs': (take(np.flatnonzero(has_pair)),
+                           f'a pair of rarely co-occurring classes '
+                           f'({len(pairs)} pairs)'),
+        'sim_without': (take(np.flatnonzero(~pool.presence[:, dropped])),
+                        f'without class {dropped}'),
+        'sim_tilt': (take(everyone, tilt), 'a tilt of the class mixture'),
+        'sim_like_train': (take(everyone), 'a random draw'),
+    }
+    return {
+        name: dict(members=members, rule=rule)
+        for name, (members, rule) in sites.items() if len(members)
+    }
+
+
+def make_validation_data(out_dir: str,
+                         seed: int = 0,
+                         pool_size: int = 1600,
+                         per_site: int = 300,
+                         **data_cfg) -> Dict:
+    """A benchmark folder for choosing a training recipe: the training
+    split of :func:`~.data.make_context_shift` with these settings, and as
+    its val split :func:`validation_sites` on ``pool_size`` new images of
+    the *training* mixture (the held-out digit scans), not the scene
+    model's deployment sites.
+
+    Args:
+        out_dir (str): the folder to create.
+        seed (int): the data seed.
+        pool_size (int): images drawn for the sites.
+        per_site (int): the most images a site takes.
+        **data_cfg: other :func:`~.data.make_context_shift` arguments
+            (``variant``, ``num_train``, ``scenes``, ...).
+
+    Returns:
+        dict: the folder's ``meta.json``.
+    """
+    import json
+    import os
+    import os.path as osp
+
+    from mmcalidet.priors import load_prior, prior_mae, save_prior
+    from .data import DEFAULT_SCENES, MANY_CLASS_SCENES, make_context_shift
+    variant = data_cfg.get('variant', 'digits')
+    scenes = data_cfg.pop('scenes', None) or (
+        MANY_CLASS_SCENES if variant == 'many-class' else DEFAULT_SCENES)
+    scenes = dict(
+        scenes, sites=dict(pool=dict(mixture=scenes['train_mixture'])))
+    meta = make_context_shift(
+        out_dir,
+        seed=seed,
+        num_val_per_site=pool_size,
+        scenes=scenes,
+        **data_cfg)
+    ann_dir = osp.join(out_dir, 'annotations')
+
+    def read(name):
+        with open(osp.join(ann_dir, name)) as f:
+            return json.load(f)
+
+    def label_lists(coco):
+        by_image = {img['id']: [] for img in coco['images']}
+        for ann in coco['annotations']:
+            by_image[ann['image_id']].append(ann['category_id'] - 1)
+        return [
+            np.array(by_image[img['id']], dtype=np.int64)
+            for img in coco['images']
+        ]
+
+    pool = read('instances_val.json')
+    train_labels = label_lists(read('instances_train.json'))
+    pool_labels = label_lists(pool)
+    num_classes = meta['num_classes']
+    sites = validation_sites(
+        pool_labels, train_labels, num_classes, per_site=per_site, seed=seed)
+    e_t = load_prior(osp.join(out_dir, 'priors', 'E_t.json'))
+    site_of = {}
+    meta['epsilon'], meta['validation_sites'] = {}, {}
+    for site, spec in sites.items():
+        images = [pool['images'][k] for k in spec['members']]
+        ids = {img['id'] for img in images}
+        for img in images:
+            site_of[img['id']] = site
+        coco = dict(
+            pool,
+            images=[dict(img, site=site) for img in images],
+            annotations=[
+                a for a in pool['annotations'] if a['image_id'] in ids
+            ])
+        with open(osp.join(ann_dir, f'instances_val_{site}.json'), 'w') as f:
+            json.dump(coco, f)
+        e_site = batch_prior(num_classes,
+                             [pool_labels[k] for k in spec['members']])
+        save_prior(
+            osp.join(out_dir, 'priors', f'E_{site}.json'),
+            e_site,
+            meta['classes'],
+            source=f'context-shift validation site {site}: {spec["rule"]}',
+            num_images=len(images))
+        meta['epsilon'][site] = prior_mae(e_site, e_t)
+        meta['validation_sites'][site] = dict(
+            rule=spec['rule'], images=len(images))
+    pool['images'] = [
+        dict(img, site=site_of[img['id']]) for img in pool['images']
+        if img['id'] in site_of
+    ]
+    pool['annotations'] = [
+        a for a in pool['annotations'] if a['image_id'] in site_of
+    ]
+    with open(osp.join(ann_dir, 'instances_val.json'), 'w') as f:
+        json.dump(pool, f)
+    os.remove(osp.join(ann_dir, 'instances_val_pool.json'))
+    os.remove(osp.join(out_dir, 'priors', 'E_pool.json'))
+    meta['statistics'].pop('val_pool', None)
+    meta['num_val_per_site'] = per_site
+    with open(osp.join(out_dir, 'meta.json'), 'w') as f:
+        json.dump(meta, f, indent=1)
+    return meta

@@ -402,6 +402,31 @@ def ensure_data(args: argparse.Namespace) -> Dict:
         variant=args.variant)
 
 
+def cache_dataset_key(config: str) -> str:
+    """Where a calibrator config's ``DecoderCacheDataset`` sits, as a
+    ``--cfg-options`` key: ``train_dataloader.dataset``, or deeper inside
+    dataset wrappers (e.g. ``train_dataloader.dataset.dataset``).
+
+    Args:
+        config (str): the calibrator config.
+
+    Returns:
+        str: the key.
+
+    Raises:
+        ValueError: the config trains on no decoder cache.
+    """
+    from mmengine.config import Config
+    dataset = Config.fromfile(config).train_dataloader.get('dataset')
+    key = 'train_dataloader.dataset'
+    while hasattr(dataset, 'get'):
+        if dataset.get('type') == 'DecoderCacheDataset':
+            return key
+        dataset, key = dataset.get('dataset'), key + '.dataset'
+    raise ValueError(f'{config} trains on no DecoderCacheDataset: it is '
+                     'not a calibrator config (--calidet-init cached)')
+
+
 def train_both(args, sched: Dict, work_dir: str) -> Dict:
     """Train the plain DINO and the CaliDINO (see :func:`schedule`)."""
     configs = VARIANTS[args.variant]
@@ -447,11 +472,11 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
             dino=training(dino_config, dino_dir, sched['dino'], dino_opts,
                           args.retrain, args.data).wait())
         start = osp.join(dino_dir, f'iter_{sched["dino"]}.pth')
+        cache = cache_dataset_key(cached_config)
         cali_opts += [
             f'load_from={start}',  # the cache's source too (train.py)
-            f'train_dataloader.dataset.source.config={dino_config}',
-            'train_dataloader.dataset.cache_dir='
-            f'{osp.join(dino_dir, "decoder_cache_train")}',
+            f'{cache}.source.config={dino_config}',
+            f'{cache}.cache_dir={osp.join(dino_dir, "decoder_cache_train")}',
             f'default_hooks.logger.interval={max(1, sched["calidet"] // 10)}'
         ]
         secs['calidet'] = training(

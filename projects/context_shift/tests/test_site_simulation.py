@@ -16,7 +16,9 @@ from mmcalidet.models.data_preprocessors import EdgeSampler
 from mmcalidet.testing import build_detector, run_tool
 from projects.context_shift.context_shift.data import make_context_shift
 from projects.context_shift.context_shift.site_simulation import (
-    SimulatedSites, SiteBatchSampler, SiteEdgeSampler, SiteSimulatedDataset)
+    VALIDATION_SITES, SimulatedSites, SiteBatchSampler, SiteEdgeSampler,
+    SiteSimulatedDataset, make_validation_data, validation_sites)
+from projects.context_shift.context_shift.training import cache_dataset_key
 
 K = 5
 ROOT = osp.dirname(
@@ -240,3 +242,66 @@ def test_the_site_recipe_trains_with_tools_train(tmp_path, monkeypatch):
         log = f.read()
     assert 'Iter(train) [3/3]' in log and 'loss_loma' in log
     assert osp.isfile(work_dir / 'iter_3.pth')
+
+
+def test_validation_sites_are_disjoint_and_follow_their_rules():
+    # training: classes 0-1 go together, 2-3 go together, 4 alone
+    rng = np.random.default_rng(0)
+    kinds = [[0, 1], [2, 3], [4], [0, 1, 4], [2, 3, 4]]
+    train = [np.array(kinds[k]) for k in rng.integers(len(kinds), size=400)]
+    pool = random_label_lists(num=1200, seed=1)
+    sites = validation_sites(pool, train, K, per_site=100, seed=0)
+    assert list(sites) == list(VALIDATION_SITES)
+    taken = np.concatenate([s['members'] for s in sites.values()])
+    assert len(taken) == len(set(taken.tolist()))
+    assert all(len(s['members']) <= 100 for s in sites.values())
+    # rare pairs: never seen together in training (0 with 2, 1 with 3, ...)
+    rare = {(0, 2), (0, 3), (1, 2), (1, 3)}
+    for k in sites['sim_rare_pairs']['members']:
+        labels = set(pool[k].tolist())
+        assert any(a in labels and b in labels for a, b in rare), labels
+    # the dropped class is absent from its site
+    dropped = int(sites['sim_without']['rule'].split()[-1])
+    assert not any(dropped in pool[k] for k in sites['sim_without']['members'])
+
+
+def test_a_validation_folder_has_the_simulated_sites_as_its_val_split(
+        tmp_path):
+    import json
+    out = str(tmp_path / 'validation')
+    meta = make_validation_data(
+        out,
+        seed=0,
+        pool_size=40,
+        per_site=8,
+        num_train=30,
+        img_size=64,
+        digit_size=(10, 16),
+        progress=False)
+    with open(osp.join(out, 'annotations', 'instances_val.json')) as f:
+        val = json.load(f)
+    sites = {img['site'] for img in val['images']}
+    assert sites and sites <= set(VALIDATION_SITES)
+    assert set(meta['epsilon']) == sites == set(meta['validation_sites'])
+    ids = {img['id'] for img in val['images']}
+    assert {a['image_id'] for a in val['annotations']} <= ids
+    for site in sites:
+        with open(osp.join(out, 'annotations',
+                           f'instances_val_{site}.json')) as f:
+            one = json.load(f)
+        assert len(one['images']) == meta['validation_sites'][site]['images']
+        assert osp.isfile(osp.join(out, 'priors', f'E_{site}.json'))
+    assert not osp.exists(osp.join(out, 'priors', 'E_pool.json'))
+
+
+def test_the_benchmark_finds_the_cache_inside_the_wrapper():
+    configs = osp.join(ROOT, 'projects', 'context_shift', 'configs')
+    assert cache_dataset_key(
+        osp.join(configs, 'calidet_dino_tiny_context-shift_cached_site.py')
+    ) == 'train_dataloader.dataset.dataset'
+    assert cache_dataset_key(
+        osp.join(configs, 'calidet_dino_tiny_context-shift_cached.py')
+    ) == 'train_dataloader.dataset'
+    with pytest.raises(ValueError, match='no DecoderCacheDataset'):
+        cache_dataset_key(
+            osp.join(configs, 'calidet_dino_tiny_context-shift.py'))

@@ -70,6 +70,14 @@ def parse_args(argv=None):
     parser.add_argument('--scenes', help='JSON scene model (see '
                         'mmcalidet.datasets.context_shift.DEFAULT_SCENES '
                         'and MANY_CLASS_SCENES)')
+    parser.add_argument(
+        '--validation-sites',
+        action='store_true',
+        help='a folder for choosing a training recipe: the val split is '
+        'simulated sites (defined from the training labels) on '
+        '8 x --num-val-per-site new images of the training mixture, not '
+        'the deployment sites (context_shift.site_simulation.'
+        'make_validation_data)')
     parser.add_argument('--overwrite', action='store_true')
     parser.add_argument('--no-progress', action='store_true')
     return parser.parse_args(argv)
@@ -80,17 +88,29 @@ def main(argv=None):
     scenes = None
     if args.scenes:
         scenes = load_json(args.scenes, 'scene model')
-    meta = make_context_shift(
-        args.out, seed=args.seed, num_train=args.num_train,
-        num_val_per_site=args.num_val_per_site, img_size=args.img_size,
+    knobs = dict(
+        num_train=args.num_train, img_size=args.img_size,
         digit_size=tuple(args.digit_size),
         objects=tuple(args.objects) if args.objects else None,
         noise_std=args.noise_std, scenes=scenes, overwrite=args.overwrite,
         progress=not args.no_progress, variant=args.variant,
         hue_jitter=args.hue_jitter)
+    if args.validation_sites:
+        from projects.context_shift.context_shift.site_simulation import \
+            make_validation_data
+        meta = make_validation_data(
+            args.out, seed=args.seed,
+            pool_size=8 * args.num_val_per_site,
+            per_site=args.num_val_per_site, **knobs)
+    else:
+        meta = make_context_shift(
+            args.out, seed=args.seed,
+            num_val_per_site=args.num_val_per_site, **knobs)
     print(f'wrote {args.out} ({meta["variant"]}, {meta["num_classes"]} '
           f'classes): {meta["num_train"]} train images, '
           f'{meta["num_val_per_site"]} val images per site')
+    for site, spec in meta.get('validation_sites', {}).items():
+        print(f'  {site}: {spec["images"]} images, {spec["rule"]}')
     for split, stats in meta['statistics'].items():
         print(f'  {split}: {stats["classes_per_image"]:.2f} of '
               f'{meta["num_classes"]} classes per image '
