@@ -32,16 +32,18 @@ from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                SelfCalibrationResult, calibration_step,
                                mean_history, prediction_statistics,
                                self_calibrate, self_calibrate_partitions,
-                               update_target)
+                               update_target, within_trust_region)
 from .sensitivity import prior_sensitivity
-from .site_prior import (SitePriorFit, deployment_gains, fit_site_prior,
-                         mean_interval, shrink, site_estimate)
+from .site_prior import (SWEEP_ALPHAS, SitePriorFit, deployment_gains,
+                         fit_site_prior, mean_interval, shrink,
+                         shrinkage_sweep, site_estimate)
 from .sweep import (CONTENT_PRIORS, STANDARD_PRIORS, Method, PriorSpec,
                     build_priors, check_expected_order, evaluate_priors,
                     format_order_verdict)
 
 __all__ = [
     'ImageMatches', 'paired_bootstrap', 'SitePriorFit', 'fit_site_prior',
+    'SWEEP_ALPHAS', 'shrinkage_sweep',
     'shrink', 'site_estimate', 'deployment_gains', 'mean_interval',
     'EvalSetup', 'shares_trunk', 'input_changes', 'HiddenStateCache',
     'cache_hidden_states', 'cache_images', 'image_batches', 'Rescorer',
@@ -55,6 +57,7 @@ __all__ = [
     'DEFAULT_ETA', 'DEFAULT_SCORE_THR', 'SelfCalibrationResult',
     'prediction_statistics', 'update_target', 'calibration_step',
     'self_calibrate', 'self_calibrate_partitions', 'mean_history',
+    'within_trust_region',
     'OnlineSelfCalibrator', 'CORRECTIONS', 'CORRECTION_NAMES',
     'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
     'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'

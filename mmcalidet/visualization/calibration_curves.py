@@ -276,3 +276,51 @@ def plot_site_results(
     ax.grid(axis='y', alpha=0.3)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def plot_shrinkage_sweep(
+        rows: Sequence[Dict],
+        path: str,
+        title: str = 'AP gain over E_t along E_t + alpha (E_site - E_t)'
+) -> str:
+    """Write one panel per method of the AP gain along a site's shrinkage
+    sweep, a line per site (the rows of :func:`mmcalidet.evaluation.
+    shrinkage_sweep` with ``site`` and ``method`` added). A detector that
+    reads the relations rises toward alpha = 1 on a site whose own
+    statistics help and falls along negative alpha.
+
+    Args:
+        rows (Sequence[dict]): rows with ``site``, ``method``, ``alpha``
+            and ``gain`` (AP points).
+        path (str): the PNG.
+        title (str): the title.
+
+    Returns:
+        str: the path.
+    """
+    plt = _pyplot()
+    methods = list(dict.fromkeys(r['method'] for r in rows))
+    sites = list(dict.fromkeys(r['site'] for r in rows))
+    fig, axes = plt.subplots(
+        1,
+        max(1, len(methods)),
+        figsize=(4.6 * max(1, len(methods)), 3.8),
+        sharey=True,
+        squeeze=False)
+    for ax, method in zip(axes[0], methods):
+        for site in sites:
+            pts = sorted((r['alpha'], r['gain']) for r in rows
+                         if r['method'] == method and r['site'] == site)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts],
+                    marker='o',
+                    label=site)
+        ax.axhline(0.0, color='grey', lw=0.8)
+        ax.axvline(1.0, color='grey', lw=0.8, ls=':')
+        ax.set_xlabel('alpha (0: E_t, 1: E_site)')
+        ax.set_title(method, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel('AP gain over E_t (points)')
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)

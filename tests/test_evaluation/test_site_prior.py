@@ -238,3 +238,31 @@ def test_deployment_gains_estimate_on_some_images_and_score_the_rest(
     assert mean_interval([1.5, 1.5, 1.5]) == dict(mean=1.5, low=1.5, high=1.5)
     with pytest.raises(ValueError, match='leave none'):
         deployment_gains(rescorer, evaluator, flat_prior(4), range(8), 8)
+
+
+def test_the_shrinkage_sweep_follows_the_direction_of_the_shift(paired_site):
+    from mmcalidet.evaluation import SWEEP_ALPHAS, shrinkage_sweep
+    evaluator, site = paired_site
+    rescorer = PriorScoredRescorer(site)
+    train_prior = flat_prior(4)
+    own = batch_prior(4, rescorer.cache.gt_label_lists())
+    rows = shrinkage_sweep(rescorer, evaluator, train_prior, own, range(32))
+    assert [r['alpha'] for r in rows] == list(SWEEP_ALPHAS)
+    ids = [img_id for img_id, _, _ in site]
+    for row in rows:
+        # each point is COCO AP under E_t + alpha (E_site - E_t)
+        prior = shrink(train_prior, own, row['alpha'])
+        assert row['AP'] == pytest.approx(
+            100 * evaluator.evaluate(ids, rescorer.predict(prior))['AP'])
+        # the pairs help along the shift and hurt against it
+        if row['alpha'] > 0:
+            assert row['gain'] > 10
+        elif row['alpha'] < 0:
+            assert row['gain'] < 0
+        else:
+            assert row['gain'] == 0.0
+    # a detector that ignores the prior: a flat sweep
+    flat = shrinkage_sweep(
+        PriorScoredRescorer(site, ignore_prior=True), evaluator, train_prior,
+        own, range(32))
+    assert all(r['gain'] == 0.0 for r in flat)

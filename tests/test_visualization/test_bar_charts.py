@@ -48,3 +48,32 @@ def test_prior_sweep_and_site_charts_are_written(tmp_path):
     ]
     path = plot_site_results(site_rows, str(tmp_path / 'sites.png'))
     assert mpimg.imread(path).shape[0] > 100
+
+
+def test_the_shrinkage_sweep_plot_draws_a_line_per_site_and_method(
+        monkeypatch, tmp_path):
+    import mmcalidet.visualization.calibration_curves as curves
+    rows = [
+        dict(site=s, method=m, alpha=a, gain=g * a)
+        for m in ('CaliDINO', 'DINO + re-weighting')
+        for s, g in (('left_only', 1.0), ('crossed', -0.5))
+        for a in (-1.0, 0.0, 1.0, 1.5)
+    ]
+    drawn = []
+    # read the figure back before it is saved and closed
+    monkeypatch.setattr(curves, '_save',
+                        lambda fig, path: drawn.append(fig) or path)
+    curves.plot_shrinkage_sweep(rows, str(tmp_path / 'sweep.png'))
+    axes = drawn[0].axes
+    assert [ax.get_title() for ax in axes] == [
+        'CaliDINO', 'DINO + re-weighting'
+    ]
+    for ax in axes:
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert list(lines.get('left_only').get_xdata()) == [-1, 0, 1, 1.5]
+        assert list(lines.get('crossed').get_ydata()) == pytest.approx(
+            [0.5, 0.0, -0.5, -0.75])
+    plt.close(drawn[0])
+    monkeypatch.undo()
+    path = curves.plot_shrinkage_sweep(rows, str(tmp_path / 'sweep.png'))
+    assert mpimg.imread(path).shape[1] > 300
