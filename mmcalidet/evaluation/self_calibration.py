@@ -117,6 +117,33 @@ def calibration_step(prior: np.ndarray, stats: np.ndarray, z_mean: np.ndarray,
     return new
 
 
+def within_trust_region(prior: np.ndarray, center: np.ndarray,
+                        radius: Optional[float]) -> np.ndarray:
+    """Pull a prior back toward ``center`` (E_t) until its mean absolute
+    distance from it is at most ``radius``: ``center + s (prior -
+    center)`` with the largest ``s`` in [0, 1] that fits, diagonal 1.
+
+    Args:
+        prior (np.ndarray): E_c (K x K).
+        center (np.ndarray): the prior it started from.
+        radius (float, optional): the largest MAE(E_c, center); ``None``:
+            no limit (the paper's Algo. 1).
+
+    Returns:
+        np.ndarray: K x K float64.
+    """
+    prior = np.asarray(prior, dtype=np.float64)
+    if radius is None:
+        return prior
+    center = np.asarray(center, dtype=np.float64)
+    distance = float(np.abs(prior - center).mean())
+    if distance <= radius:
+        return prior
+    out = center + (radius / distance) * (prior - center)
+    np.fill_diagonal(out, 1.0)
+    return out
+
+
 @dataclass
 class SelfCalibrationResult:
     """The outcome of :func:`self_calibrate`.
@@ -159,7 +186,9 @@ def self_calibrate(model,
                    correction=None,
                    batch_size: int = 64,
                    eval_interval: int = 1,
-                   progress: bool = False) -> SelfCalibrationResult:
+                   progress: bool = False,
+                   trust_radius: Optional[float] = None
+                   ) -> SelfCalibrationResult:
     """Self-calibrate a frozen detector on a set of images (Algo. 1).
 
     Args:
@@ -188,6 +217,9 @@ def self_calibrate(model,
             (and at the first and the last); COCO evaluation can cost more
             than re-scoring.
         progress (bool): show a progress bar over iterations.
+        trust_radius (float, optional): keep E_c within this mean absolute
+            distance of the initial prior (:func:`within_trust_region`
+            after every update); ``None``: no limit, the paper's.
 
     Returns:
         SelfCalibrationResult: final E_c, per-iteration history and the
@@ -195,8 +227,9 @@ def self_calibrate(model,
     """
     from .cache import HiddenStateCache, cache_images
     from .scoring import Rescorer
-    if eta <= 0 or iters < 0 or tol < 0 or eval_interval < 1:
-        raise ValueError('eta must be > 0, iters and tol >= 0, '
+    if eta <= 0 or iters < 0 or tol < 0 or eval_interval < 1 or (
+            trust_radius is not None and not trust_radius >= 0):
+        raise ValueError('eta must be > 0, iters, tol and trust_radius >= 0, '
                          'eval_interval >= 1')
     cache = images if isinstance(images, HiddenStateCache) else \
         cache_images(model, list(images))
@@ -208,6 +241,7 @@ def self_calibrate(model,
                              'deployment prior')
         init_prior = model.get_prior()
     prior = validate_prior(init_prior, num_classes=k)
+    center = prior.copy()
     history: List[Dict] = []
     step_mae = step_max = 0.0
     converged = False
@@ -234,7 +268,9 @@ def self_calibrate(model,
             bar.update(1)
             if last:
                 break
-            new = calibration_step(prior, stats, z_mean, eta)
+            new = within_trust_region(
+                calibration_step(prior, stats, z_mean, eta), center,
+                trust_radius)
             step = np.abs(new - prior)
             step_mae, step_max = float(step.mean()), float(step.max())
             prior = new

@@ -136,6 +136,37 @@ def test_self_calibration_follows_algorithm_1(setup):
     assert ['AP' in h for h in sparse.history] == [True, False, True, True]
 
 
+def test_a_trust_region_keeps_self_calibration_near_e_t(setup):
+    model, _, cache, _ = setup
+    e_t = model.get_prior()
+    free = self_calibrate(model, cache, iters=3, score_thr=0.5, tol=0.0)
+    # two columns of 80 move (to the indicator of the predicted classes)
+    free_distance = np.abs(free.prior - e_t).mean()
+    assert free_distance > 1e-3
+    radius = free_distance / 2
+    held = self_calibrate(
+        model, cache, iters=3, score_thr=0.5, tol=0.0, trust_radius=radius)
+    # by hand: each update pulled back along its way from E_t
+    rescorer = Rescorer(model, cache)
+    prior = e_t
+    for _ in range(3):
+        stats, z = prediction_statistics(rescorer.predict(prior), K, 0.5)
+        new = calibration_step(prior, stats, z.mean(0), 4.0)
+        distance = np.abs(new - e_t).mean()
+        if distance > radius:
+            new = e_t + radius / distance * (new - e_t)
+            np.fill_diagonal(new, 1.0)
+        prior = new
+    np.testing.assert_allclose(held.prior, prior)
+    assert np.abs(held.prior - e_t).mean() == pytest.approx(radius)
+    # radius 0: E_t itself, the detections under E_t
+    still = self_calibrate(
+        model, cache, iters=2, score_thr=0.5, tol=0.0, trust_radius=0.0)
+    np.testing.assert_array_equal(still.prior, e_t)
+    with pytest.raises(ValueError, match='trust_radius'):
+        self_calibrate(model, cache, trust_radius=-0.1)
+
+
 def test_prior_table_and_subsets(setup):
     model, _, cache, evaluator = setup
     evaluate = cache_evaluator(evaluator)

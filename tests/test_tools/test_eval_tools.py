@@ -198,6 +198,15 @@ def test_eval_subsets_and_self_calibrate(checkpoints, tmp_path, monkeypatch):
         np.testing.assert_allclose(prior[:, j], indicator, atol=1e-6)
     assert np.abs(prior - e_t).max() > 0.5
     check_png(osp.join(out, 'self_calibration.png'))
+    # the trust region: E_c within the asked mean distance of E_t
+    radius = float(np.abs(prior - e_t).mean()) / 4
+    assert tool('self_calibrate')([
+        CALI, cali, '--sizes', '0', '--iters', '2', '--tol', '0', '--out-dir',
+        out, '--save-prior', prior_file, '--trust-radius', f'{radius!r}',
+        *SMALL, 'model.test_cfg.max_per_img=60'
+    ]) == 0
+    held = load_prior(prior_file)
+    assert np.abs(held - e_t).mean() == pytest.approx(radius, rel=1e-4)
 
 
 @pytest.mark.slow

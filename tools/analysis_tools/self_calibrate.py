@@ -67,6 +67,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=1e-3,
         help='stop when the step MAX is below it (0: never)')
     parser.add_argument(
+        '--trust-radius',
+        type=finite_float(0),
+        help='keep E_c within this mean absolute distance of E_t '
+        '(default: no limit, the paper\'s Algo. 1)')
+    parser.add_argument(
         '--eval-interval',
         type=positive_int,
         default=1,
@@ -116,7 +121,8 @@ def main(argv=None) -> int:
                     init_prior=setup.train_prior,
                     correction=method.rescorer.correction,
                     batch_size=args.rescore_batch_size,
-                    eval_interval=args.eval_interval)
+                    eval_interval=args.eval_interval,
+                    trust_radius=args.trust_radius)
                 mean = out['mean']
                 n = len(out['subsets'][0])
                 label = f'{method.name}, size {n}' + (
