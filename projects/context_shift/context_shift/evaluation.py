@@ -53,15 +53,18 @@ def evaluate_all(args: argparse.Namespace,
     import torch
 
     from mmcalidet.evaluation import (
-        CONTENT_PRIORS, STANDARD_PRIORS, SUBSET_SIZES, EvalSetup, build_priors,
+        CONTENT_PRIORS, STANDARD_PRIORS, SUBSET_SIZES, SWEEP_ALPHAS, EvalSetup,
+        build_priors,
         cache_evaluator, check_expected_order, deployment_gains,
         evaluate_groups, evaluate_priors, evaluate_subsets, markdown_table,
-        read_image_groups, self_calibrate_partitions, site_priors)
+        read_image_groups, self_calibrate_partitions, shrinkage_sweep,
+        site_priors)
     from mmcalidet.evaluation.partitions import group_partitions
     from mmcalidet.evaluation.report import injection_table, metric_columns
     from mmcalidet.visualization import (plot_prior_comparison,
                                          plot_prior_sweep,
                                          plot_self_calibration,
+                                         plot_shrinkage_sweep,
                                          plot_site_results,
                                          plot_subset_results)
     os.environ['MMCALIDET_CS_DATA'] = osp.realpath(args.data)
@@ -128,9 +131,12 @@ def evaluate_all(args: argparse.Namespace,
     t0 = time.perf_counter()
     deployment_rows = []
     repeats = getattr(args, 'fit_repeats', 0)
-    for site, idx in (sites.items() if repeats else ()):
+    labelled = args.fit_labelled
+    labelled = [labelled] if isinstance(labelled, int) else list(labelled)
+    for site, idx, n in ((s, i, n) for s, i in sites.items() if repeats
+                         for n in labelled):
         # a small site keeps at least one image to evaluate on
-        num = min(args.fit_labelled, len(idx) - 1)
+        num = min(n, len(idx) - 1)
         if num < 2:
             continue
         for m in (m for m in methods if m.takes_prior):
@@ -149,6 +155,7 @@ def evaluate_all(args: argparse.Namespace,
                         site=site,
                         method=m.name,
                         prior=f'E_site({num}) {prior}',
+                        labelled=num,
                         gain=res[prior]['mean'],
                         low=res[prior]['low'],
                         high=res[prior]['high'],
@@ -160,6 +167,17 @@ def evaluate_all(args: argparse.Namespace,
                         gains=res[prior]['gains']))
     timings['deployment'] = time.perf_counter() - t0
 
+    # 2c. per site, the dense sweep E_t + alpha (E_site - E_t): does the
+    # detector read the direction of the site's shift?
+    t0 = time.perf_counter()
+    sweep_rows = [
+        dict(row, site=site, method=m.name) for site, idx in sites.items()
+        for m in methods if m.takes_prior
+        for row in shrinkage_sweep(m.rescorer, setup.evaluator, e_t,
+                                   site_prior[site], idx)
+    ]
+    timings['sweep'] = time.perf_counter() - t0
+
     # 3. subsets (the paper's Tab. 3 layout)
     subset_rows = []
     if not quick:
@@ -168,30 +186,33 @@ def evaluate_all(args: argparse.Namespace,
             methods, evaluate, e_t, SUBSET_SIZES, progress=progress)
         timings['subsets'] = time.perf_counter() - t0
 
-    # 4. self-calibration on each site, from E_t
+    # 4. self-calibration on each site, from E_t (the paper's, or within
+    # each asked trust radius)
     t0 = time.perf_counter()
     calibrated = [m for m in methods if m.takes_prior]
-    runs = {
-        m.name:
-        self_calibrate_partitions(
-            m.rescorer.model,
-            m.cache,
-            list(sites.values()),
-            evaluate=evaluate,
-            iters=args.self_cal_iters,
-            score_thr=args.score_thr,
-            tol=0,
-            init_prior=e_t,
-            correction=m.rescorer.correction,
-            batch_size=setup.rescore_batch_size)['results']
-        for m in calibrated
-    }
+    radii = getattr(args, 'self_cal_radius', None) or [None]
+    radii = radii if isinstance(radii, (list, tuple)) else [radii]
+    runs = {(m.name, radius):
+            self_calibrate_partitions(
+                m.rescorer.model,
+                m.cache,
+                list(sites.values()),
+                evaluate=evaluate,
+                iters=args.self_cal_iters,
+                score_thr=args.score_thr,
+                tol=0,
+                trust_radius=radius,
+                init_prior=e_t,
+                correction=m.rescorer.correction,
+                batch_size=setup.rescore_batch_size)['results']
+            for m in calibrated for radius in radii}
     curves, selfcal_rows = {}, []
     by_name = {m.name: m for m in methods}
     for i, (site, idx) in enumerate(sites.items()):
-        for name, results in runs.items():
+        for (name, radius), results in runs.items():
             res, rescorer = results[i], by_name[name].rescorer
-            curves[f'{name}, {site}'] = res.history
+            label = '' if radius is None else f', radius {radius:g}'
+            curves[f'{name}, {site}{label}'] = res.history
             first, last = res.history[0]['AP'], res.history[-1]['AP']
             estimate = evaluate(by_name[name].cache,
                                 rescorer.predict(res.start_estimate, idx),
@@ -201,6 +222,7 @@ def evaluate_all(args: argparse.Namespace,
                     site=site,
                     method=name,
                     score_thr=args.score_thr,
+                    radius=radius,
                     epsilon=prior_mae(site_prior[site], e_t),
                     AP_start=first,
                     AP_end=last,
@@ -231,6 +253,13 @@ def evaluate_all(args: argparse.Namespace,
             ('interval', '95 % interval (draws)', ''),
             ('alpha', 'mean alpha', '.2f')
         ]) if deployment_rows else '',
+        sweep=sweep_rows,
+        sweep_md=markdown_table(
+            sweep_table(sweep_rows),
+            [('site', 'site', ''), ('method', 'method', ''),
+             ('AP_E_t', 'AP(E_t)', '.2f')] +
+            [(f'alpha {a:g}', f'alpha {a:g}', '+.2f')
+             for a in SWEEP_ALPHAS] + [('peak', 'peak at alpha', 'g')]),
         subsets=subset_rows,
         subsets_md=table(subset_rows, [('size', 'subset size', ''),
                                        ('num_subsets', 'subsets', ''),
@@ -242,6 +271,7 @@ def evaluate_all(args: argparse.Namespace,
         self_calibration_md=markdown_table(
             selfcal_rows, [('site', 'site', ''), ('method', 'method', ''),
                            ('score_thr', 'score threshold', '.2f'),
+                           ('radius', 'trust radius', 'g'),
                            ('epsilon', 'epsilon(E_site, E_t)', '.3f'),
                            ('AP_start', 'AP(E_t)', 'pct'),
                            ('AP_end', 'AP(E_c)', 'pct'),
@@ -251,10 +281,11 @@ def evaluate_all(args: argparse.Namespace,
         curves=curves,
         content_orders=content_orders,
         claims=claims(prior_rows, site_rows, selfcal_rows, orders,
-                      deployment_rows, content_orders))
+                      deployment_rows, content_orders, sweep_rows))
     plots = [
         plot_prior_sweep(prior_rows, osp.join(out_dir, 'priors.png')),
         plot_site_results(site_rows, osp.join(out_dir, 'sites.png')),
+        plot_shrinkage_sweep(sweep_rows, osp.join(out_dir, 'sweep.png')),
         plot_self_calibration(
             curves,
             osp.join(out_dir, 'self_calibration.png'),
@@ -279,12 +310,31 @@ def evaluate_all(args: argparse.Namespace,
         data_epsilon=data_meta.get('epsilon', {}))
 
 
+def sweep_table(rows: Sequence[Dict]) -> List[Dict]:
+    """The sweep's rows pivoted: one per (site, method), the AP gain of
+    each alpha as a column ``alpha <a>``, ``AP_E_t`` and ``peak`` (the
+    alpha of the largest AP)."""
+    table: Dict = {}
+    for r in rows:
+        row = table.setdefault((r['site'], r['method']),
+                               dict(site=r['site'], method=r['method']))
+        row[f'alpha {r["alpha"]:g}'] = r['gain']
+        if r['alpha'] == 0:
+            row['AP_E_t'] = r['AP']
+        if 'peak' not in row or r['AP'] > row['_best']:
+            row['peak'], row['_best'] = r['alpha'], r['AP']
+    return [{k: v
+             for k, v in row.items() if k != '_best'}
+            for row in table.values()]
+
+
 def claims(prior_rows,
            site_rows,
            selfcal_rows,
            orders,
            deployment_rows=(),
-           content_orders=None) -> List[str]:
+           content_orders=None,
+           sweep_rows=()) -> List[str]:
     """The benchmark's claims, each with its numbers and a verdict.
 
     Args:
@@ -296,6 +346,7 @@ def claims(prior_rows,
             site priors from a few labelled images).
         content_orders (dict, optional): per method, the order filled
             flip(E_x) < E_t < filled E_x (``CONTENT_PRIORS``).
+        sweep_rows (list[dict]): the shrinkage sweep per site.
 
     Returns:
         list[str]: one line per claim.
@@ -333,8 +384,22 @@ def claims(prior_rows,
                 f'{r["interval"]} over {r["repeats"]} draws: **' +
                 ('holds' if r['gain'] >= 0 and r['low'] >= -0.3 else 'fails') +
                 '** (mean >= 0, interval >= -0.3)')
+    for r in sweep_table(sweep_rows):
+        if not r['method'].startswith('Cali'):
+            continue
+        helps = r.get('alpha 1', 0.0) > 0
+        line = (f'sweep, site {r["site"]}: AP peaks at alpha {r["peak"]:g} '
+                f'(alpha 1: {r.get("alpha 1", 0.0):+.2f}, alpha -1: '
+                f'{r.get("alpha -1", 0.0):+.2f})')
+        if helps:
+            verdict = 'holds' if 0.5 <= r['peak'] <= 1.5 else 'fails'
+            line += f': **{verdict}** (peak near 1 where E_site helps)'
+        out.append(line)
     for r in selfcal_rows:
-        out.append(f'self-calibration, {r["method"]}, site {r["site"]}: '
+        radius = '' if r.get('radius') is None else \
+            f' (trust radius {r["radius"]:g})'
+        out.append(f'self-calibration{radius}, {r["method"]}, site '
+                   f'{r["site"]}: '
                    f'{_pct(r["AP_start"])} -> {_pct(r["AP_end"])} AP '
                    f'({100 * r["gain"]:+.1f})')
     return out
@@ -382,7 +447,8 @@ def write_results(out_dir: str, results: Dict, trained: Dict, sched: Dict,
          f'training {_mins(secs["calidet"])}, decoder caches '
          f'{t["cache"]:.0f} s, injection table {t["injection"]:.0f} s, '
          f'sites {t["sites"]:.0f} s, deployment '
-         f'{t.get("deployment", 0):.0f} s, ' +
+         f'{t.get("deployment", 0):.0f} s, sweep {t.get("sweep", 0):.0f} '
+         's, ' +
          (f'subsets {t["subsets"]:.0f} s, ' if 'subsets' in t else '') +
          f'self-calibration {t["self_calibration"]:.0f} s; {_mins(total)} '
          'in all (0 = reused).'),
@@ -401,6 +467,12 @@ def write_results(out_dir: str, results: Dict, trained: Dict, sched: Dict,
              '(E_site - E_t), alpha by cross-validation, E_t when none '
              'gains). Gains over E_t on the other images of the site, mean '
              'of the draws, with a bootstrap interval over the draws.'))
+    if results.get('sweep_md'):
+        sections.append(
+            ('Each site\'s prior swept: E_t + alpha (E_site - E_t)',
+             results['sweep_md'] + '\n\n![](sweep.png)\n\nAP gain over E_t '
+             '(alpha 0) on all the site\'s images; negative alpha reverses '
+             'the site\'s shift.'))
     if results['subsets_md']:
         sections.append(('Subsets (E_b of each subset vs E_t)',
                          results['subsets_md'] + '\n\n![](subsets.png)'))

@@ -134,6 +134,17 @@ def test_benchmark_writes_every_table(bench):
         # the gain is the curve's last AP less its first
         curve = res['curves'][f'{r["method"]}, {r["site"]}']
         assert r['gain'] == pytest.approx(curve[-1]['AP'] - curve[0]['AP'])
+    # the sweep: per site and prior-taking method, every alpha; alpha 0 is
+    # E_t, whose AP the site table has
+    assert len(res['sweep']) == 3 * len(takes_prior) * 6
+    site_ap = {(r['site'], r['method']): r['AP']
+               for r in res['sites'] if r['prior'] == 'E_t'}
+    for r in res['sweep']:
+        if r['alpha'] == 0:
+            assert r['gain'] == 0
+            assert r['AP'] == pytest.approx(
+                100 * site_ap[(r['site'], r['method'])])
+    assert sum(c.startswith('sweep, site') for c in res['claims']) == 3
     assert any('AP(E_t) of CaliDINO vs DINO' in c for c in res['claims'])
     assert res['content_orders']['CaliDINO']['order'] == [
         'filled_flip_E_x', 'E_t', 'filled_E_x'
@@ -144,9 +155,9 @@ def test_benchmark_writes_every_table(bench):
     md = (out / 'results.md').read_text()
     for site in SITES:
         assert site in md
-    for png in ('priors', 'sites', 'subsets', 'self_calibration'):
+    for png in ('priors', 'sites', 'sweep', 'subsets', 'self_calibration'):
         assert f'![]({png}.png)' in md
-    for png in ['priors', 'sites', 'subsets', 'self_calibration'
+    for png in ['priors', 'sites', 'sweep', 'subsets', 'self_calibration'
                 ] + [f'prior_{s}' for s in SITES]:
         assert osp.getsize(out / f'{png}.png') > 1000
 

@@ -30,6 +30,7 @@ import os
 import os.path as osp
 import sys
 import time
+from typing import Optional
 
 try:
     from projects.context_shift.context_shift import (VARIANTS, ensure_data,
@@ -41,9 +42,14 @@ except ImportError as exc:  # not run from the root with it on PYTHONPATH
     sys.exit(f'benchmark.py: error: {exc}; run it from the repository root '
              'with export PYTHONPATH=$PWD:$PYTHONPATH')
 from mmcalidet.evaluation.baselines import CORRECTION_NAMES, CORRECTIONS
-from mmcalidet.utils.cli import (non_negative_int, positive_int, run_tool,
-                                 unit_float)
+from mmcalidet.utils.cli import (finite_float, non_negative_int, positive_int,
+                                 run_tool, unit_float)
 from mmcalidet.utils.log_level import log_to_file
+
+
+def radius_or_none(value: str) -> Optional[float]:
+    """An argparse type: a trust radius >= 0, or ``none``."""
+    return None if value.lower() == 'none' else finite_float(0)(value)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -117,15 +123,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         '--fit-labelled',
         type=positive_int,
-        default=32,
+        nargs='+',
+        default=[32],
+        metavar='N',
         help='deployment rows: labelled images of a site the raw and the '
-        'fitted site prior are estimated from (32)')
+        'fitted site prior are estimated from (32; several: a row each, '
+        'e.g. 8 32 128)')
     parser.add_argument(
         '--fit-repeats',
         type=non_negative_int,
         default=10,
         help='deployment rows: random draws of those images per site (10; '
         '0: no deployment rows)')
+    parser.add_argument(
+        '--self-cal-radius',
+        type=radius_or_none,
+        nargs='+',
+        default=[None],
+        metavar='R',
+        help='self-calibration trust region: keep E_c within this mean '
+        'absolute distance of E_t; "none": no limit, the paper\'s (the '
+        'default); several: a row each')
     parser.add_argument(
         '--score-thr',
         type=unit_float,
