@@ -21,6 +21,8 @@ from projects.context_shift.context_shift.site_simulation import (
 from projects.context_shift.context_shift.training import cache_dataset_key
 
 K = 5
+#: generated scenes small enough for a test
+TINY = dict(img_size=64, digit_size=(10, 16), progress=False)
 ROOT = osp.dirname(
     osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
@@ -202,14 +204,7 @@ def test_the_site_recipe_trains_with_tools_train(tmp_path, monkeypatch):
     """The recipe's config, as a user runs it: tools/train.py on a
     random DINO's cached decoder outputs of generated scenes."""
     data = str(tmp_path / 'context_shift')
-    make_context_shift(
-        data,
-        seed=0,
-        num_train=8,
-        num_val_per_site=2,
-        img_size=64,
-        digit_size=(10, 16),
-        progress=False)
+    make_context_shift(data, seed=0, num_train=8, num_val_per_site=2, **TINY)
     monkeypatch.setenv('MMCALIDET_CS_DATA', data)
     dino = build_detector(
         osp.join(ROOT, 'projects', 'context_shift', 'configs',
@@ -270,14 +265,7 @@ def test_a_validation_folder_has_the_simulated_sites_as_its_val_split(
     import json
     out = str(tmp_path / 'validation')
     meta = make_validation_data(
-        out,
-        seed=0,
-        pool_size=40,
-        per_site=8,
-        num_train=30,
-        img_size=64,
-        digit_size=(10, 16),
-        progress=False)
+        out, seed=0, pool_size=40, per_site=8, num_train=30, **TINY)
     with open(osp.join(out, 'annotations', 'instances_val.json')) as f:
         val = json.load(f)
     sites = {img['site'] for img in val['images']}
