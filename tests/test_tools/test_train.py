@@ -225,13 +225,18 @@ def test_nan_weights_stop_training_with_one_line(tmp_path):
     match = re.match(
         r'train\.py: error: non-finite head outputs at iteration (\d+) '
         r'.*?: (.*); inputs: decoder hidden states (finite|not finite), '
-        r"V' \(CaliFormer output\) (finite|not finite)$", last)
+        r"V' \(CaliFormer output\) (finite|not finite); weights: (.*); "
+        r'images: (finite|not finite)$', last)
     assert match, last
-    iteration, parts, hidden, v_prime = match.groups()
+    iteration, parts, hidden, v_prime, weights, images = match.groups()
     assert iteration == '1'
     assert parts.startswith('decoder layer 0 logits (')
     # everything downstream of the encoder is NaN, the CaliFormer is not
     assert (hidden, v_prime) == ('not finite', 'finite')
+    # and the error names the weight that made it so
+    assert re.fullmatch(r'1 of \d+ tensors not finite \(level_embed\)',
+                        weights), weights
+    assert images == 'finite'
     assert not glob.glob(str(tmp_path / 'work' / '*.pth'))
 
 
