@@ -490,6 +490,7 @@ def make_validation_data(out_dir: str,
     import os.path as osp
 
     from mmcalidet.priors import load_prior, prior_mae, save_prior
+    from mmcalidet.priors.label_io import read_coco_labels
     from .data import DEFAULT_SCENES, MANY_CLASS_SCENES, make_context_shift
     variant = data_cfg.get('variant', 'digits')
     scenes = data_cfg.pop('scenes', None) or (
@@ -508,18 +509,11 @@ def make_validation_data(out_dir: str,
         with open(osp.join(ann_dir, name)) as f:
             return json.load(f)
 
-    def label_lists(coco):
-        by_image = {img['id']: [] for img in coco['images']}
-        for ann in coco['annotations']:
-            by_image[ann['image_id']].append(ann['category_id'] - 1)
-        return [
-            np.array(by_image[img['id']], dtype=np.int64)
-            for img in coco['images']
-        ]
-
     pool = read('instances_val.json')
-    train_labels = label_lists(read('instances_train.json'))
-    pool_labels = label_lists(pool)
+    train_labels = read_coco_labels(
+        osp.join(ann_dir, 'instances_train.json')).label_lists()
+    pool_labels = read_coco_labels(osp.join(
+        ann_dir, 'instances_val.json')).label_lists()
     num_classes = meta['num_classes']
     sites = validation_sites(
         pool_labels, train_labels, num_classes, per_site=per_site, seed=seed)
