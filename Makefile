@@ -50,8 +50,8 @@ test: check-data env
 	    $(PY) -m pytest tests projects -q -p no:cacheprovider --durations=20 \
 	    -n $(TEST_JOBS) --dist loadfile
 
-# the same without the tests marked slow (trainings, tools run as
-# subprocesses): the unit tests in about two minutes on 2 cores
+# the same without the tests marked slow (trainings, ONNX exports, tools
+# run as subprocesses): the unit tests in under two minutes on 2 cores
 test-fast: check-data env
 	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) \
 	    $(PY) -m pytest tests projects -m "not slow" -q -p no:cacheprovider \

@@ -16,7 +16,8 @@
 # MMCALIDET_CPU_ONLY=1 forces the CPU build.
 #
 # Sourced (`source tools/setup_env.sh`), the script only defines its
-# functions (find_nvcc, mmcv_cuda_tag, mmcv_wheel_dir, log, logged) and
+# functions (find_nvcc, mmcv_cuda_tag, mmcv_wheel_dir, log, logged, and the
+# readiness checks have, importable, mmcv_has_ops, which use $PY) and
 # installs nothing.
 
 # find_nvcc: the nvcc of $CUDA_HOME, the PATH or /usr/local/cuda; nothing
@@ -71,6 +72,42 @@ logged() {
     fi
 }
 
+have() {  # have DIST VERSION: is DIST==VERSION installed in the venv?
+    "$PY" - "$1" "$2" <<'PYEOF'
+import sys
+from importlib import metadata
+try:
+    found = metadata.version(sys.argv[1]).split('+')[0]  # 2.13.0+cpu
+    sys.exit(0 if found == sys.argv[2] else 1)
+except metadata.PackageNotFoundError:
+    sys.exit(1)
+PYEOF
+}
+
+# importable MOD...: are these modules installed (found, not imported: a
+# readiness check must not pay for importing torch, sklearn or onnx)?
+importable() {
+    "$PY" - "$@" <<'PYEOF'
+import sys
+from importlib.util import find_spec
+sys.exit(0 if all(find_spec(m) is not None for m in sys.argv[1:]) else 1)
+PYEOF
+}
+
+# mmcv_has_ops: does the installed mmcv carry its compiled ops (mmcv/_ext)?
+mmcv_has_ops() {
+    "$PY" - <<'PYEOF'
+import sys
+from importlib import metadata
+try:
+    files = metadata.files('mmcv') or []
+except metadata.PackageNotFoundError:
+    sys.exit(1)
+ext = [f for f in files if str(f).startswith('mmcv/_ext')]
+sys.exit(0 if ext and all(f.locate().is_file() for f in ext) else 1)
+PYEOF
+}
+
 # sourced: the functions only
 if [ "${BASH_SOURCE[0]}" != "$0" ]; then
     return 0
@@ -98,21 +135,9 @@ fi
 SETUP_LOG="$VENV/setup.log"
 pip_q() { logged "$PY" -m pip --disable-pip-version-check -q "$@"; }
 
-have() {  # have DIST VERSION: is DIST==VERSION installed in the venv?
-    "$PY" - "$1" "$2" <<'PYEOF'
-import sys
-from importlib import metadata
-try:
-    found = metadata.version(sys.argv[1]).split('+')[0]  # 2.13.0+cpu
-    sys.exit(0 if found == sys.argv[2] else 1)
-except metadata.PackageNotFoundError:
-    sys.exit(1)
-PYEOF
-}
-
 # 1. Build tools and torch (torch 2.13.0 CPU lies on this disk for pip).
 if ! have setuptools 80.9.0 || ! have torch "$TORCH_VERSION" \
-        || ! "$PY" -c 'import Cython, numpy, wheel' 2>/dev/null; then
+        || ! importable Cython numpy wheel; then
     log "installing build requirements and torch==$TORCH_VERSION"
     pip_q install -r "$ROOT/requirements/build.txt" "torch==$TORCH_VERSION"
 fi
@@ -121,13 +146,14 @@ fi
 #    CUDA toolkit and a CUDA torch: with the CUDA ops (a CPU-only mmcv
 #    already installed is then replaced).
 CUDA_TAG="$(mmcv_cuda_tag "$PY")"
-MMCV_CHECK='from mmcv.ops import MultiScaleDeformableAttention'
-if [ -n "$CUDA_TAG" ]; then
-    MMCV_CHECK="$MMCV_CHECK
-from mmcv.ops import get_compiling_cuda_version
-assert get_compiling_cuda_version() != 'not available'"
-fi
-if ! have mmcv "$MMCV_VERSION" || ! "$PY" -c "$MMCV_CHECK" 2>/dev/null; then
+mmcv_ready() {  # the pinned mmcv with its ops (CUDA ops for a CUDA build)
+    have mmcv "$MMCV_VERSION" && mmcv_has_ops || return 1
+    if [ -n "$CUDA_TAG" ]; then
+        "$PY" -c 'from mmcv.ops import get_compiling_cuda_version
+assert get_compiling_cuda_version() != "not available"' 2>/dev/null
+    fi
+}
+if ! mmcv_ready; then
     PYTAG="$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
     WHEELDIR="$(mmcv_wheel_dir "$CACHE" "$TORCH_VERSION" "$PYTAG" "$CUDA_TAG")"
     mkdir -p "$WHEELDIR"
@@ -169,12 +195,12 @@ fi
 
 # 3. mmengine, mmdet and the rest of the runtime.
 if ! have mmengine 0.10.7 || ! have mmdet 3.3.0 || ! have opencv-python 4.14.0.94 \
-        || ! "$PY" -c 'import pycocotools, matplotlib, tqdm, pytest, xdist, sklearn' 2>/dev/null; then
+        || ! importable pycocotools matplotlib tqdm pytest xdist sklearn; then
     log "installing mmengine, mmdet and runtime requirements"
     pip_q install -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
 fi
 # the deploy extra (ONNX export and ONNX Runtime), which the tests exercise
-if ! "$PY" -c 'import onnx, onnxruntime' 2>/dev/null; then
+if ! importable onnx onnxruntime; then
     log "installing onnx and onnxruntime (the deploy extra)"
     pip_q install -r "$ROOT/requirements/deploy.txt"
 fi

@@ -103,6 +103,7 @@ def test_cache_holds_every_decoder_layer_and_the_ground_truth(dino, tmp_path):
             ] == [batch['data_samples'][k].img_id for k in (2, 0)]
 
 
+@pytest.mark.slow  # makes decoder caches several times
 def test_source_makes_the_cache_once_and_again_when_stale(dino, tmp_path):
     model, config, ckpt = dino
     out = str(tmp_path / 'cache')

@@ -16,6 +16,9 @@ from mmcalidet.deploy import (ExportWrapper, OnnxDetector, export_onnx,
                               fold_prior, read_export_meta, verify_onnx)
 from mmcalidet.testing import build_detector, data_root
 
+# exports two detectors and runs ONNX Runtime: the slow tier
+pytestmark = pytest.mark.slow
+
 K = 80
 SHAPE = (256, 256)
 CONFIGS = {

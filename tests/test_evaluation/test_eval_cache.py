@@ -304,6 +304,7 @@ def two_checkpoints(tmp_path_factory):
     return paths
 
 
+@pytest.mark.slow  # makes decoder caches several times
 def test_eval_setups_share_a_cache_dir_without_mixing(two_checkpoints,
                                                       tmp_path, monkeypatch):
     from mmcalidet.evaluation import EvalSetup
@@ -363,6 +364,7 @@ def test_eval_tool_runs_reuse_the_cache_dir(two_checkpoints, tmp_path,
     assert rows[0] == rows[1]
 
 
+@pytest.mark.slow  # makes decoder caches several times
 def test_one_cache_serves_a_baseline_only_with_the_same_test_inputs(tmp_path):
     """A CaliDINO calibrated on a DINO's outputs shares its decoder cache
     with that DINO, but not when the baseline's config tests on other

@@ -106,3 +106,37 @@ def test_logged_steps_keep_their_output_in_the_log(tmp_path):
     assert 'status=1' in bad.stdout
     assert '[setup_env] failed: sh -c' in bad.stderr
     assert 'the-reason' in bad.stderr
+
+
+def fake_mmcv(site, record_ext, build_ext):
+    """An mmcv 2.1.0 distribution in ``site``: its RECORD lists the compiled
+    ops (``mmcv/_ext...so``) when ``record_ext``, which exist when
+    ``build_ext``."""
+    info = site / 'mmcv-2.1.0.dist-info'
+    info.mkdir(parents=True)
+    (info / 'METADATA').write_text('Name: mmcv\nVersion: 2.1.0\n')
+    ext = 'mmcv/_ext.cpython-311-x86_64-linux-gnu.so'
+    (info / 'RECORD').write_text('mmcv/__init__.py,,\n' +
+                                 (f'{ext},,\n' if record_ext else ''))
+    (site / 'mmcv').mkdir()
+    (site / 'mmcv' / '__init__.py').write_text('')
+    if build_ext:
+        (site / ext).write_text('')
+
+
+@pytest.mark.parametrize('record_ext,build_ext,ready',
+                         [(True, True, True), (False, False, False),
+                          (True, False, False)])
+def test_readiness_checks_find_mmcv_ops_without_importing(
+        tmp_path, record_ext, build_ext, ready):
+    site = tmp_path / 'site'
+    fake_mmcv(site, record_ext, build_ext)
+    out = call(
+        'have mmcv 2.1.0 && echo version; have mmcv 2.2.0 || echo other; '
+        'mmcv_has_ops && echo ops || echo no-ops; '
+        'importable mmcv && echo found; importable no_such_mod || echo none',
+        PY=sys.executable,
+        PYTHONPATH=str(site))
+    assert out.split() == [
+        'version', 'other', 'ops' if ready else 'no-ops', 'found', 'none'
+    ]
