@@ -29,10 +29,11 @@ from .partitions import (SUBSET_SIZES, calibration_subsets, evaluate_groups,
 from .report import markdown_table, write_report
 from .scoring import Rescorer, is_calibratable
 from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
-                               SelfCalibrationResult, calibration_step,
-                               mean_history, prediction_statistics,
-                               self_calibrate, self_calibrate_partitions,
-                               update_target, within_trust_region)
+                               DEFAULT_TRUST_RADIUS, SelfCalibrationResult,
+                               calibration_step, mean_history,
+                               prediction_statistics, self_calibrate,
+                               self_calibrate_partitions, update_target,
+                               within_trust_region)
 from .sensitivity import prior_sensitivity
 from .site_prior import (SWEEP_ALPHAS, SitePriorFit, deployment_gains,
                          fit_site_prior, mean_interval, shrink,
@@ -54,7 +55,8 @@ __all__ = [
     'split_subsets', 'subset_epsilon', 'calibration_subsets',
     'evaluate_partitions', 'evaluate_groups', 'site_priors',
     'read_image_groups', 'read_evaluation_labels', 'evaluate_subsets',
-    'DEFAULT_ETA', 'DEFAULT_SCORE_THR', 'SelfCalibrationResult',
+    'DEFAULT_ETA', 'DEFAULT_SCORE_THR', 'DEFAULT_TRUST_RADIUS',
+    'SelfCalibrationResult',
     'prediction_statistics', 'update_target', 'calibration_step',
     'self_calibrate', 'self_calibrate_partitions', 'mean_history',
     'within_trust_region',

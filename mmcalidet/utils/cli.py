@@ -179,3 +179,19 @@ def unit_float(value: str) -> float:
         raise argparse.ArgumentTypeError(
             f'a number in [0, 1], got {value!r}')
     return number
+
+
+def trust_radius(value: str) -> Optional[float]:
+    """An argparse type: a self-calibration trust radius, a finite number
+    >= 0, or ``none`` (no limit, the paper's Algo. 1).
+
+    Args:
+        value (str): the option's text.
+
+    Returns:
+        float or None: the radius; ``None`` for ``none``.
+
+    Raises:
+        argparse.ArgumentTypeError: neither ``none`` nor a number >= 0.
+    """
+    return None if value.strip().lower() == 'none' else finite_float(0)(value)

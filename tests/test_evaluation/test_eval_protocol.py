@@ -7,6 +7,7 @@ The head's scores are set to known values (``set_known_scores``): classes
 1 and 2 score 0.9-0.98 on every query, the others below 0.01, so every
 image predicts exactly {1, 2} and self-calibration moves E_c by amounts
 the tests compute by hand."""
+import inspect
 import json
 import os.path as osp
 
@@ -17,15 +18,16 @@ from mmdet.registry import MODELS
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
-from mmcalidet.evaluation import (METRICS, CocoEvaluator, OnlineSelfCalibrator,
-                                  Rescorer, build_priors, cache_evaluator,
-                                  cache_hidden_states, calibration_step,
-                                  calibration_subsets, evaluate_groups,
-                                  evaluate_partitions, evaluate_priors,
-                                  evaluate_subsets, is_calibratable,
-                                  prediction_statistics, read_image_groups,
-                                  self_calibrate, self_calibrate_partitions,
-                                  site_priors, split_subsets)
+from mmcalidet.evaluation import (DEFAULT_TRUST_RADIUS, METRICS, CocoEvaluator,
+                                  OnlineSelfCalibrator, Rescorer, build_priors,
+                                  cache_evaluator, cache_hidden_states,
+                                  calibration_step, calibration_subsets,
+                                  evaluate_groups, evaluate_partitions,
+                                  evaluate_priors, evaluate_subsets,
+                                  is_calibratable, prediction_statistics,
+                                  read_image_groups, self_calibrate,
+                                  self_calibrate_partitions, site_priors,
+                                  split_subsets)
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import batch_prior, prior_mae
 from mmcalidet.testing import get_config, set_known_scores
@@ -73,7 +75,8 @@ def test_self_calibration_follows_algorithm_1(setup):
         iters=3,
         score_thr=0.5,
         tol=0.0,
-        evaluate=evaluate)
+        evaluate=evaluate,
+        trust_radius=None)
     # by hand: predictions under E_c, statistics, update
     rescorer = Rescorer(model, cache)
     prior, priors = e_t, [e_t]
@@ -139,7 +142,8 @@ def test_self_calibration_follows_algorithm_1(setup):
 def test_a_trust_region_keeps_self_calibration_near_e_t(setup):
     model, _, cache, _ = setup
     e_t = model.get_prior()
-    free = self_calibrate(model, cache, iters=3, score_thr=0.5, tol=0.0)
+    free = self_calibrate(
+        model, cache, iters=3, score_thr=0.5, tol=0.0, trust_radius=None)
     # two columns of 80 move (to the indicator of the predicted classes)
     free_distance = np.abs(free.prior - e_t).mean()
     assert free_distance > 1e-3
@@ -165,6 +169,19 @@ def test_a_trust_region_keeps_self_calibration_near_e_t(setup):
     np.testing.assert_array_equal(still.prior, e_t)
     with pytest.raises(ValueError, match='trust_radius'):
         self_calibrate(model, cache, trust_radius=-0.1)
+    # by default within DEFAULT_TRUST_RADIUS of E_t
+    assert inspect.signature(self_calibrate).parameters[
+        'trust_radius'].default == DEFAULT_TRUST_RADIUS
+    by_default = self_calibrate(model, cache, iters=3, score_thr=0.5, tol=0.0)
+    explicit = self_calibrate(
+        model,
+        cache,
+        iters=3,
+        score_thr=0.5,
+        tol=0.0,
+        trust_radius=DEFAULT_TRUST_RADIUS)
+    np.testing.assert_array_equal(by_default.prior, explicit.prior)
+    assert np.abs(by_default.prior - e_t).mean() <= DEFAULT_TRUST_RADIUS + 1e-9
 
 
 def test_prior_table_and_subsets(setup):

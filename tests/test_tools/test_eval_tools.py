@@ -172,9 +172,10 @@ def test_eval_subsets_and_self_calibrate(checkpoints, tmp_path, monkeypatch):
     out = str(tmp_path / 'selfcal')
     prior_file = str(tmp_path / 'e_c.json')
     # max_per_img: 30 queries x 2 classes, every high score is kept
+    # --trust-radius none: the paper's unbounded loop
     assert tool('self_calibrate')([
         CALI, cali, '--sizes', '0', '--iters', '2', '--tol', '0', '--out-dir',
-        out, '--save-prior', prior_file, *SMALL,
+        out, '--save-prior', prior_file, '--trust-radius', 'none', *SMALL,
         'model.test_cfg.max_per_img=60'
     ]) == 0
     with open(osp.join(out, 'self_calibration.json')) as f:

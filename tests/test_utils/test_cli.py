@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from mmcalidet.utils.cli import run_tool, tool_error
+from mmcalidet.utils.cli import run_tool, tool_error, trust_radius
 
 
 def _main(argv):
@@ -46,3 +46,15 @@ def test_success_exits_zero(monkeypatch):
     with pytest.raises(SystemExit) as info:
         run_tool(_main, ['--k', '3'])
     assert info.value.code == 0
+
+
+@pytest.mark.parametrize('text,value', [('none', None), ('None', None),
+                                        ('0', 0.0), ('0.05', 0.05)])
+def test_trust_radius_reads_a_radius_or_none(text, value):
+    assert trust_radius(text) == value
+
+
+@pytest.mark.parametrize('text', ['-0.1', 'nan', 'inf', 'wide'])
+def test_trust_radius_refuses_what_is_not_a_radius(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        trust_radius(text)

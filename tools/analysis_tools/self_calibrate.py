@@ -17,13 +17,13 @@ import os.path as osp
 import time
 
 from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_SCORE_THR,
-                                  cache_evaluator, calibration_subsets,
-                                  markdown_table, self_calibrate_partitions,
-                                  write_report)
+                                  DEFAULT_TRUST_RADIUS, cache_evaluator,
+                                  calibration_subsets, markdown_table,
+                                  self_calibrate_partitions, write_report)
 from mmcalidet.evaluation.tool_options import (add_model_args, ensure_out_dir,
                                                eval_setup)
 from mmcalidet.utils.cli import (finite_float, non_negative_int, positive_int,
-                                 run_tool, unit_float)
+                                 run_tool, trust_radius, unit_float)
 from mmcalidet.visualization import plot_self_calibration
 
 
@@ -68,9 +68,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='stop when the step MAX is below it (0: never)')
     parser.add_argument(
         '--trust-radius',
-        type=finite_float(0),
+        type=trust_radius,
+        default=DEFAULT_TRUST_RADIUS,
         help='keep E_c within this mean absolute distance of E_t '
-        '(default: no limit, the paper\'s Algo. 1)')
+        f'(default {DEFAULT_TRUST_RADIUS}; "none": no limit, the paper\'s '
+        'Algo. 1)')
     parser.add_argument(
         '--eval-interval',
         type=positive_int,

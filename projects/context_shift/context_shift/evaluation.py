@@ -53,8 +53,8 @@ def evaluate_all(args: argparse.Namespace,
     import torch
 
     from mmcalidet.evaluation import (
-        CONTENT_PRIORS, STANDARD_PRIORS, SUBSET_SIZES, SWEEP_ALPHAS, EvalSetup,
-        build_priors,
+        CONTENT_PRIORS, DEFAULT_TRUST_RADIUS, STANDARD_PRIORS, SUBSET_SIZES,
+        SWEEP_ALPHAS, EvalSetup, build_priors,
         cache_evaluator, check_expected_order, deployment_gains,
         evaluate_groups, evaluate_priors, evaluate_subsets, markdown_table,
         read_image_groups, self_calibrate_partitions, shrinkage_sweep,
@@ -186,11 +186,11 @@ def evaluate_all(args: argparse.Namespace,
             methods, evaluate, e_t, SUBSET_SIZES, progress=progress)
         timings['subsets'] = time.perf_counter() - t0
 
-    # 4. self-calibration on each site, from E_t (the paper's, or within
-    # each asked trust radius)
+    # 4. self-calibration on each site, from E_t, within each asked trust
+    # radius (None: the paper's unbounded loop)
     t0 = time.perf_counter()
     calibrated = [m for m in methods if m.takes_prior]
-    radii = getattr(args, 'self_cal_radius', None) or [None]
+    radii = getattr(args, 'self_cal_radius', None) or [DEFAULT_TRUST_RADIUS]
     radii = radii if isinstance(radii, (list, tuple)) else [radii]
     runs = {(m.name, radius):
             self_calibrate_partitions(

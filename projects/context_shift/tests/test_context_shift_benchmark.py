@@ -11,6 +11,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
+from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
 from projects.context_shift.context_shift import make_context_shift
 from projects.context_shift.context_shift import training as training_module
 
@@ -132,7 +133,10 @@ def test_benchmark_writes_every_table(bench):
         assert r['score_thr'] == 0  # as asked
         assert 0 <= r['AP_estimate'] <= 1
         # the gain is the curve's last AP less its first
-        curve = res['curves'][f'{r["method"]}, {r["site"]}']
+        # within the default trust radius
+        assert r['radius'] == DEFAULT_TRUST_RADIUS
+        curve = res['curves'][f'{r["method"]}, {r["site"]}, radius '
+                              f'{DEFAULT_TRUST_RADIUS:g}']
         assert r['gain'] == pytest.approx(curve[-1]['AP'] - curve[0]['AP'])
     # the sweep: per site and prior-taking method, every alpha; alpha 0 is
     # E_t, whose AP the site table has

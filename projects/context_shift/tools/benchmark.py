@@ -30,7 +30,6 @@ import os
 import os.path as osp
 import sys
 import time
-from typing import Optional
 
 try:
     from projects.context_shift.context_shift import (VARIANTS, ensure_data,
@@ -41,15 +40,11 @@ try:
 except ImportError as exc:  # not run from the root with it on PYTHONPATH
     sys.exit(f'benchmark.py: error: {exc}; run it from the repository root '
              'with export PYTHONPATH=$PWD:$PYTHONPATH')
+from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
 from mmcalidet.evaluation.baselines import CORRECTION_NAMES, CORRECTIONS
-from mmcalidet.utils.cli import (finite_float, non_negative_int, positive_int,
-                                 run_tool, unit_float)
+from mmcalidet.utils.cli import (non_negative_int, positive_int, run_tool,
+                                 trust_radius, unit_float)
 from mmcalidet.utils.log_level import log_to_file
-
-
-def radius_or_none(value: str) -> Optional[float]:
-    """An argparse type: a trust radius >= 0, or ``none``."""
-    return None if value.lower() == 'none' else finite_float(0)(value)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -137,13 +132,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         '0: no deployment rows)')
     parser.add_argument(
         '--self-cal-radius',
-        type=radius_or_none,
+        type=trust_radius,
         nargs='+',
-        default=[None],
+        default=[DEFAULT_TRUST_RADIUS],
         metavar='R',
         help='self-calibration trust region: keep E_c within this mean '
-        'absolute distance of E_t; "none": no limit, the paper\'s (the '
-        'default); several: a row each')
+        f'absolute distance of E_t (default {DEFAULT_TRUST_RADIUS}); "none": '
+        'no limit, the paper\'s; several: a row each')
     parser.add_argument(
         '--score-thr',
         type=unit_float,
