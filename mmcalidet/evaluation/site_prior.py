@@ -36,6 +36,8 @@ from .scoring import Rescorer
 ALPHAS = (0.25, 0.5, 0.75, 1.0, 1.25)
 #: the two estimates of a site's columns for classes its images never show
 ABSENT = ('train', 'flat')
+#: when a candidate replaces E_t (:func:`fit_site_prior`'s ``accept``)
+ACCEPT = ('gain', 'interval')
 
 
 def site_estimate(label_lists: Sequence[Sequence[int]],
@@ -133,7 +135,8 @@ def fit_site_prior(rescorer: Rescorer,
                    folds: int = 4,
                    resamples: int = 1000,
                    seed: int = 0,
-                   indices: Optional[Sequence[int]] = None) -> SitePriorFit:
+                   indices: Optional[Sequence[int]] = None,
+                   accept: str = 'gain') -> SitePriorFit:
     """Fit a site's prior on its labelled images (the module's recipe).
 
     Args:
@@ -151,6 +154,10 @@ def fit_site_prior(rescorer: Rescorer,
         seed (int): the folds' and the bootstrap's seed.
         indices (Sequence[int], optional): the cached images to use
             (default all).
+        accept (str): when the best candidate replaces E_t: ``'gain'``,
+            its cross-validated gain is positive; ``'interval'``, the low
+            end of that gain's paired bootstrap interval is (needs
+            ``resamples``).
 
     Returns:
         SitePriorFit: the prior and its record.
@@ -167,6 +174,10 @@ def fit_site_prior(rescorer: Rescorer,
                          f'got {n}')
     if not alphas or any(not np.isfinite(a) or a <= 0 for a in alphas):
         raise ValueError(f'alphas must be finite and > 0, got {alphas}')
+    if accept not in ACCEPT:
+        raise ValueError(f'accept must be one of {ACCEPT}, got {accept!r}')
+    if accept == 'interval' and not resamples:
+        raise ValueError("accept='interval' needs resamples > 0")
     folds = max(2, min(int(folds), n))
     train_prior = np.asarray(train_prior, dtype=np.float64)
     all_labels, all_ids = cache.gt_label_lists(), cache.img_ids()
@@ -197,12 +208,17 @@ def fit_site_prior(rescorer: Rescorer,
         gain = 100 * (matches[cand].ap() - base_ap)
         table.append(dict(absent=cand[0], alpha=cand[1], gain=gain))
     best = max(table, key=lambda row: (row['gain'], -row['alpha']))
+    interval = None
     if best['gain'] > 0:
-        form, alpha, gain = best['absent'], best['alpha'], best['gain']
         interval = paired_bootstrap(
-            matches[(form, alpha)], base, resamples=resamples, seed=seed) \
+            matches[(best['absent'], best['alpha'])], base,
+            resamples=resamples, seed=seed) \
             if resamples else dict(low=float('nan'), high=float('nan'))
-    else:  # no candidate gains: E_t
+        if accept == 'interval' and not interval['low'] > 0:
+            interval = None
+    if interval is not None:
+        form, alpha, gain = best['absent'], best['alpha'], best['gain']
+    else:  # no candidate gains (enough): E_t
         form, alpha, gain = absent[0], 0.0, 0.0
         interval = dict(low=0.0, high=0.0)
     estimate = site_estimate(labels, train_prior, form)
@@ -275,7 +291,8 @@ def deployment_gains(rescorer: Rescorer,
         progress (bool): show a progress bar over the draws.
         desc (str): its label.
         **fit_kwargs: :func:`fit_site_prior`'s options (``resamples``
-            defaults to 0 here: the interval is over the draws).
+            defaults to 0 here, the interval being over the draws, and to
+            1000 with ``accept='interval'``).
 
     Returns:
         dict: ``num_labelled``, ``repeats``, ``raw`` and ``fitted`` (each
@@ -287,7 +304,8 @@ def deployment_gains(rescorer: Rescorer,
     if len(indices) <= num_labelled:
         raise ValueError(f'{len(indices)} site images leave none to '
                          f'evaluate on after {num_labelled} labelled ones')
-    fit_kwargs.setdefault('resamples', 0)
+    fit_kwargs.setdefault(
+        'resamples', 1000 if fit_kwargs.get('accept') == 'interval' else 0)
     cache = rescorer.cache
     labels, img_ids = cache.gt_label_lists(), cache.img_ids()
     rng = np.random.default_rng(seed)

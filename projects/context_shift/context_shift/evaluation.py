@@ -148,7 +148,8 @@ def evaluate_all(args: argparse.Namespace,
                 num_labelled=num,
                 repeats=repeats,
                 progress=progress,
-                desc=f'site prior draws ({site}, {m.name})')
+                desc=f'site prior draws ({site}, {m.name})',
+                accept=getattr(args, 'fit_accept', 'gain'))
             for prior in ('raw', 'fitted'):
                 deployment_rows.append(
                     dict(

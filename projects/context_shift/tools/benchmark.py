@@ -42,6 +42,7 @@ except ImportError as exc:  # not run from the root with it on PYTHONPATH
              'with export PYTHONPATH=$PWD:$PYTHONPATH')
 from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
 from mmcalidet.evaluation.baselines import CORRECTION_NAMES, CORRECTIONS
+from mmcalidet.evaluation.site_prior import ACCEPT
 from mmcalidet.utils.cli import (non_negative_int, positive_int, run_tool,
                                  trust_radius, unit_float)
 from mmcalidet.utils.log_level import log_to_file
@@ -130,6 +131,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=10,
         help='deployment rows: random draws of those images per site (10; '
         '0: no deployment rows)')
+    parser.add_argument(
+        '--fit-accept',
+        choices=ACCEPT,
+        default=ACCEPT[0],
+        help='deployment rows: when the fitted prior leaves E_t ("gain": '
+        'its cross-validated gain is positive, the default; "interval": '
+        'the low end of that gain\'s bootstrap interval is)')
     parser.add_argument(
         '--self-cal-radius',
         type=trust_radius,
