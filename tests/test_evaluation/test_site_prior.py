@@ -266,3 +266,37 @@ def test_the_shrinkage_sweep_follows_the_direction_of_the_shift(paired_site):
         PriorScoredRescorer(site, ignore_prior=True), evaluator, train_prior,
         own, range(32))
     assert all(r['gain'] == 0.0 for r in flat)
+
+
+def test_accept_interval_leaves_e_t_only_beyond_resampling_noise(
+        paired_site, monkeypatch):
+    from mmcalidet.evaluation import site_prior
+    evaluator, site = paired_site
+    rescorer = PriorScoredRescorer(site)
+    train_prior = flat_prior(4)
+    # a clear gain: its interval is above 0 and both rules take it
+    by_gain = fit_site_prior(
+        rescorer, evaluator, train_prior, resamples=200, accept='gain')
+    by_interval = fit_site_prior(
+        rescorer, evaluator, train_prior, resamples=200, accept='interval')
+    assert by_interval.low > 0
+    assert by_interval.alpha == by_gain.alpha > 0
+    np.testing.assert_array_equal(by_interval.prior, by_gain.prior)
+
+    # the same gain with an interval reaching below 0: only 'gain' moves
+    def wide(first, second, resamples, seed):
+        return dict(low=-1.0, high=30.0)
+
+    monkeypatch.setattr(site_prior, 'paired_bootstrap', wide)
+    assert fit_site_prior(
+        rescorer, evaluator, train_prior, resamples=200,
+        accept='gain').alpha == by_gain.alpha
+    held = fit_site_prior(
+        rescorer, evaluator, train_prior, resamples=200, accept='interval')
+    assert held.alpha == 0.0 and held.gain == 0.0
+    np.testing.assert_array_equal(held.prior, train_prior)
+    with pytest.raises(ValueError, match='accept'):
+        fit_site_prior(rescorer, evaluator, train_prior, accept='always')
+    with pytest.raises(ValueError, match='resamples'):
+        fit_site_prior(
+            rescorer, evaluator, train_prior, resamples=0, accept='interval')

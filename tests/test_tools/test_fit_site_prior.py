@@ -42,6 +42,7 @@ def test_the_tool_writes_a_fitted_prior_and_its_record(checkpoint, tmp_path):
         record = json.load(f)
     assert record['source'] == 'fit_site_prior'
     assert record['num_images'] == 12 and record['folds'] == 4
+    assert record['accept'] == 'interval'  # the default
     low, high = record['cv_gain_interval_95']
     assert low <= high
     # the file holds E_t + alpha (E_site - E_t) of the 12 images' labels
@@ -52,9 +53,9 @@ def test_the_tool_writes_a_fitted_prior_and_its_record(checkpoint, tmp_path):
     if record['alpha'] == 0:
         assert record['cv_gain_ap'] == 0
         np.testing.assert_allclose(prior, train_prior, atol=1e-6)
-    else:
-        assert record['cv_gain_ap'] > 0 and record['absent'] in ('train',
-                                                                 'flat')
+    else:  # the whole interval above 0
+        assert record['cv_gain_ap'] > 0 and low > 0
+        assert record['absent'] in ('train', 'flat')
         assert not np.allclose(prior, train_prior, atol=1e-6)
     assert meta['classes'][0] == 'person'
 

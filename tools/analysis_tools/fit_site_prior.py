@@ -11,7 +11,8 @@ enough; their decoder outputs are cached), then
 :func:`~mmcalidet.evaluation.fit_site_prior` picks how far to move from
 E_t toward the site's statistics, ``E_t + alpha (E_site - E_t)``, by
 cross-validation on those images (each image scored by a prior estimated
-without it), and falls back to E_t when no candidate gains. The prior file
+without it), and keeps E_t unless the best candidate's gain is above 0
+with its whole 95 % interval (``--accept gain``: above 0). The prior file
 records n, alpha and the cross-validated AP gain over E_t with its paired
 bootstrap 95 % interval. With ``--baseline-config`` the plain detector's
 post-hoc corrections are fitted the same way and reported beside it.
@@ -22,7 +23,8 @@ import os.path as osp
 import time
 
 from mmcalidet.evaluation import fit_site_prior, markdown_table, write_report
-from mmcalidet.evaluation.site_prior import ABSENT, ALPHAS
+from mmcalidet.evaluation.site_prior import (ABSENT, ACCEPT, ALPHAS,
+                                             DEFAULT_ACCEPT)
 from mmcalidet.evaluation.tool_options import (add_model_args, ensure_out_dir,
                                                eval_setup)
 from mmcalidet.utils.cli import bounded_int, finite_float, run_tool
@@ -54,6 +56,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=list(ABSENT),
         help='estimates of the columns of classes the images never show: '
         'E_t\'s (train) or flat 0.5 (flat); both by default')
+    parser.add_argument(
+        '--accept',
+        choices=ACCEPT,
+        default=DEFAULT_ACCEPT,
+        help='when the best candidate replaces E_t: "interval" (the '
+        'default), the low end of its CV gain\'s 95 %% interval is above '
+        '0; "gain", the gain is')
     parser.add_argument(
         '--folds', type=bounded_int(2, 64), default=4, help='CV folds (4)')
     parser.add_argument(
@@ -120,7 +129,8 @@ def main(argv=None) -> int:
             absent=args.absent,
             folds=args.folds,
             resamples=args.resamples,
-            seed=args.seed)
+            seed=args.seed,
+            accept=args.accept)
         fits[method.name] = fit
         rows.append(
             dict(
@@ -163,7 +173,9 @@ def main(argv=None) -> int:
             out=args.out))
     print(table)
     verdict = (f'E_t + {main_fit.alpha:g} (E_site - E_t)' if main_fit.alpha
-               else 'E_t (no candidate gained on these images)')
+               else 'E_t (no candidate gained on these images' +
+               (' beyond resampling noise)'
+                if args.accept == 'interval' else ')'))
     print(f'wrote {args.out}: {verdict} '
           f'({time.perf_counter() - start:.1f} s)')
     print('wrote ' + ', '.join(paths))

@@ -52,15 +52,18 @@ def evaluate_all(args: argparse.Namespace,
     """
     import torch
 
-    from mmcalidet.evaluation import (
-        CONTENT_PRIORS, DEFAULT_TRUST_RADIUS, STANDARD_PRIORS, SUBSET_SIZES,
-        SWEEP_ALPHAS, EvalSetup, build_priors,
-        cache_evaluator, check_expected_order, deployment_gains,
-        evaluate_groups, evaluate_priors, evaluate_subsets, markdown_table,
-        read_image_groups, self_calibrate_partitions, shrinkage_sweep,
-        site_priors)
+    from mmcalidet.evaluation import (CONTENT_PRIORS, DEFAULT_TRUST_RADIUS,
+                                      STANDARD_PRIORS, SUBSET_SIZES,
+                                      SWEEP_ALPHAS, EvalSetup, build_priors,
+                                      cache_evaluator, check_expected_order,
+                                      deployment_gains, evaluate_groups,
+                                      evaluate_priors, evaluate_subsets,
+                                      markdown_table, read_image_groups,
+                                      self_calibrate_partitions,
+                                      shrinkage_sweep, site_priors)
     from mmcalidet.evaluation.partitions import group_partitions
     from mmcalidet.evaluation.report import injection_table, metric_columns
+    from mmcalidet.evaluation.site_prior import DEFAULT_ACCEPT
     from mmcalidet.visualization import (plot_prior_comparison,
                                          plot_prior_sweep,
                                          plot_self_calibration,
@@ -149,7 +152,7 @@ def evaluate_all(args: argparse.Namespace,
                 repeats=repeats,
                 progress=progress,
                 desc=f'site prior draws ({site}, {m.name})',
-                accept=getattr(args, 'fit_accept', 'gain'))
+                accept=getattr(args, 'fit_accept', DEFAULT_ACCEPT))
             for prior in ('raw', 'fitted'):
                 deployment_rows.append(
                     dict(

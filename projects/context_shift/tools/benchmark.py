@@ -42,7 +42,7 @@ except ImportError as exc:  # not run from the root with it on PYTHONPATH
              'with export PYTHONPATH=$PWD:$PYTHONPATH')
 from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
 from mmcalidet.evaluation.baselines import CORRECTION_NAMES, CORRECTIONS
-from mmcalidet.evaluation.site_prior import ACCEPT
+from mmcalidet.evaluation.site_prior import ACCEPT, DEFAULT_ACCEPT
 from mmcalidet.utils.cli import (non_negative_int, positive_int, run_tool,
                                  trust_radius, unit_float)
 from mmcalidet.utils.log_level import log_to_file
@@ -134,10 +134,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         '--fit-accept',
         choices=ACCEPT,
-        default=ACCEPT[0],
-        help='deployment rows: when the fitted prior leaves E_t ("gain": '
-        'its cross-validated gain is positive, the default; "interval": '
-        'the low end of that gain\'s bootstrap interval is)')
+        default=DEFAULT_ACCEPT,
+        help='deployment rows: when the fitted prior leaves E_t ("interval", '
+        'the default: the low end of its cross-validated gain\'s bootstrap '
+        'interval is above 0; "gain": the gain is)')
     parser.add_argument(
         '--self-cal-radius',
         type=trust_radius,
