@@ -218,17 +218,15 @@ def fit_site_prior(rescorer: Rescorer,
         gain = 100 * (matches[cand].ap() - base_ap)
         table.append(dict(absent=cand[0], alpha=cand[1], gain=gain))
     best = max(table, key=lambda row: (row['gain'], -row['alpha']))
-    interval = None
+    interval = None  # the best candidate's, when it gains
     if best['gain'] > 0:
         interval = paired_bootstrap(
             matches[(best['absent'], best['alpha'])], base,
             resamples=resamples, seed=seed) \
             if resamples else dict(low=float('nan'), high=float('nan'))
-        if accept == 'interval' and not interval['low'] > 0:
-            interval = None
-    if interval is not None:
+    if interval is not None and (accept == 'gain' or interval['low'] > 0):
         form, alpha, gain = best['absent'], best['alpha'], best['gain']
-    else:  # no candidate gains (enough): E_t
+    else:  # no candidate gains (beyond noise, for 'interval'): E_t
         form, alpha, gain = absent[0], 0.0, 0.0
         interval = dict(low=0.0, high=0.0)
     estimate = site_estimate(labels, train_prior, form)

@@ -174,8 +174,8 @@ def main(argv=None) -> int:
     print(table)
     verdict = (f'E_t + {main_fit.alpha:g} (E_site - E_t)' if main_fit.alpha
                else 'E_t (no candidate gained on these images' +
-               (' beyond resampling noise)'
-                if args.accept == 'interval' else ')'))
+               (' beyond resampling noise' if args.accept == 'interval' else
+                '') + ')')
     print(f'wrote {args.out}: {verdict} '
           f'({time.perf_counter() - start:.1f} s)')
     print('wrote ' + ', '.join(paths))
