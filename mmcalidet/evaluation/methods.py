@@ -9,7 +9,7 @@ arguments.
 import json
 import logging
 import os.path as osp
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -202,6 +202,8 @@ class EvalSetup:
         device (str): the device.
         cfg_options (dict, optional): overrides of both configs.
         progress (bool): show progress bars.
+        report (callable): where the stage lines go (a cache reused or
+            made, a stale cache remade); default ``print``.
 
     Attributes:
         methods (list[Method]): the rows of the tables.
@@ -230,7 +232,8 @@ class EvalSetup:
                  cache_dtype: str = 'float32',
                  device: str = 'cpu',
                  cfg_options: Optional[Dict] = None,
-                 progress: bool = True) -> None:
+                 progress: bool = True,
+                 report: Callable[[str], None] = print) -> None:
         if bool(baseline_config) != bool(baseline_checkpoint):
             raise ValueError('pass both --baseline-config and '
                              '--baseline-checkpoint')
@@ -267,13 +270,11 @@ class EvalSetup:
                 fingerprint=fingerprint,
                 dtype=cache_dtype,
                 progress=progress,
-                logger=print)
+                logger=report)
             if cache_dir is not None:
                 state = 'reused' if cache.reused else 'made'
-                print(
-                    f'decoder cache {cache.folder}: {state} ({len(cache)} '
-                    'images)',
-                    flush=True)
+                report(f'decoder cache {cache.folder}: {state} '
+                       f'({len(cache)} images)')
                 self.info.setdefault('decoder_caches', {})[name] = dict(
                     folder=cache.folder, reused=cache.reused)
             return model, cache

@@ -7,6 +7,7 @@ arguments, so the tools import each other through nothing but the
 package."""
 import argparse
 import os
+import os.path as osp
 
 import torch
 from mmengine.config import DictAction
@@ -89,6 +90,11 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 def eval_setup(args: argparse.Namespace):
     """The :class:`~mmcalidet.evaluation.EvalSetup` of the parsed options.
 
+    What the libraries print while the detectors load and run (pycocotools'
+    index, mmengine's checkpoint lines, warnings) is appended to
+    ``<out_dir>/eval.log``; the console keeps the progress bars and the
+    stage lines.
+
     Args:
         args (argparse.Namespace): options of :func:`add_model_args` plus
             ``config`` and ``checkpoint``.
@@ -96,23 +102,27 @@ def eval_setup(args: argparse.Namespace):
     Returns:
         EvalSetup: the detectors, their caches and the methods.
     """
+    from ..utils.log_level import library_output_to
     from .methods import EvalSetup
-    return EvalSetup(
-        args.config,
-        args.checkpoint,
-        baseline_config=args.baseline_config,
-        baseline_checkpoint=args.baseline_checkpoint,
-        posthoc=args.posthoc,
-        cooc_beta=args.cooc_beta,
-        train_prior=args.train_prior,
-        max_images=args.max_images,
-        batch_size=args.batch_size,
-        rescore_batch_size=args.rescore_batch_size,
-        cache_dir=args.cache_dir,
-        cache_dtype=args.cache_dtype,
-        device=args.device,
-        cfg_options=args.cfg_options,
-        progress=not args.no_progress)
+    log_file = osp.join(ensure_out_dir(args.out_dir), 'eval.log')
+    with library_output_to(log_file) as console:
+        return EvalSetup(
+            args.config,
+            args.checkpoint,
+            baseline_config=args.baseline_config,
+            baseline_checkpoint=args.baseline_checkpoint,
+            posthoc=args.posthoc,
+            cooc_beta=args.cooc_beta,
+            train_prior=args.train_prior,
+            max_images=args.max_images,
+            batch_size=args.batch_size,
+            rescore_batch_size=args.rescore_batch_size,
+            cache_dir=args.cache_dir,
+            cache_dtype=args.cache_dtype,
+            device=args.device,
+            cfg_options=args.cfg_options,
+            progress=not args.no_progress,
+            report=lambda line: print(line, file=console, flush=True))
 
 
 def ensure_out_dir(path: str) -> str:

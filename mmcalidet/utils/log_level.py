@@ -4,7 +4,10 @@ read it, for a block or (for a tool) for the rest of the process. mmengine
 is imported when these are called, so ``mmcalidet.utils`` stays light."""
 import contextlib
 import logging
-from typing import Iterator, Optional
+import os
+import sys
+import warnings
+from typing import Iterator, Optional, TextIO
 
 
 def _current_logger() -> logging.Logger:
@@ -82,3 +85,33 @@ def log_to_file(path: str) -> str:
     warnings_logger.handlers = [handler]
     warnings_logger.propagate = False
     return path
+
+
+@contextlib.contextmanager
+def library_output_to(path: str) -> Iterator[TextIO]:
+    """Inside the block, what libraries print (pycocotools' index lines,
+    mmengine's checkpoint lines) and Python's warnings are appended to the
+    file ``path`` instead of the console. Everything is restored after the
+    block, so a tool can scope it to the slow, chatty part of its run.
+
+    Args:
+        path (str): the log file (its folder is made if missing).
+
+    Yields:
+        TextIO: the console's stream (``sys.stdout`` before the block), for
+        the lines the tool itself wants seen (stage lines).
+    """
+    console = sys.stdout
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+
+    def to_log(message, category, filename, lineno, file=None, line=None):
+        log.write(
+            warnings.formatwarning(message, category, filename, lineno, line))
+        log.flush()
+
+    with open(path, 'a') as log, warnings.catch_warnings(), \
+            contextlib.redirect_stdout(log):
+        warnings.showwarning = to_log
+        yield console

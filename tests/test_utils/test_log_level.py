@@ -1,11 +1,13 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 import logging
+import warnings
 
 import pytest
 from mmengine.logging import MMLogger, print_log
 
 from mmcalidet.testing import captured_log
-from mmcalidet.utils.log_level import mmengine_log_level, quiet_mmengine
+from mmcalidet.utils.log_level import (library_output_to, mmengine_log_level,
+                                       quiet_mmengine)
 
 
 @pytest.fixture
@@ -51,7 +53,6 @@ def test_captured_log_reads_info_after_a_tool_quieted_the_logger(logger):
     assert logger.level == logging.WARNING
 
 
-@pytest.mark.slow
 @pytest.mark.slow  # a Python process of its own
 def test_log_to_file_keeps_logs_and_warnings_off_the_console(
         tmp_path, capsys):
@@ -78,3 +79,33 @@ def test_log_to_file_keeps_logs_and_warnings_off_the_console(
     text = path.read_text()
     for line in ('a banner', 'a warning', 'a library warning'):
         assert line in text
+
+
+def test_library_output_to_keeps_prints_and_warnings_in_the_file(
+        tmp_path, capsys):
+    path = tmp_path / 'out' / 'eval.log'
+    path.parent.mkdir()
+    path.write_text('an earlier run\n')
+    with pytest.raises(KeyError):  # restored on the way out of an error
+        with library_output_to(str(path)) as console:
+            print('creating index...')
+            warnings.warn('a library warning')
+            print('decoder cache: made', file=console)
+            raise KeyError
+    print('the result')
+    out, err = capsys.readouterr()
+    assert out == 'decoder cache: made\nthe result\n'
+    assert 'library warning' not in err
+    lines = path.read_text().splitlines()
+    # appended: what was written before is kept
+    assert lines[:2] == ['an earlier run', 'creating index...']
+    assert 'UserWarning: a library warning' in lines[2]
+    with pytest.warns(UserWarning, match='after the block'):
+        warnings.warn('after the block')
+
+
+def test_library_output_to_makes_the_folder(tmp_path):
+    path = tmp_path / 'a' / 'b' / 'tool.log'
+    with library_output_to(str(path)):
+        print('index created!')
+    assert path.read_text() == 'index created!\n'

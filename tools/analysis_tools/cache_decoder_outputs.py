@@ -30,7 +30,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         'of a trained detector over its training set, or check a cache')
     parser.add_argument('config', nargs='?', help='the detector\'s config')
     parser.add_argument('checkpoint', nargs='?', help='its trained checkpoint')
-    parser.add_argument('--out', help='the cache folder')
+    parser.add_argument(
+        '--out',
+        help='the cache folder (what the libraries print goes to '
+        'OUT.log)')
     parser.add_argument(
         '--check',
         metavar='DIR',
@@ -89,21 +92,25 @@ def main(argv=None) -> int:
     if args.check is not None:
         print(f'valid: {describe(DecoderCache.open(args.check))}')
         return 0
+    from mmcalidet.utils.log_level import library_output_to
     start = time.perf_counter()
-    cache, made = ensure_decoder_cache(
-        args.out,
-        args.config,
-        args.checkpoint,
-        passes=args.passes,
-        indices=list(range(args.num_images)) if args.num_images else None,
-        batch_size=args.batch_size,
-        dtype=args.dtype,
-        device=args.device,
-        progress=not args.no_progress,
-        seed=args.seed,
-        layers=args.layers,
-        force=args.force,
-        logger=print)
+    # pycocotools' index, mmengine's checkpoint line and warnings: beside
+    # the cache, not on the console
+    with library_output_to(osp.normpath(args.out) + '.log') as console:
+        cache, made = ensure_decoder_cache(
+            args.out,
+            args.config,
+            args.checkpoint,
+            passes=args.passes,
+            indices=list(range(args.num_images)) if args.num_images else None,
+            batch_size=args.batch_size,
+            dtype=args.dtype,
+            device=args.device,
+            progress=not args.no_progress,
+            seed=args.seed,
+            layers=args.layers,
+            force=args.force,
+            logger=lambda line: print(line, file=console, flush=True))
     if not made:
         print(f'{args.out} is up to date (--force to remake it)')
         return 0

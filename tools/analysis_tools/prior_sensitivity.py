@@ -15,6 +15,7 @@ under flip(E_x). ``relative_change`` near 0 means V' ignores E.
 """
 import argparse
 import json
+import os
 
 from mmcalidet.utils.cli import run_tool
 
@@ -46,7 +47,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         '--train-prior',
         help='E_t (default: the prior the checkpoint was saved with)')
-    parser.add_argument('--out', help='also write the rows as JSON here')
+    parser.add_argument(
+        '--out',
+        help='also write the rows as JSON here (and what the libraries '
+        'print to OUT.log)')
     parser.add_argument('--device', default='cpu')
     return parser.parse_args(argv)
 
@@ -63,11 +67,15 @@ def main(argv=None) -> int:
     from mmcalidet.evaluation import markdown_table
     from mmcalidet.evaluation.sensitivity import prior_sensitivity
     from mmcalidet.utils.file_io import atomic_write
-    model = init_detector(
-        args.config,
-        args.checkpoint,
-        device=args.device,
-        prior=args.train_prior)
+    from mmcalidet.utils.log_level import library_output_to
+
+    # mmengine's checkpoint line and warnings: beside the JSON, if any
+    with library_output_to(args.out + '.log' if args.out else os.devnull):
+        model = init_detector(
+            args.config,
+            args.checkpoint,
+            device=args.device,
+            prior=args.train_prior)
     if not is_calibratable(model):
         raise ValueError(f'{args.config} is not a calibratable detector '
                          '(no CaliFormer)')
