@@ -325,29 +325,50 @@ class ImageMatches:
         num_imgs = len(img_ids)
         # positions follow ``order`` (the caller's), evalImgs ``img_ids``
         self.img_ids = list(img_ids if order is None else order)
-        where = {img_id: i for i, img_id in enumerate(img_ids)}
-        columns = [where[img_id] for img_id in self.img_ids]
-        # per category: per image (scores, matches T x D, ignore T x D,
-        # number of non-ignored ground truths)
-        self._entries = []
+        position = {img_id: i for i, img_id in enumerate(self.img_ids)}
+        # per category, every image's detections in COCOeval's order (its
+        # images, then a stable sort by score): the image position of each
+        # and whether it is a true or a false positive at each IoU (T x D;
+        # ignored detections are neither); per category and position, the
+        # number of non-ignored ground truths
+        self._detections = []
+        self._num_gt = np.zeros((len(self.cat_ids), num_imgs), np.int64)
         for k in range(len(self.cat_ids)):
-            per_img = []
-            for i in columns:
+            where, scores, matches, ignore = [], [], [], []
+            for i, img_id in enumerate(img_ids):
                 e = eval_imgs[k * num_imgs + i]
                 if e is None:
-                    per_img.append(None)
                     continue
-                per_img.append(
-                    (np.asarray(e['dtScores'][:max_det], dtype=np.float64),
-                     np.asarray(e['dtMatches'])[:, :max_det]
-                     > 0, np.asarray(e['dtIgnore'])[:, :max_det].astype(bool),
-                     int(np.count_nonzero(np.asarray(e['gtIgnore']) == 0))))
-            self._entries.append(per_img)
+                pos = position[img_id]
+                self._num_gt[k, pos] = np.count_nonzero(
+                    np.asarray(e['gtIgnore']) == 0)
+                score = np.asarray(e['dtScores'][:max_det], np.float64)
+                where.append(np.full(len(score), pos, np.int64))
+                scores.append(score)
+                matches.append(np.asarray(e['dtMatches'])[:, :max_det] > 0)
+                ignore.append(
+                    np.asarray(e['dtIgnore'])[:, :max_det].astype(bool))
+            if not scores:
+                self._detections.append(None)
+                continue
+            rank = np.argsort(-np.concatenate(scores), kind='mergesort')
+            matches = np.concatenate(matches, axis=1)[:, rank]
+            ignore = np.concatenate(ignore, axis=1)[:, rank]
+            self._detections.append((np.concatenate(where)[rank],
+                                     (matches & ~ignore).astype(np.float64),
+                                     (~matches & ~ignore).astype(np.float64)))
 
     def ap(self, positions: Optional[Sequence[int]] = None) -> float:
         """Box AP (a fraction) of the images at ``positions`` (indices into
         ``img_ids``, repeats allowed; default each once); ``nan`` without
         ground truth.
+
+        An image drawn c times counts c times: its detections weigh c in
+        the cumulative true and false positives, as c copies of the image
+        would (copies tie in score, so they are adjacent in COCOeval's
+        order and add no other point to the precision-recall curve); an
+        image not drawn weighs 0 (its detections repeat the point before
+        them, which changes no interpolated precision).
 
         Args:
             positions (Sequence[int], optional): the images.
@@ -355,34 +376,65 @@ class ImageMatches:
         Returns:
             float: the AP.
         """
+        n = len(self.img_ids)
         if positions is None:
-            positions = range(len(self.img_ids))
-        positions = list(positions)
+            weight = np.ones(n)
+        else:
+            positions = np.asarray(positions, np.int64).reshape(-1)
+            weight = np.bincount(positions, minlength=n).astype(np.float64)
+        if len(weight) > n:
+            raise IndexError(f'positions must be below {n}')
         precisions = []
-        for per_img in self._entries:
-            entries = [per_img[i] for i in positions if per_img[i] is not None]
-            if not entries:
+        for k, dets in enumerate(self._detections):
+            num_gt = float(self._num_gt[k] @ weight)
+            if num_gt == 0:
                 continue
-            npig = sum(e[3] for e in entries)
-            if npig == 0:
-                continue
-            scores = np.concatenate([e[0] for e in entries])
-            order = np.argsort(-scores, kind='mergesort')
-            matches = np.concatenate([e[1] for e in entries], axis=1)[:, order]
-            ignore = np.concatenate([e[2] for e in entries], axis=1)[:, order]
-            tps = np.cumsum(matches & ~ignore, axis=1, dtype=np.float64)
-            fps = np.cumsum(~matches & ~ignore, axis=1, dtype=np.float64)
-            for tp, fp in zip(tps, fps):
-                recall = tp / npig
-                precision = tp / (fp + tp + np.spacing(1))
-                # COCOeval: precision made monotone, read at each threshold
-                precision = np.maximum.accumulate(precision[::-1])[::-1]
-                q = np.zeros(len(self.rec_thrs))
-                idx = np.searchsorted(recall, self.rec_thrs, side='left')
-                valid = idx < len(precision)
-                q[valid] = precision[idx[valid]]
-                precisions.append(q.mean())
-        return float(np.mean(precisions)) if precisions else float('nan')
+            where, true_pos, false_pos = dets
+            w = weight[where]
+            tps = np.cumsum(true_pos * w, axis=1)
+            fps = np.cumsum(false_pos * w, axis=1)
+            precision = tps / (fps + tps + np.spacing(1))
+            # COCOeval: precision made monotone, read at each threshold
+            precision = np.maximum.accumulate(
+                precision[:, ::-1], axis=1)[:, ::-1]
+            precisions.append(self._at_thresholds(tps, precision, num_gt))
+        if not precisions:
+            return float('nan')
+        return float(np.concatenate(precisions).mean())
+
+    def _at_thresholds(self, tps: np.ndarray, precision: np.ndarray,
+                       num_gt: float) -> np.ndarray:
+        """COCOeval's mean interpolated precision per IoU threshold: at each
+        recall threshold, the (monotone) precision where the recall
+        ``tps / num_gt`` first reaches it, 0 where it never does.
+
+        The rows are searched at once: recall reaches a threshold exactly
+        when the true-positive count (an integer) reaches the least count
+        whose recall, divided as COCOeval divides, does; the counts of row
+        t are offset by t * (num_gt + 2), so one sorted array holds them.
+
+        Args:
+            tps (np.ndarray): cumulative true positives, T x D.
+            precision (np.ndarray): monotone precision, T x D.
+            num_gt (float): the ground truths.
+
+        Returns:
+            np.ndarray: T mean precisions.
+        """
+        num_iou, num_det = tps.shape
+        if num_det == 0:
+            return np.zeros(num_iou)
+        thrs = np.asarray(self.rec_thrs, np.float64)
+        need = np.ceil(thrs * num_gt)
+        need += need / num_gt < thrs
+        need -= (need > 0) & ((need - 1) / num_gt >= thrs)
+        offset = np.arange(num_iou)[:, None] * (num_gt + 2)
+        found = np.searchsorted(
+            (tps + offset).ravel(), (need + offset).ravel(),
+            side='left').reshape(num_iou, -1)
+        valid = found < (np.arange(1, num_iou + 1)[:, None] * num_det)
+        picked = precision.ravel()[np.where(valid, found, 0)]
+        return np.where(valid, picked, 0.0).mean(axis=1)
 
 
 def paired_bootstrap(first: ImageMatches,

@@ -157,6 +157,45 @@ def test_image_matches_give_cocoeval_ap(evaluator, site):
     assert same['diff'] == same['low'] == same['high'] == 0.0
 
 
+def test_image_matches_of_a_multiset_equal_cocoeval_on_copies(
+        evaluator, site, tmp_path):
+    """A bootstrap draw (images repeated, some left out) scores as
+    COCOeval scores a data set holding that many copies of each image."""
+    rng = np.random.default_rng(1)
+    results = []
+    for _, boxes, labels in site:
+        jitter = boxes + rng.normal(0, 6, size=boxes.shape)
+        results.append(
+            InstanceData(
+                bboxes=np.concatenate([jitter, boxes[:2] + 30]),
+                scores=rng.uniform(size=len(boxes) + min(2, len(boxes))),
+                labels=np.concatenate([labels, (labels[:2] + 1) % K])))
+    ids = [img_id for img_id, _, _ in site]
+    matches = evaluator.image_matches(ids, results)
+    draws = [rng.integers(0, len(ids), size=size) for size in (24, 24, 9)]
+    for draw in draws + [[3, 3, 3, 0, 7, 7], [5]]:
+        images, anns, copies = [], [], []
+        for copy_id, pos in enumerate(draw, start=1):
+            img = dict(evaluator.coco.imgs[ids[pos]], id=copy_id)
+            images.append(img)
+            for ann in evaluator.coco.imgToAnns[ids[pos]]:
+                anns.append(dict(ann, id=len(anns) + 1, image_id=copy_id))
+            copies.append(results[pos])
+        path = tmp_path / 'copies.json'
+        with open(path, 'w') as f:
+            json.dump(
+                dict(
+                    images=images,
+                    annotations=anns,
+                    categories=evaluator.coco.dataset['categories']), f)
+        on_copies = CocoEvaluator(str(path), CLASSES).evaluate(
+            list(range(1,
+                       len(draw) + 1)), copies)['AP']
+        assert matches.ap(draw) == pytest.approx(on_copies, abs=1e-12)
+    with pytest.raises(IndexError, match='below 24'):
+        matches.ap([0, 24])
+
+
 def test_a_site_whose_statistics_help_gets_them(paired_site):
     evaluator, site = paired_site
     rescorer = PriorScoredRescorer(site)
