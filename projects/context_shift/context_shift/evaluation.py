@@ -4,7 +4,6 @@ DINO and CaliDINO, through :mod:`mmcalidet.evaluation`'s protocol
 (``EvalSetup``, the injection table, ``evaluate_groups`` per site,
 ``evaluate_subsets``, ``self_calibrate_partitions`` per site)."""
 import argparse
-import contextlib
 import os
 import os.path as osp
 import platform
@@ -64,6 +63,7 @@ def evaluate_all(args: argparse.Namespace,
     from mmcalidet.evaluation.partitions import group_partitions
     from mmcalidet.evaluation.report import injection_table, metric_columns
     from mmcalidet.evaluation.site_prior import DEFAULT_ACCEPT
+    from mmcalidet.utils.log_level import library_output_to
     from mmcalidet.visualization import (plot_prior_comparison,
                                          plot_prior_sweep,
                                          plot_self_calibration,
@@ -75,9 +75,9 @@ def evaluate_all(args: argparse.Namespace,
     timings = {}
     start = time.perf_counter()
     # what the libraries print while the models load (pycocotools' index,
-    # mmengine's checkpoint lines) goes to the log, not the console
-    with open(log_file or os.devnull, 'a') as log, \
-            contextlib.redirect_stdout(log):
+    # mmengine's checkpoint lines, warnings) goes to the log, not the
+    # console
+    with library_output_to(log_file or os.devnull):
         setup = EvalSetup(
             trained_config(trained['calidet_dir'], trained['calidet_config']),
             trained['calidet_ckpt'],
