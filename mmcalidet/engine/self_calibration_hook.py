@@ -30,6 +30,8 @@ class OnlineSelfCalibrationHook(Hook):
         score_thr (float): score from which a class counts as predicted.
         update_interval (int): images between updates. Defaults to 16.
         warmup (int): images before the first update. Defaults to 32.
+        trust_radius (float, optional): keep E_c within this mean absolute
+            distance of the starting prior; ``None``: no limit.
         init_prior (str, optional): E_c at the start (a prior file or
             shipped name); default the model's deployment prior.
         restore (bool): restore the model's prior after the epoch.
@@ -48,6 +50,7 @@ class OnlineSelfCalibrationHook(Hook):
         score_thr: float = DEFAULT_SCORE_THR,
         update_interval: int = 16,
         warmup: int = 32,
+        trust_radius: Optional[float] = None,
         init_prior: Optional[str] = None,
         restore: bool = True,
         save_prior: Optional[str] = 'self_calibrated_prior.json',
@@ -61,7 +64,8 @@ class OnlineSelfCalibrationHook(Hook):
             momentum=momentum,
             score_thr=score_thr,
             update_interval=update_interval,
-            warmup=warmup)
+            warmup=warmup,
+            trust_radius=trust_radius)
         self.init_prior = init_prior
         self.restore = restore
         self.save_prior = save_prior

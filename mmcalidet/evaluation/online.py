@@ -12,7 +12,10 @@ Algo. 1 to them every ``update_interval`` images:
 * with ``m = momentum`` per image: ``C <- m C + p p^T``, ``n <- m n + p``,
   ``s <- m s + z``, ``w <- m w + 1``;
 * ``E_i = C / n`` (0.5 where ``n`` is ~0, diagonal 1), ``Z[:, j] = s_j /
-  w``, ``E_c <- clip(E_c + eta * Z * (E_i - E_c), 0, 1)``, diagonal 1.
+  w``, ``E_c <- clip(E_c + eta * Z * (E_i - E_c), 0, 1)``, diagonal 1;
+  with a ``trust_radius``, E_c is then pulled back toward the starting
+  prior until MAE(E_c, E_0) <= radius (as in the batch
+  :func:`~mmcalidet.evaluation.self_calibrate`).
 
 It works from the outputs of any inference call (a list of mmdet
 ``DetDataSample`` or ``InstanceData``) and injects E_c with
@@ -25,7 +28,7 @@ import numpy as np
 
 from ..priors import validate_prior
 from .self_calibration import (DEFAULT_SCORE_THR, calibration_step,
-                               prediction_statistics)
+                               prediction_statistics, within_trust_region)
 
 
 class OnlineSelfCalibrator:
@@ -50,6 +53,8 @@ class OnlineSelfCalibrator:
             Defaults to 16.
         warmup (int): images observed before the first update. Defaults
             to 32.
+        trust_radius (float, optional): keep E_c within this mean absolute
+            distance of ``init_prior``; ``None``: no limit.
     """
 
     def __init__(self,
@@ -60,7 +65,8 @@ class OnlineSelfCalibrator:
                  momentum: float = 0.99,
                  score_thr: float = DEFAULT_SCORE_THR,
                  update_interval: int = 16,
-                 warmup: int = 32) -> None:
+                 warmup: int = 32,
+                 trust_radius: Optional[float] = None) -> None:
         if model is not None and num_classes is None:
             num_classes = getattr(
                 getattr(model, 'bbox_head', None), 'num_classes', None)
@@ -76,6 +82,9 @@ class OnlineSelfCalibrator:
         if eta <= 0 or update_interval < 1 or warmup < 0:
             raise ValueError('eta must be > 0, update_interval >= 1 and '
                              'warmup >= 0')
+        if trust_radius is not None and not trust_radius >= 0:
+            raise ValueError('trust_radius must be >= 0 or None, got '
+                             f'{trust_radius}')
         self.model = model
         self.init_prior = self.prior.copy()
         self.eta = float(eta)
@@ -83,6 +92,8 @@ class OnlineSelfCalibrator:
         self.score_thr = float(score_thr)
         self.update_interval = int(update_interval)
         self.warmup = int(warmup)
+        self.trust_radius = None if trust_radius is None else float(
+            trust_radius)
         self.reset(keep_prior=True)
         self._inject()
 
@@ -147,6 +158,7 @@ class OnlineSelfCalibrator:
         running = self.running_statistics()
         new = calibration_step(self.prior, running['stats'], running['z_mean'],
                                self.eta)
+        new = within_trust_region(new, self.init_prior, self.trust_radius)
         diff = np.abs(new - self.prior)
         self.prior = new
         self.num_updates += 1

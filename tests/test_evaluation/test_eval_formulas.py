@@ -315,6 +315,28 @@ def test_online_running_statistics_and_update():
         OnlineSelfCalibrator(num_classes=K)
 
 
+def test_online_trust_radius_bounds_the_distance_from_the_start():
+    e_t = flat_prior(K)
+    stream = [pred([0, 1], [0.9, 0.8]), pred([0, 1], [0.9, 0.7])] * 4
+    free = OnlineSelfCalibrator(
+        init_prior=e_t, warmup=0, update_interval=1, trust_radius=None)
+    bound = OnlineSelfCalibrator(
+        init_prior=e_t, warmup=0, update_interval=1, trust_radius=0.01)
+    for p in stream:
+        free.update(p)
+        bound.update(p)
+        # E_c stays within the radius of E_t, diagonal 1
+        distance = np.abs(bound.prior - e_t).mean()
+        assert distance <= 0.01 + 1e-12
+        assert np.all(np.diagonal(bound.prior) == 1)
+    assert np.abs(free.prior - e_t).mean() > 0.05
+    # the pull keeps the direction of the step: 0 and 1 go together
+    assert bound.prior[0, 1] > e_t[0, 1] and bound.prior[1, 0] > e_t[1, 0]
+    assert np.abs(bound.prior - e_t).mean() == pytest.approx(0.01)
+    with pytest.raises(ValueError, match='trust_radius'):
+        OnlineSelfCalibrator(init_prior=e_t, trust_radius=-0.1)
+
+
 def test_posthoc_corrections_identity_at_reference_and_direction():
     rng = np.random.default_rng(0)
     labels = [

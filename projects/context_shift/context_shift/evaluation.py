@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from mmcalidet.priors import prior_mae
+from .online import stream_site
 from .training import trained_config
 
 #: the deployment sites, in table order
@@ -194,8 +195,8 @@ def evaluate_all(args: argparse.Namespace,
     # radius (None: the paper's unbounded loop)
     t0 = time.perf_counter()
     calibrated = [m for m in methods if m.takes_prior]
-    radii = getattr(args, 'self_cal_radius', None) or [DEFAULT_TRUST_RADIUS]
-    radii = radii if isinstance(radii, (list, tuple)) else [radii]
+    radii = _as_list(
+        getattr(args, 'self_cal_radius', None) or [DEFAULT_TRUST_RADIUS])
     runs = {(m.name, radius):
             self_calibrate_partitions(
                 m.rescorer.model,
@@ -234,6 +235,32 @@ def evaluate_all(args: argparse.Namespace,
                     epsilon_end=prior_mae(site_prior[site], res.prior),
                     AP_estimate=estimate))
     timings['self_calibration'] = time.perf_counter() - t0
+
+    # 5. online self-calibration on each site, streamed, per trust radius
+    t0 = time.perf_counter()
+    online_rows = []
+    for radius in _as_list(getattr(args, 'online_radius', [None])):
+        for m in calibrated:
+            for site, idx in sites.items():
+                run = stream_site(
+                    m.rescorer,
+                    evaluate,
+                    idx,
+                    e_t,
+                    radius,
+                    score_thr=args.score_thr)
+                online_rows.append(
+                    dict(
+                        site=site,
+                        method=m.name,
+                        radius=radius,
+                        AP_start=run['AP_start'],
+                        AP_stream=run['AP_stream'],
+                        gain=run['gain'],
+                        updates=run['updates'],
+                        epsilon_end=prior_mae(site_prior[site],
+                                              run['prior'])))
+    timings['online'] = time.perf_counter() - t0
 
     def table(rows, keys, gain=True):
         return markdown_table(
@@ -282,6 +309,15 @@ def evaluate_all(args: argparse.Namespace,
                            ('gain', 'gain', 'gain'),
                            ('epsilon_end', 'epsilon(E_site, E_c)', '.3f'),
                            ('AP_estimate', 'AP(E_i)', 'pct')]),
+        online=online_rows,
+        online_md=markdown_table(
+            online_rows, [('site', 'site', ''), ('method', 'method', ''),
+                          ('radius', 'trust radius', 'g'),
+                          ('updates', 'updates', ''),
+                          ('AP_start', 'AP(E_t)', 'pct'),
+                          ('AP_stream', 'AP streamed', 'pct'),
+                          ('gain', 'gain', 'gain'),
+                          ('epsilon_end', 'epsilon(E_site, E_c)', '.3f')]),
         curves=curves,
         content_orders=content_orders,
         claims=claims(prior_rows, site_rows, selfcal_rows, orders,
@@ -454,7 +490,8 @@ def write_results(out_dir: str, results: Dict, trained: Dict, sched: Dict,
          f'{t.get("deployment", 0):.0f} s, sweep {t.get("sweep", 0):.0f} '
          's, ' +
          (f'subsets {t["subsets"]:.0f} s, ' if 'subsets' in t else '') +
-         f'self-calibration {t["self_calibration"]:.0f} s; {_mins(total)} '
+         f'self-calibration {t["self_calibration"]:.0f} s, online '
+         f'{t.get("online", 0):.0f} s; {_mins(total)} '
          'in all (0 = reused).'),
         ('Claims', '\n'.join(f'- {c}' for c in results['claims'])),
         (f'Injected priors ({results["num_images"]} val images, all sites)',
@@ -483,11 +520,22 @@ def write_results(out_dir: str, results: Dict, trained: Dict, sched: Dict,
     sections.append(
         (f'Self-calibration per site (from E_t, {iters} iterations)',
          results['self_calibration_md'] + '\n\n![](self_calibration.png)'))
+    if results.get('online'):
+        sections.append(
+            ('Online self-calibration per site (streamed from E_t)',
+             results['online_md'] + '\n\nEach site\'s images arrive in '
+             'batches of 16 in a fixed random order; each batch is '
+             'predicted under the current E_c, then updates it. AP of the '
+             'streamed predictions against E_t on the same images.'))
     data = {k: v for k, v in results.items() if not k.endswith('_md')}
     data.update(
         schedule=sched, training_seconds=secs, machine=machine, command=cmd)
     return write_report(out_dir, 'results', 'Context-shift benchmark results',
                         sections, data)[0]
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _decay(at: Optional[int], unit: str = '') -> str:

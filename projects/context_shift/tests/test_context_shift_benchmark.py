@@ -148,6 +148,15 @@ def test_benchmark_writes_every_table(bench):
             assert r['gain'] == 0
             assert r['AP'] == pytest.approx(
                 100 * site_ap[(r['site'], r['method'])])
+    # online self-calibration: per site and prior-taking method, streamed;
+    # 3 images per site are fewer than the warm-up, so E_c never moves and
+    # the stream scores as E_t does on the same images
+    assert len(res['online']) == 3 * len(takes_prior)
+    for r in res['online']:
+        assert r['radius'] is None and r['updates'] == 0
+        assert r['AP_start'] == pytest.approx(site_ap[(r['site'],
+                                                       r['method'])])
+        assert r['AP_stream'] == pytest.approx(r['AP_start'])
     assert sum(c.startswith('sweep, site') for c in res['claims']) == 3
     assert any('AP(E_t) of CaliDINO vs DINO' in c for c in res['claims'])
     assert res['content_orders']['CaliDINO']['order'] == [

@@ -148,6 +148,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         f'absolute distance of E_t (default {DEFAULT_TRUST_RADIUS}); "none": '
         'no limit, the paper\'s; several: a row each')
     parser.add_argument(
+        '--online-radius',
+        type=trust_radius,
+        nargs='+',
+        default=[None],
+        metavar='R',
+        help='online self-calibration rows: the calibrator\'s trust radius '
+        '(default none); several: a row each')
+    parser.add_argument(
         '--score-thr',
         type=unit_float,
         default=0.3,
@@ -224,6 +232,7 @@ def main(argv=None) -> int:
     if results['deployment_md']:
         print(results['deployment_md'] + '\n')
     print(results['self_calibration_md'] + '\n')
+    print(results['online_md'] + '\n')
     print('\n'.join(f'- {c}' for c in results['claims']))
     print(f'\nwrote {path} and {len(results["plots"])} plots '
           f'({(time.perf_counter() - start) / 60:.1f} min)')
