@@ -7,7 +7,8 @@ from mmdet.registry import HOOKS
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
-from ..evaluation import DEFAULT_SCORE_THR, OnlineSelfCalibrator
+from ..evaluation import (DEFAULT_SCORE_THR, DEFAULT_TRUST_RADIUS,
+                          OnlineSelfCalibrator)
 from ..utils.prior_source import model_classes
 
 
@@ -31,7 +32,9 @@ class OnlineSelfCalibrationHook(Hook):
         update_interval (int): images between updates. Defaults to 16.
         warmup (int): images before the first update. Defaults to 32.
         trust_radius (float, optional): keep E_c within this mean absolute
-            distance of the starting prior; ``None``: no limit.
+            distance of the starting prior. Defaults to
+            :data:`~mmcalidet.evaluation.DEFAULT_TRUST_RADIUS`; ``None``:
+            no limit.
         init_prior (str, optional): E_c at the start (a prior file or
             shipped name); default the model's deployment prior.
         restore (bool): restore the model's prior after the epoch.
@@ -50,7 +53,7 @@ class OnlineSelfCalibrationHook(Hook):
         score_thr: float = DEFAULT_SCORE_THR,
         update_interval: int = 16,
         warmup: int = 32,
-        trust_radius: Optional[float] = None,
+        trust_radius: Optional[float] = DEFAULT_TRUST_RADIUS,
         init_prior: Optional[str] = None,
         restore: bool = True,
         save_prior: Optional[str] = 'self_calibrated_prior.json',

@@ -27,8 +27,9 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 
 from ..priors import validate_prior
-from .self_calibration import (DEFAULT_SCORE_THR, calibration_step,
-                               prediction_statistics, within_trust_region)
+from .self_calibration import (DEFAULT_SCORE_THR, DEFAULT_TRUST_RADIUS,
+                               calibration_step, prediction_statistics,
+                               within_trust_region)
 
 
 class OnlineSelfCalibrator:
@@ -54,7 +55,10 @@ class OnlineSelfCalibrator:
         warmup (int): images observed before the first update. Defaults
             to 32.
         trust_radius (float, optional): keep E_c within this mean absolute
-            distance of ``init_prior``; ``None``: no limit.
+            distance of ``init_prior``. Defaults to
+            :data:`~mmcalidet.evaluation.DEFAULT_TRUST_RADIUS` (chosen on
+            streamed validation sites, as the batch default); ``None``: no
+            limit.
     """
 
     def __init__(self,
@@ -66,7 +70,7 @@ class OnlineSelfCalibrator:
                  score_thr: float = DEFAULT_SCORE_THR,
                  update_interval: int = 16,
                  warmup: int = 32,
-                 trust_radius: Optional[float] = None) -> None:
+                 trust_radius: Optional[float] = DEFAULT_TRUST_RADIUS) -> None:
         if model is not None and num_classes is None:
             num_classes = getattr(
                 getattr(model, 'bbox_head', None), 'num_classes', None)

@@ -149,7 +149,8 @@ def test_online_self_calibration_hook(runner, monkeypatch):
             warmup=0,
             update_interval=1,
             momentum=0.5,
-            eta=0.8))
+            eta=0.8,
+            trust_radius=None))  # Algo. 1's step, unbounded
     seen = []
 
     class Spy(Hook):

@@ -6,11 +6,12 @@ import pytest
 import torch
 from mmengine.structures import InstanceData
 
-from mmcalidet.evaluation import (OnlineSelfCalibrator, PriorReweighting,
-                                  build_priors, calibration_step,
-                                  check_expected_order, format_order_verdict,
-                                  mean_history, prediction_statistics,
-                                  split_subsets, subset_epsilon, update_target)
+from mmcalidet.evaluation import (DEFAULT_TRUST_RADIUS, OnlineSelfCalibrator,
+                                  PriorReweighting, build_priors,
+                                  calibration_step, check_expected_order,
+                                  format_order_verdict, mean_history,
+                                  prediction_statistics, split_subsets,
+                                  subset_epsilon, update_target)
 from mmcalidet.evaluation.baselines import (CooccurrenceRescoring,
                                             build_correction,
                                             class_frequencies)
@@ -275,7 +276,8 @@ def test_online_running_statistics_and_update():
         momentum=0.5,
         score_thr=0.3,
         update_interval=2,
-        warmup=4)
+        warmup=4,
+        trust_radius=None)  # the update itself
     stream = [
         pred([0, 1], [0.9, 0.6]),
         pred([0], [0.8]),
@@ -335,6 +337,9 @@ def test_online_trust_radius_bounds_the_distance_from_the_start():
     assert np.abs(bound.prior - e_t).mean() == pytest.approx(0.01)
     with pytest.raises(ValueError, match='trust_radius'):
         OnlineSelfCalibrator(init_prior=e_t, trust_radius=-0.1)
+    # by default as bounded as the batch algorithm
+    assert OnlineSelfCalibrator(
+        init_prior=e_t).trust_radius == DEFAULT_TRUST_RADIUS
 
 
 def test_posthoc_corrections_identity_at_reference_and_direction():

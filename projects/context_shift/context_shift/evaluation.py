@@ -239,7 +239,8 @@ def evaluate_all(args: argparse.Namespace,
     # 5. online self-calibration on each site, streamed, per trust radius
     t0 = time.perf_counter()
     online_rows = []
-    for radius in _as_list(getattr(args, 'online_radius', [None])):
+    for radius in _as_list(
+            getattr(args, 'online_radius', [DEFAULT_TRUST_RADIUS])):
         for m in calibrated:
             for site, idx in sites.items():
                 run = stream_site(

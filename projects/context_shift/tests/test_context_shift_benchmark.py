@@ -153,7 +153,7 @@ def test_benchmark_writes_every_table(bench):
     # the stream scores as E_t does on the same images
     assert len(res['online']) == 3 * len(takes_prior)
     for r in res['online']:
-        assert r['radius'] is None and r['updates'] == 0
+        assert r['radius'] == DEFAULT_TRUST_RADIUS and r['updates'] == 0
         assert r['AP_start'] == pytest.approx(site_ap[(r['site'],
                                                        r['method'])])
         assert r['AP_stream'] == pytest.approx(r['AP_start'])

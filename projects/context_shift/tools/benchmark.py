@@ -151,10 +151,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         '--online-radius',
         type=trust_radius,
         nargs='+',
-        default=[None],
+        default=[DEFAULT_TRUST_RADIUS],
         metavar='R',
         help='online self-calibration rows: the calibrator\'s trust radius '
-        '(default none); several: a row each')
+        f'(default {DEFAULT_TRUST_RADIUS}); "none": no limit; several: a row '
+        'each')
     parser.add_argument(
         '--score-thr',
         type=unit_float,
