@@ -136,16 +136,24 @@ class PriorScoredRescorer:
         return out
 
 
-def test_image_matches_give_cocoeval_ap(evaluator, site):
-    rng = np.random.default_rng(0)
+def jittered_detections(site, seed, sigma, false_per_image):
+    """Each ground-truth box jittered by ``sigma`` pixels, plus up to
+    ``false_per_image`` shifted boxes of the next class; random scores."""
+    rng = np.random.default_rng(seed)
     results = []
     for _, boxes, labels in site:
-        jitter = boxes + rng.normal(0, 4, size=boxes.shape)
+        jitter = boxes + rng.normal(0, sigma, size=boxes.shape)
+        false = slice(0, false_per_image)
         results.append(
             InstanceData(
-                bboxes=np.concatenate([jitter, boxes[:1] + 40]),
-                scores=rng.uniform(size=len(boxes) + 1),
-                labels=np.concatenate([labels, [(labels[0] + 1) % K]])))
+                bboxes=np.concatenate([jitter, boxes[false] + 35]),
+                scores=rng.uniform(size=len(boxes) + len(boxes[false])),
+                labels=np.concatenate([labels, (labels[false] + 1) % K])))
+    return results
+
+
+def test_image_matches_give_cocoeval_ap(evaluator, site):
+    results = jittered_detections(site, seed=0, sigma=4, false_per_image=1)
     ids = [img_id for img_id, _, _ in site]
     matches = evaluator.image_matches(ids, results)
     assert matches.ap() == pytest.approx(
@@ -161,15 +169,8 @@ def test_image_matches_of_a_multiset_equal_cocoeval_on_copies(
         evaluator, site, tmp_path):
     """A bootstrap draw (images repeated, some left out) scores as
     COCOeval scores a data set holding that many copies of each image."""
+    results = jittered_detections(site, seed=1, sigma=6, false_per_image=2)
     rng = np.random.default_rng(1)
-    results = []
-    for _, boxes, labels in site:
-        jitter = boxes + rng.normal(0, 6, size=boxes.shape)
-        results.append(
-            InstanceData(
-                bboxes=np.concatenate([jitter, boxes[:2] + 30]),
-                scores=rng.uniform(size=len(boxes) + min(2, len(boxes))),
-                labels=np.concatenate([labels, (labels[:2] + 1) % K])))
     ids = [img_id for img_id, _, _ in site]
     matches = evaluator.image_matches(ids, results)
     draws = [rng.integers(0, len(ids), size=size) for size in (24, 24, 9)]
