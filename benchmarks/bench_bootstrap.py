@@ -2,7 +2,7 @@
 """Speed of the paired bootstrap over images (what ``fit_site_prior``'s
 ``interval`` rule and the deployment rows pay per fitted prior).
 
-On the coco-mini val annotations (500 images, 80 classes), detections are
+On the coco-mini val annotations (79 images, 80 classes), detections are
 the ground-truth boxes jittered plus false positives, with random scores
 (no detector). One resample is the box AP of a multiset of the images;
 this prints its cost through :class:`~mmcalidet.evaluation.ImageMatches`
