@@ -28,8 +28,8 @@ demo: env
 	PYTHONPATH=$(CURDIR) $(PY) projects/context_shift/tools/benchmark.py \
 	    --quick --dino-iters 600 --posthoc reweight --out-dir $(OUT)
 
-# the full-length benchmark (DINO 3000 iterations, about 27 min on 2 cores,
-# then 10,000 calibrator updates and every table)
+# the full-length benchmark (DINO 3000 iterations, 27-45 min on 2 cores,
+# then 10,000 calibrator updates and every table; about 75 min in all)
 benchmark: env
 	PYTHONPATH=$(CURDIR) $(PY) projects/context_shift/tools/benchmark.py
 

@@ -54,7 +54,7 @@ test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=cs_root + 'annotations/instances_val.json')
 test_evaluator = val_evaluator
 
-# schedule (2 CPU cores: about 0.53 s per iteration, 27 minutes in all):
+# schedule (2 CPU cores: 0.53-0.9 s per iteration, 27-45 minutes in all):
 # 3000 iterations of 4 images (6 passes over the 2000 train scenes), lr
 # 2e-4 decayed x0.1 at 2500. The CaliDINO twin fine-tunes from iter_2000
 # for the last 1000 iterations, so both see the same 3000 iterations.
