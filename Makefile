@@ -29,8 +29,8 @@ demo: env
 	    --quick --dino-iters 600 --posthoc reweight --out-dir $(OUT)
 
 # the full-length benchmark (DINO 3000 iterations, 27-45 min on 2 cores,
-# then 10,000 calibrator updates and every table; 65.5 min in all without the subset
-# table, measured on data seed 1: projects/context_shift/README.md)
+# then 10,000 calibrator updates and every table; 65.5 min in all without
+# the subset table, measured on data seed 1: projects/context_shift/README.md)
 benchmark: env
 	PYTHONPATH=$(CURDIR) $(PY) projects/context_shift/tools/benchmark.py
 
