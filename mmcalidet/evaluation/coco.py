@@ -71,6 +71,28 @@ class CocoEvaluator:
                      for cat, _ in boxes}
             for img_id, boxes in self._img_areas.items()
         }
+        # (images, detection objects) -> metrics, while remembering
+        self._memo: Optional[Dict] = None
+
+    def remember(self, enabled: bool = True) -> None:
+        """Keep the metrics of every evaluation from now on and give them
+        back when the same detection objects (e.g. a
+        :class:`~mmcalidet.evaluation.Rescorer`'s remembered predictions)
+        are evaluated on the same images again: a (prior, image set)
+        several tables score is evaluated once. The detections must not
+        change meanwhile. ``False`` forgets them and stops.
+
+        Args:
+            enabled (bool): remember (``True``) or forget (``False``).
+        """
+        self._memo = {} if enabled else None
+
+    def _memo_key(self, img_ids, results, eval_img_ids) -> Optional[tuple]:
+        if self._memo is None:
+            return None
+        return (tuple(int(i) for i in img_ids), None if eval_img_ids is None
+                else tuple(int(i) for i in eval_img_ids),
+                tuple(id(r) for r in results))
 
     def area_ranges(self, img_ids: Sequence[int], cat_ids: Sequence[int],
                     params) -> List[int]:
@@ -138,7 +160,8 @@ class CocoEvaluator:
                   img_ids: Sequence[int],
                   results: Sequence[InstanceData],
                   eval_img_ids: Optional[Sequence[int]] = None,
-                  all_area_only: bool = False):
+                  all_area_only: bool = False,
+                  max_dets: Optional[Sequence[int]] = None):
         """COCOeval set up on these detections and run to ``evaluate()``
         (the per-image matching), or ``None`` when no evaluated image has
         ground truth.
@@ -151,6 +174,8 @@ class CocoEvaluator:
             all_area_only (bool): only the area range ``all`` and the
                 first ``maxDets`` (what :class:`ImageMatches` reads);
                 else every range with ground truth and every ``maxDets``.
+            max_dets (Sequence[int], optional): with ``all_area_only``,
+                the ``maxDets`` (default the first).
 
         Returns:
             COCOeval | None: the evaluation.
@@ -189,7 +214,7 @@ class CocoEvaluator:
             params.catIds = cat_ids
             params.imgIds = eval_img_ids
             if all_area_only:
-                params.maxDets = [self.proposal_nums[0]]
+                params.maxDets = list(max_dets or self.proposal_nums[:1])
                 keep = [0]  # 'all'
             else:
                 params.maxDets = self.proposal_nums
@@ -220,17 +245,71 @@ class CocoEvaluator:
             ``nan`` where COCOeval gives -1 (no ground truth in that area
             range, or no ground truth at all).
         """
+        key = self._memo_key(img_ids, results, eval_img_ids)
+        if key is not None and 'full' in self._memo.get(key, {}):
+            return dict(self._memo[key]['full'])
         coco_eval = self._cocoeval(img_ids, results, eval_img_ids)
         if coco_eval is None:
-            return {k: float('nan') for k in METRICS}
-        with contextlib.redirect_stdout(io.StringIO()):
-            coco_eval.accumulate()
-            coco_eval.summarize()
-        stats = coco_eval.stats[:len(METRICS)]
-        return {
-            k: float(v) if v > -1 else float('nan')
-            for k, v in zip(METRICS, stats)
-        }
+            metrics = {k: float('nan') for k in METRICS}
+        else:
+            with contextlib.redirect_stdout(io.StringIO()):
+                coco_eval.accumulate()
+                coco_eval.summarize()
+            stats = coco_eval.stats[:len(METRICS)]
+            metrics = {
+                k: float(v) if v > -1 else float('nan')
+                for k, v in zip(METRICS, stats)
+            }
+        if key is not None:
+            # the results are held so that their ids stay theirs
+            self._memo.setdefault(key, dict(results=list(results)))
+            self._memo[key]['full'] = dict(metrics)
+        return metrics
+
+    def evaluate_ap(
+            self,
+            img_ids: Sequence[int],
+            results: Sequence[InstanceData],
+            eval_img_ids: Optional[Sequence[int]] = None) -> float:
+        """The ``AP`` of :meth:`evaluate` alone, at a fraction of its
+        cost: COCOeval matches and accumulates only the area range
+        ``all`` and the ``maxDets`` the AP reads (100), and the AP is
+        the mean ``summarize`` takes of the same precisions, so it equals
+        ``evaluate(...)['AP']`` to the bit.
+
+        Args:
+            img_ids (Sequence[int]): the COCO image id of each result.
+            results (Sequence[InstanceData]): detections per image.
+            eval_img_ids (Sequence[int], optional): the images to evaluate
+                on; default ``img_ids``.
+
+        Returns:
+            float: the AP (a fraction), ``nan`` without ground truth.
+        """
+        key = self._memo_key(img_ids, results, eval_img_ids)
+        if key is not None and key in self._memo:
+            known = self._memo[key]
+            return known['full']['AP'] if 'full' in known else known['AP']
+        if 100 not in self.proposal_nums:  # summarize() finds no AP
+            return self.evaluate(img_ids, results, eval_img_ids)['AP']
+        coco_eval = self._cocoeval(
+            img_ids, results, eval_img_ids, all_area_only=True,
+            max_dets=[100])
+        ap = float('nan')
+        if coco_eval is not None:
+            with contextlib.redirect_stdout(io.StringIO()):
+                coco_eval.accumulate()
+            # summarize()'s AP: area 'all', maxDets 100, every IoU
+            # threshold (a detection's match depends only on those scored
+            # above it, so matching the top 100 alone changes none of
+            # theirs)
+            precision = coco_eval.eval['precision'][:, :, :, 0, -1]
+            precision = precision[precision > -1]
+            if len(precision):
+                ap = float(np.mean(precision))
+        if key is not None:
+            self._memo[key] = dict(results=list(results), AP=ap)
+        return ap
 
     def image_matches(self, img_ids: Sequence[int],
                       results: Sequence[InstanceData]) -> 'ImageMatches':
@@ -436,14 +515,30 @@ class ImageMatches:
             if not len(draws):
                 continue
             where, true_pos, false_pos = dets
+            hits, pad, counted = self._true_positions(k)
+            if hits.shape[1] == 0:  # no true positive: precision 0
+                continue
             # draws per step: a few million floats per cumulative array
             step = max(1, self._CHUNK // max(1, true_pos.size))
             for lo in range(0, len(draws), step):
                 rows = draws[lo:lo + step]
-                w = weights[rows][:, where][:, None, :]
-                tps = np.cumsum(true_pos * w, axis=2)
-                fps = np.cumsum(false_pos * w, axis=2)
-                precision = tps / (fps + tps + np.spacing(1))
+                w = weights[rows][:, where]
+                # the cumulative true positives and counted detections
+                # (true + false positives) at the true positives only:
+                # precision rises only there, so its monotone envelope
+                # and the points where recall first reaches a threshold
+                # are all among them. Integer sums: exact in any order.
+                hit_w = w[:, hits]
+                hit_w[:, pad] = 0.0
+                tps = np.cumsum(hit_w, axis=2)
+                if counted is None:  # nothing ignored: all counted
+                    seen = np.cumsum(w, axis=1)[:, hits]
+                else:
+                    seen = np.cumsum(
+                        counted * w[:, None, :],
+                        axis=2)[:, np.arange(self.num_iou)[:, None], hits]
+                precision = tps / (seen + np.spacing(1))
+                precision[:, pad] = 0.0
                 # COCOeval: precision made monotone, read at each threshold
                 precision = np.maximum.accumulate(
                     precision[..., ::-1], axis=2)[..., ::-1]
@@ -456,6 +551,29 @@ class ImageMatches:
 
     #: elements of one category's stacked draws (R x T x D) per step
     _CHUNK = 1 << 21
+
+    def _true_positions(self, k: int):
+        """Category ``k``'s true positives per IoU threshold, in score
+        order: their detection indices, T x M (M: the most at any
+        threshold; a row's tail padded with its last index, or 0), the
+        padding mask, and the counted (not ignored) detections, T x D, or
+        ``None`` when none is ignored."""
+        if not hasattr(self, '_hits'):
+            self._hits = {}
+        if k not in self._hits:
+            _, true_pos, false_pos = self._detections[k]
+            rows = [np.flatnonzero(t) for t in true_pos]
+            most = max((len(r) for r in rows), default=0)
+            hits = np.zeros((len(rows), most), np.int64)
+            pad = np.ones((len(rows), most), bool)
+            for t, r in enumerate(rows):
+                hits[t, :len(r)] = r
+                hits[t, len(r):] = r[-1] if len(r) else 0
+                pad[t, :len(r)] = False
+            counted = true_pos + false_pos
+            self._hits[k] = (hits, pad,
+                             None if counted.all() else counted)
+        return self._hits[k]
 
     def _at_thresholds(self, tps: np.ndarray, precision: np.ndarray,
                        num_gt: np.ndarray) -> np.ndarray:

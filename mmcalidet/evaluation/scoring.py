@@ -8,7 +8,8 @@ post-hoc correction from :mod:`mmcalidet.evaluation.baselines`), then the
 head's ``predict_by_feat`` (top-k, boxes to image coordinates). The result
 equals ``model.predict`` under the same prior on the same batches.
 """
-from typing import Callable, List, Optional, Sequence, Union
+import contextlib
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -61,6 +62,34 @@ class Rescorer:
             raise ValueError('post-hoc corrections are baselines for plain '
                              'detectors; a CaliDet model calibrates itself')
         self.device = model_device(model)
+        # (prior, images) -> predictions, while remembering (remember())
+        self._memo: Optional[Dict] = None
+        self._keep = True
+        #: predict() calls that scored / that reused remembered predictions
+        self.calls = dict(scored=0, reused=0)
+
+    def remember(self, enabled: bool = True) -> None:
+        """Keep the predictions of every (shared prior, image list) scored
+        from now on, and give them back when the same prior (as the model
+        sees it: float32) is asked for on the same images in the same
+        order, e.g. E_t or E_site of a site in several tables. The
+        predictions are the same objects: do not change them. ``False``
+        forgets them and stops.
+
+        Args:
+            enabled (bool): remember (``True``) or forget (``False``).
+        """
+        self._memo = {} if enabled else None
+
+    @contextlib.contextmanager
+    def keeping_none(self):
+        """While remembering, keep no new predictions in this block (the
+        one-off priors of a fit's candidates), still reusing those kept."""
+        keep, self._keep = self._keep, False
+        try:
+            yield self
+        finally:
+            self._keep = keep
 
     @property
     def num_classes(self) -> int:
@@ -147,6 +176,25 @@ class Rescorer:
                 stack = self._check(tensor, len(indices))
             else:
                 shared = self._check(tensor, None)
+        key = None
+        if self._memo is not None and fn is None and stack is None:
+            key = (None if shared is None else
+                   shared.detach().cpu().numpy().tobytes(),
+                   indices.astype(np.int64).tobytes())
+            if key in self._memo:
+                self.calls['reused'] += 1
+                return list(self._memo[key])
+        self.calls['scored'] += 1
+        results = self._predict(shared, stack, fn, indices, progress)
+        if key is not None and self._keep:
+            self._memo[key] = list(results)
+        return results
+
+    def _predict(self, shared: Optional[Tensor], stack: Optional[Tensor],
+                 fn: Optional[Callable], indices: np.ndarray,
+                 progress: bool) -> List[InstanceData]:
+        """:meth:`predict`'s scoring, the prior checked: a shared K x K
+        prior, a per-image stack or a callable."""
         head = self.model.bbox_head
         results: List[InstanceData] = []
         with torch.no_grad(), progress_bar(
@@ -170,7 +218,10 @@ class Rescorer:
                     boxes[None],
                     batch_img_metas=[ds.metainfo for ds in samples],
                     rescale=True)
-                results.extend(r.cpu() for r in batch)
+                # on the CPU already: no copy (InstanceData.cpu() rebuilds
+                # every result)
+                results.extend(batch if self.device.type == 'cpu' else
+                               (r.cpu() for r in batch))
                 bar.update(len(idx))
         return results
 

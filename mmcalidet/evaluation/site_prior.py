@@ -345,7 +345,7 @@ def deployment_gains(rescorer: Rescorer,
             if name == 'fitted' and fit.alpha == 0:
                 gains[name].append(0.0)  # E_t itself
                 continue
-            ap = evaluator.evaluate(ids, rescorer.predict(prior, rest))['AP']
+            ap = evaluator.evaluate_ap(ids, rescorer.predict(prior, rest))
             gains[name].append(100 * (ap - base))
         alphas.append(fit.alpha)
     out = dict(
@@ -389,8 +389,8 @@ def shrinkage_sweep(rescorer: Rescorer,
     ids = [img_ids[i] for i in indices]
 
     def ap(prior):
-        return 100 * evaluator.evaluate(ids, rescorer.predict(
-            prior, indices))['AP']
+        return 100 * evaluator.evaluate_ap(ids,
+                                           rescorer.predict(prior, indices))
 
     base = ap(np.asarray(train_prior, dtype=np.float64))
     rows = []

@@ -1,7 +1,9 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The bootstrap's AP of many draws at once (``ImageMatches.ap_draws``,
 ``paired_bootstrap``) against COCOeval's accumulation on the drawn images
-copy by copy, on random per-image matches (no detector, no data files)."""
+copy by copy, on random per-image matches (no detector, no data files);
+``CocoEvaluator.evaluate_ap`` and remembered evaluations against
+``evaluate``."""
 import numpy as np
 import pytest
 
@@ -141,3 +143,54 @@ def test_ap_draws_rejects_bad_positions():
         matches.ap_draws([[0, 4]])
     with pytest.raises(ValueError, match='R x m'):
         matches.ap_draws([0, 1])
+
+
+def test_evaluate_ap_equals_evaluate_to_the_bit():
+    """``CocoEvaluator.evaluate_ap`` (area all, maxDets 100 only) gives
+    ``evaluate``'s AP exactly, on coco-mini with jittered ground truth
+    and false positives (several area ranges hold ground truth)."""
+    import os.path as osp
+
+    from mmdet.datasets import CocoDataset
+    from mmengine.structures import InstanceData
+
+    from mmcalidet.evaluation import CocoEvaluator
+    from mmcalidet.testing import data_root
+    evaluator = CocoEvaluator(
+        osp.join(data_root(), 'coco-mini', 'reference',
+                 'instances_val2017_coco-mini.json'),
+        list(CocoDataset.METAINFO['classes']))
+    label = {c: k for k, c in enumerate(evaluator.cat_ids)}
+    rng = np.random.default_rng(0)
+    ids, results = [], []
+    for img_id in evaluator.all_img_ids[:40]:
+        anns = evaluator.coco.imgToAnns.get(img_id, [])
+        boxes = np.array([[x, y, x + w, y + h]
+                          for x, y, w, h in (a['bbox'] for a in anns)])
+        boxes = np.concatenate([boxes.reshape(-1, 4), [[5., 5., 90., 70.]]])
+        ids.append(img_id)
+        results.append(
+            InstanceData(
+                bboxes=boxes + rng.normal(0, 5, boxes.shape),
+                scores=rng.uniform(size=len(boxes)),
+                labels=np.array([label[a['category_id']] for a in anns] +
+                                [int(rng.integers(len(label)))])))
+    for sub in (slice(0, 40), slice(3, 15), slice(7, 8)):
+        full = evaluator.evaluate(ids[sub], results[sub])['AP']
+        fast = evaluator.evaluate_ap(ids[sub], results[sub])
+        assert np.isnan(full) == np.isnan(fast)
+        assert np.isnan(full) or fast == full
+    assert 0 < evaluator.evaluate_ap(ids, results) < 1
+    # remembered: the same detection objects on the same images are
+    # evaluated once (evaluate's AP serves evaluate_ap too)
+    evaluator.remember()
+    full = evaluator.evaluate(ids[:10], results[:10])
+    evaluator._cocoeval = None  # any evaluation now fails
+    assert evaluator.evaluate(ids[:10], list(results[:10])) == full
+    assert evaluator.evaluate_ap(ids[:10], results[:10]) == full['AP']
+    with pytest.raises(TypeError):  # other detections: evaluated
+        evaluator.evaluate(ids[:10], [InstanceData(**r) for r in
+                                      (x.to_dict() for x in results[:10])])
+    evaluator.remember(False)
+    with pytest.raises(TypeError):
+        evaluator.evaluate(ids[:10], results[:10])

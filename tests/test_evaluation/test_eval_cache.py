@@ -95,6 +95,34 @@ def test_rescore_equals_full_forward_under_injected_priors(cali):
     assert any(not torch.equal(x.scores, y.scores) for x, y in zip(a, b))
 
 
+def test_remembered_predictions_are_scored_once(cali):
+    """While remembering, a (shared prior, image list) scored again gives
+    the same predictions back without scoring; other priors, other image
+    lists and per-image priors are scored."""
+    model, _, cache = cali
+    rescorer = Rescorer(model, cache, batch_size=3)
+    first = rescorer.predict(random_prior(0), [0, 2, 3])
+    rescorer.remember()
+    try:
+        kept = rescorer.predict(random_prior(0), [0, 2, 3])
+        assert_same(kept, first)
+        again = rescorer.predict(
+            torch.as_tensor(random_prior(0)), np.array([0, 2, 3]))
+        assert all(a is b for a, b in zip(again, kept))
+        assert rescorer.calls == dict(scored=2, reused=1)
+        rescorer.predict(random_prior(0), [0, 3, 2])  # another order
+        rescorer.predict(flat_prior(K), [0, 2, 3])
+        with rescorer.keeping_none():
+            rescorer.predict(random_prior(1), [0])
+            # kept ones are still given back
+            assert rescorer.predict(random_prior(0), [0, 2, 3])[0] is kept[0]
+        rescorer.predict(random_prior(1), [0])
+        assert rescorer.calls == dict(scored=6, reused=2)
+    finally:
+        rescorer.remember(False)
+    assert rescorer.predict(random_prior(0), [0, 2, 3])[0] is not kept[0]
+
+
 def test_rescore_equals_full_forward_with_per_sample_priors(cali):
     model, loader, cache = cali
     labels = cache.gt_label_lists()

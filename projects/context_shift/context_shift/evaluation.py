@@ -96,6 +96,12 @@ def evaluate_all(args: argparse.Namespace,
             flush=True)
     evaluate = cache_evaluator(setup.evaluator)
     e_t, cache, methods = setup.train_prior, setup.cache, setup.methods
+    # each (prior, image set) the tables share (E_t and E_site of a site:
+    # the site table, the deployment rows' baseline, the sweep's alpha 0
+    # and 1, the online rows' start) is scored and evaluated once
+    setup.evaluator.remember()
+    for m in methods:
+        m.rescorer.remember()
     labels = cache.gt_label_lists()
 
     # 1. the standard injection table (all sites)
@@ -144,16 +150,18 @@ def evaluate_all(args: argparse.Namespace,
         if num < 2:
             continue
         for m in (m for m in methods if m.takes_prior):
-            res = deployment_gains(
-                m.rescorer,
-                setup.evaluator,
-                e_t,
-                idx,
-                num_labelled=num,
-                repeats=repeats,
-                progress=progress,
-                desc=f'site prior draws ({site}, {m.name})',
-                accept=getattr(args, 'fit_accept', DEFAULT_ACCEPT))
+            # the fits' candidate priors are scored once each: keep none
+            with m.rescorer.keeping_none():
+                res = deployment_gains(
+                    m.rescorer,
+                    setup.evaluator,
+                    e_t,
+                    idx,
+                    num_labelled=num,
+                    repeats=repeats,
+                    progress=progress,
+                    desc=f'site prior draws ({site}, {m.name})',
+                    accept=getattr(args, 'fit_accept', DEFAULT_ACCEPT))
             for prior in ('raw', 'fitted'):
                 deployment_rows.append(
                     dict(
@@ -262,6 +270,9 @@ def evaluate_all(args: argparse.Namespace,
                         epsilon_end=prior_mae(site_prior[site],
                                               run['prior'])))
     timings['online'] = time.perf_counter() - t0
+    setup.evaluator.remember(False)
+    for m in methods:
+        m.rescorer.remember(False)
 
     def table(rows, keys, gain=True):
         return markdown_table(

@@ -45,8 +45,11 @@ def stream_site(rescorer,
         predictions.extend(out)
         calibrator.update(out)
     cache = rescorer.cache
-    start_ap = evaluate(cache, rescorer.predict(train_prior, order),
-                        order)['AP']
+    # E_t on the site's images as the other tables score them (an image's
+    # detections do not depend on its batch; the AP not on the order)
+    indices = np.asarray(indices)
+    start_ap = evaluate(cache, rescorer.predict(train_prior, indices),
+                        indices)['AP']
     stream_ap = evaluate(cache, predictions, order)['AP']
     return dict(
         AP_start=start_ap,
