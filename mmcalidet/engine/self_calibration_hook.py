@@ -9,6 +9,7 @@ from mmengine.model import is_model_wrapper
 
 from ..evaluation import (DEFAULT_SCORE_THR, DEFAULT_TRUST_RADIUS,
                           OnlineSelfCalibrator)
+from ..evaluation.self_calibration import check_self_calibration_args
 from ..utils.prior_source import model_classes
 
 
@@ -59,6 +60,13 @@ class OnlineSelfCalibrationHook(Hook):
         save_prior: Optional[str] = 'self_calibrated_prior.json',
         modes: Sequence[str] = ('test', )
     ) -> None:
+        check_self_calibration_args(
+            eta=eta,
+            momentum=momentum,
+            score_thr=score_thr,
+            update_interval=update_interval,
+            warmup=warmup,
+            trust_radius=trust_radius)
         unknown = set(modes) - {'test', 'val'}
         if unknown:
             raise ValueError(f'modes must be test / val, got {unknown}')
@@ -122,25 +130,29 @@ class OnlineSelfCalibrationHook(Hook):
             f'{cal.num_updates} updates, last step MAE '
             f'{cal.last_step["step_mae"]:.5f} MAX '
             f'{cal.last_step["step_max"]:.5f}')
-        if self.save_prior:
-            from ..priors import save_prior
-            classes = self._classes(runner, model)
-            path = osp.join(runner.work_dir, self.save_prior)
-            if classes is not None:
-                save_prior(
-                    path,
-                    cal.prior,
-                    classes=list(classes),
-                    source='online self-calibration',
-                    num_images=cal.num_images,
-                    num_updates=cal.num_updates,
-                    options=self.options)
-                runner.logger.info(f'self-calibrated prior: {path}')
-            else:
-                runner.logger.warning('no class names: the self-calibrated '
-                                      'prior is not saved')
-        if self.restore and self._saved is not None:
-            model.set_prior(self._saved)
+        try:
+            if self.save_prior:
+                from ..priors import save_prior
+                classes = self._classes(runner, model)
+                path = osp.join(runner.work_dir, self.save_prior)
+                if classes is not None:
+                    save_prior(
+                        path,
+                        cal.prior,
+                        classes=list(classes),
+                        source='online self-calibration',
+                        num_images=cal.num_images,
+                        num_updates=cal.num_updates,
+                        options=self.options)
+                    runner.logger.info(f'self-calibrated prior: {path}')
+                else:
+                    runner.logger.warning(
+                        'no class names: the self-calibrated prior is not '
+                        'saved')
+        finally:
+            # the model's own prior back even when saving failed
+            if self.restore and self._saved is not None:
+                model.set_prior(self._saved)
 
     def before_test_epoch(self, runner) -> None:
         self._start(runner, 'test')

@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..utils.validation import check_float
+
 CORRECTIONS = ('reweight', 'cooccurrence')
 
 #: display names of the corrections (used in tables)
@@ -93,6 +95,7 @@ class PriorReweighting:
     """
 
     def __init__(self, ref_prior, class_freq, eps: float = 1e-4) -> None:
+        check_float('eps', eps, 0, 0.5, low_open=True, high_open=True)
         self.ref_prior = np.asarray(ref_prior, dtype=np.float64)
         self.class_freq = np.asarray(class_freq, dtype=np.float64)
         k = self.ref_prior.shape[0]
@@ -156,8 +159,9 @@ class CooccurrenceRescoring:
         if self.ref_prior.ndim != 2 or \
                 self.ref_prior.shape[0] != self.ref_prior.shape[1]:
             raise ValueError('ref_prior must be K x K')
-        self.beta = float(beta)
-        self.eps = eps
+        self.beta = check_float('beta', beta)
+        self.eps = check_float('eps', eps, 0, 0.5, low_open=True,
+                               high_open=True)
 
     def __call__(self, logits: Tensor, priors) -> Tensor:
         """Corrected logits.

@@ -14,6 +14,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 
 from ..utils.log_level import mmengine_log_level
+from ..utils.validation import check_float, check_int
 from .baselines import (CORRECTION_NAMES, CORRECTIONS, build_correction,
                         class_frequencies)
 from .cache import cache_hidden_states, eval_fingerprint
@@ -239,7 +240,10 @@ class EvalSetup:
                              '--baseline-checkpoint')
         self.posthoc = None if posthoc is None else list(
             dict.fromkeys(posthoc))
-        self.cooc_beta = cooc_beta
+        self.cooc_beta = check_float('cooc_beta', cooc_beta)
+        check_int('max_images', max_images, 1, allow_none=True)
+        check_int('batch_size', batch_size, 1, allow_none=True)
+        check_int('rescore_batch_size', rescore_batch_size, 1)
         self.rescore_batch_size = rescore_batch_size
         self.methods: List[Method] = []
         self.info = dict(config=config, checkpoint=checkpoint)

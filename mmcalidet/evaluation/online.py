@@ -28,8 +28,8 @@ import numpy as np
 
 from ..priors import validate_prior
 from .self_calibration import (DEFAULT_SCORE_THR, DEFAULT_TRUST_RADIUS,
-                               calibration_step, prediction_statistics,
-                               within_trust_region)
+                               calibration_step, check_self_calibration_args,
+                               prediction_statistics, within_trust_region)
 
 
 class OnlineSelfCalibrator:
@@ -71,6 +71,13 @@ class OnlineSelfCalibrator:
                  update_interval: int = 16,
                  warmup: int = 32,
                  trust_radius: Optional[float] = DEFAULT_TRUST_RADIUS) -> None:
+        check_self_calibration_args(
+            eta=eta,
+            momentum=momentum,
+            score_thr=score_thr,
+            update_interval=update_interval,
+            warmup=warmup,
+            trust_radius=trust_radius)
         if model is not None and num_classes is None:
             num_classes = getattr(
                 getattr(model, 'bbox_head', None), 'num_classes', None)
@@ -81,14 +88,6 @@ class OnlineSelfCalibrator:
             raise ValueError('pass a CaliDet model or init_prior (E_t)')
         self.prior = validate_prior(init_prior, num_classes=num_classes)
         self.num_classes = self.prior.shape[0]
-        if not 0 <= momentum < 1:
-            raise ValueError(f'momentum must lie in [0, 1), got {momentum}')
-        if eta <= 0 or update_interval < 1 or warmup < 0:
-            raise ValueError('eta must be > 0, update_interval >= 1 and '
-                             'warmup >= 0')
-        if trust_radius is not None and not trust_radius >= 0:
-            raise ValueError('trust_radius must be >= 0 or None, got '
-                             f'{trust_radius}')
         self.model = model
         self.init_prior = self.prior.copy()
         self.eta = float(eta)

@@ -20,6 +20,7 @@ from mmengine.structures import InstanceData
 
 from ..priors import batch_prior, validate_prior
 from ..utils.progress import progress_bar
+from ..utils.validation import check_finite_array, check_float, check_int
 
 #: default score threshold for "class predicted" (see
 #: docs/user_guides/self_calibrate.md for how it was chosen)
@@ -60,8 +61,13 @@ def prediction_statistics(
         tuple[np.ndarray, np.ndarray]: ``E_i`` (K x K, the statistics of
         the present classes; a column whose class is never predicted is
         0.5) and ``z`` (N x K, the max score of each present class per
-        image, 0 elsewhere). Non-finite scores count as 0.
+        image, 0 elsewhere). Non-finite scores count as 0 (their
+        sources, a prior or a cache, are checked where they are read).
+
+    Raises:
+        ValueError: ``score_thr`` is not in [0, 1].
     """
+    check_float('score_thr', score_thr, 0, 1)
     label_lists = []
     z = np.zeros((len(predictions), num_classes))
     for n, pred in enumerate(predictions):
@@ -113,11 +119,19 @@ def calibration_step(prior: np.ndarray, stats: np.ndarray, z_mean: np.ndarray,
 
     Returns:
         np.ndarray: the new E_c (K x K float64).
+
+    Raises:
+        ValueError: a non-finite input, named (the step size, the prior
+            E_c, the statistics or the scores): the update would be NaN.
     """
+    check_float('eta (the step size)', eta, 0, low_open=True)
     prior = np.asarray(prior, dtype=np.float64)
-    z_mean = np.nan_to_num(np.asarray(z_mean, dtype=np.float64))
+    z_mean = np.asarray(z_mean, dtype=np.float64)
+    check_finite_array(prior, 'the prior E_c')
+    check_finite_array(stats, 'the prediction statistics E_i')
+    check_finite_array(z_mean, 'the mean detection scores Z')
     new = prior + eta * z_mean[None, :] * (np.asarray(stats) - prior)
-    new = np.clip(np.nan_to_num(new, nan=0.5), 0.0, 1.0)
+    new = np.clip(new, 0.0, 1.0)
     np.fill_diagonal(new, 1.0)
     return new
 
@@ -147,6 +161,35 @@ def within_trust_region(prior: np.ndarray, center: np.ndarray,
     out = center + (radius / distance) * (prior - center)
     np.fill_diagonal(out, 1.0)
     return out
+
+
+def check_self_calibration_args(**kwargs) -> None:
+    """Check the numbers of a self-calibration call (batch or online),
+    each by its name: ``eta`` > 0, ``score_thr`` in [0, 1], ``tol`` >= 0,
+    ``trust_radius`` >= 0 or None, ``momentum`` in [0, 1), ``iters`` and
+    ``warmup`` >= 0, ``batch_size``, ``eval_interval`` and
+    ``update_interval`` >= 1; all finite.
+
+    Args:
+        **kwargs: the arguments given (any subset of those above).
+
+    Raises:
+        ValueError: the first bad one, named.
+    """
+    rules = dict(
+        eta=lambda v: check_float('eta', v, 0, low_open=True),
+        score_thr=lambda v: check_float('score_thr', v, 0, 1),
+        tol=lambda v: check_float('tol', v, 0),
+        trust_radius=lambda v: check_float(
+            'trust_radius', v, 0, allow_none=True),
+        momentum=lambda v: check_float('momentum', v, 0, 1, high_open=True),
+        iters=lambda v: check_int('iters', v, 0),
+        warmup=lambda v: check_int('warmup', v, 0),
+        batch_size=lambda v: check_int('batch_size', v, 1),
+        eval_interval=lambda v: check_int('eval_interval', v, 1),
+        update_interval=lambda v: check_int('update_interval', v, 1))
+    for name, value in kwargs.items():
+        rules[name](value)
 
 
 @dataclass
@@ -233,10 +276,14 @@ def self_calibrate(model,
     """
     from .cache import HiddenStateCache, cache_images
     from .scoring import Rescorer
-    if eta <= 0 or iters < 0 or tol < 0 or eval_interval < 1 or (
-            trust_radius is not None and not trust_radius >= 0):
-        raise ValueError('eta must be > 0, iters, tol and trust_radius >= 0, '
-                         'eval_interval >= 1')
+    check_self_calibration_args(
+        eta=eta,
+        iters=iters,
+        score_thr=score_thr,
+        tol=tol,
+        batch_size=batch_size,
+        eval_interval=eval_interval,
+        trust_radius=trust_radius)
     cache = images if isinstance(images, HiddenStateCache) else \
         cache_images(model, list(images))
     rescorer = Rescorer(model, cache, correction, batch_size)

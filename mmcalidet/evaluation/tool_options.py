@@ -12,6 +12,7 @@ import os.path as osp
 import torch
 from mmengine.config import DictAction
 
+from ..utils.cli import finite_float, non_negative_int, positive_int
 from .baselines import CORRECTIONS
 
 
@@ -35,7 +36,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
         'both when a baseline is given)')
     parser.add_argument(
         '--cooc-beta',
-        type=float,
+        type=finite_float(),
         default=1.0,
         help='strength of the co-occurrence rescoring')
     parser.add_argument(
@@ -44,16 +45,16 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
         '`prior`, else the checkpoint\'s deployment prior')
     parser.add_argument(
         '--max-images',
-        type=int,
+        type=positive_int,
         help='evaluate only the first N images of the test set')
     parser.add_argument(
         '--batch-size',
-        type=int,
+        type=positive_int,
         help='evaluation batch size (the E_b batches); default the '
         'config\'s test_dataloader.batch_size')
     parser.add_argument(
         '--rescore-batch-size',
-        type=int,
+        type=positive_int,
         default=64,
         help='images per re-scoring step')
     parser.add_argument(
@@ -68,7 +69,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
         help='cache storage (float16: half the memory, approximate)')
     parser.add_argument(
         '--eval-workers',
-        type=int,
+        type=non_negative_int,
         default=0,
         help='COCO evaluations in parallel processes (eval_priors.py)')
     parser.add_argument(

@@ -4,6 +4,8 @@ import os.path as osp
 import sys
 from typing import Callable, Optional, Sequence, Tuple, Type
 
+from .validation import bound_text, check_float, check_int
+
 ErrorTypes = Tuple[Type[BaseException], ...]
 
 
@@ -63,20 +65,6 @@ def run_tool(main: Callable[[Optional[Sequence[str]]], Optional[int]],
     sys.exit(code or 0)
 
 
-def _bound_text(low: Optional[float], high: Optional[float],
-                low_open: bool, high_open: bool) -> str:
-    """``in [0, 1]``, ``> 0``, ``>= 1``, ... for an argparse type's
-    error."""
-    if low is not None and high is not None:
-        return (f'in {"(" if low_open else "["}{low:g}, '
-                f'{high:g}{")" if high_open else "]"}')
-    if low is not None:
-        return f'{">" if low_open else ">="} {low:g}'
-    if high is not None:
-        return f'{"<" if high_open else "<="} {high:g}'
-    return ''
-
-
 def finite_float(low: Optional[float] = None,
                  high: Optional[float] = None,
                  low_open: bool = False,
@@ -95,23 +83,21 @@ def finite_float(low: Optional[float] = None,
         callable: ``str -> float``, raising
         ``argparse.ArgumentTypeError`` for other text.
     """
-    bound = _bound_text(low, high, low_open, high_open)
-    what = ('a finite number ' + bound).strip()
+    what = ('a finite number ' +
+            bound_text(low, high, low_open, high_open)).strip()
 
     def parse(value: str) -> float:
         import argparse
-        import math
         try:
             number = float(value)
         except ValueError:
-            number = math.nan
-        fits = math.isfinite(number) and (
-            low is None or (number > low if low_open else number >= low)) \
-            and (high is None or
-                 (number < high if high_open else number <= high))
-        if not fits:
-            raise argparse.ArgumentTypeError(f'{what}, got {value!r}')
-        return number
+            number = float('nan')
+        try:  # the library's own check, so parser and API agree
+            return check_float('value', number, low, high, low_open,
+                               high_open)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f'{what}, got {value!r}') from None
 
     parse.__name__ = 'finite_float'
     return parse
@@ -131,21 +117,15 @@ def bounded_int(low: Optional[int] = None,
         callable: ``str -> int``, raising ``argparse.ArgumentTypeError``
         for other text.
     """
-    bound = _bound_text(low, high, False, False)
-    what = ('an integer ' + bound).strip()
+    what = ('an integer ' + bound_text(low, high)).strip()
 
     def parse(value: str) -> int:
         import argparse
         try:
-            number = int(value)
+            return check_int('value', int(value), low, high)
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f'{what}, got {value!r}') from None
-        too_low = low is not None and number < low
-        too_high = high is not None and number > high
-        if too_low or too_high:
-            raise argparse.ArgumentTypeError(f'{what}, got {value!r}')
-        return number
 
     parse.__name__ = 'bounded_int'
     return parse
@@ -172,13 +152,10 @@ def unit_float(value: str) -> float:
     """
     import argparse
     try:
-        number = float(value)
-    except ValueError:
-        number = float('nan')
-    if not 0 <= number <= 1:
+        return finite_float(0, 1)(value)
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
-            f'a number in [0, 1], got {value!r}')
-    return number
+            f'a number in [0, 1], got {value!r}') from None
 
 
 def trust_radius(value: str) -> Optional[float]:

@@ -1,0 +1,162 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""The library validates what its tools validate: a NaN, an infinity or an
+out-of-range number given to the Python API is refused in one line naming
+the argument, and nothing non-finite reaches a prior, a table or a result
+through a cache or the ONNX runtime (the numbered cases of the second
+careless-user audit)."""
+import argparse
+import json
+import math
+import os.path as osp
+
+import numpy as np
+import pytest
+import torch
+from mmengine.structures import InstanceData
+
+from mmcalidet.decoder_cache import CacheError, DecoderCache
+from mmcalidet.evaluation import (CocoEvaluator, OnlineSelfCalibrator,
+                                  calibration_step, fit_site_prior,
+                                  prediction_statistics, self_calibrate)
+from mmcalidet.evaluation.baselines import CooccurrenceRescoring
+from mmcalidet.evaluation.tool_options import add_model_args
+from mmcalidet.priors import flat_prior
+from mmcalidet.utils.validation import (check_finite_array, check_float,
+                                        check_int)
+
+K = 4
+NAN = float('nan')
+
+
+def one_line(exc_info) -> str:
+    """The error's message, asserted to be one line."""
+    message = str(exc_info.value)
+    assert '\n' not in message, message
+    return message
+
+
+def test_check_float_and_int_name_the_argument():
+    assert check_float('eta', 4) == 4.0
+    assert check_float('r', None, 0, allow_none=True) is None
+    for bad in (NAN, math.inf, -math.inf, '1', True, None, 0.0, -1):
+        with pytest.raises(ValueError, match=r'^eta must be a finite number '
+                           r'> 0, got '):
+            check_float('eta', bad, 0, low_open=True)
+    assert check_int('iters', 0, 0) == 0 and check_int('n', 3.0, 1) == 3
+    for bad in (NAN, 2.5, -1, '3', True):
+        with pytest.raises(ValueError, match=r'^iters must be an integer'):
+            check_int('iters', bad, 0)
+    check_finite_array(np.ones(3), 'x')
+    with pytest.raises(ValueError, match=r'the prior holds a non-finite '
+                       r'value \(nan at index \(1,\)\)'):
+        check_finite_array(np.array([0.5, NAN]), 'the prior')
+    with pytest.raises(ValueError, match='hidden'):
+        check_finite_array(torch.tensor([[0.0, math.inf]]), 'hidden')
+
+
+# 1. --cooc-beta nan made every co-occurrence score NaN, tables written
+def test_cooc_beta_nan_is_refused_by_the_parser_and_the_api(capsys):
+    parser = argparse.ArgumentParser()
+    add_model_args(parser)
+    assert parser.parse_args(['--cooc-beta', '0.5']).cooc_beta == 0.5
+    for value in ('nan', 'inf'):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(['--cooc-beta', value])
+        assert exc.value.code == 2
+        assert 'argument --cooc-beta: a finite number' in \
+            capsys.readouterr().err
+    for option in ('--max-images', '--rescore-batch-size', '--batch-size'):
+        with pytest.raises(SystemExit):
+            parser.parse_args([option, '0'])
+    with pytest.raises(ValueError, match='^beta must be a finite number'):
+        CooccurrenceRescoring(flat_prior(K), beta=NAN)
+    from mmcalidet.evaluation import EvalSetup
+
+    # refused before any config or checkpoint is read
+    with pytest.raises(ValueError, match='^cooc_beta must be a finite'):
+        EvalSetup('no_such_config.py', 'none', cooc_beta=NAN)
+
+
+# 2. eta = nan or inf gave the flat prior E0 exactly (NaN filled with 0.5)
+@pytest.mark.parametrize('eta', [NAN, math.inf, 0.0, -1.0])
+def test_a_non_finite_step_size_is_refused(eta):
+    with pytest.raises(ValueError, match='^eta must be a finite number > 0'):
+        self_calibrate(None, [], eta=eta)  # checked before the model is
+    with pytest.raises(ValueError, match='^eta must be a finite number > 0'):
+        OnlineSelfCalibrator(init_prior=flat_prior(K), eta=eta)
+    from mmcalidet.engine.self_calibration_hook import \
+        OnlineSelfCalibrationHook
+    with pytest.raises(ValueError, match='^eta must be a finite number > 0'):
+        OnlineSelfCalibrationHook(eta=eta)
+    prior = flat_prior(K)
+    with pytest.raises(ValueError, match=r'^eta \(the step size\) must be'):
+        calibration_step(prior, prior, np.full(K, 0.5), eta)
+
+
+def test_a_calibration_step_names_the_non_finite_input():
+    prior, stats, z = flat_prior(K), flat_prior(K), np.full(K, 0.5)
+    bad = prior.copy()
+    bad[0, 1] = NAN
+    with pytest.raises(ValueError, match='^the prior E_c holds a non-'):
+        calibration_step(bad, stats, z, 4.0)
+    with pytest.raises(ValueError, match='^the prediction statistics E_i'):
+        calibration_step(prior, bad, z, 4.0)
+    with pytest.raises(ValueError, match='^the mean detection scores Z'):
+        calibration_step(prior, stats, np.full(K, NAN), 4.0)
+
+
+def test_the_online_hook_restores_the_prior_when_saving_fails(
+        tmp_path, monkeypatch):
+    """The hook failed after the epoch and left the calibrated prior in
+    the model."""
+    from mmcalidet.engine.self_calibration_hook import \
+        OnlineSelfCalibrationHook
+
+    class Model:
+        prior = 'E_t'
+
+        def get_prior(self):
+            return flat_prior(K)
+
+        def set_prior(self, prior):
+            self.prior = prior
+
+    class Logger:
+
+        def info(self, *args):
+            pass
+
+        warning = info
+
+    class Runner:
+        model = Model()
+        logger = Logger()
+        work_dir = str(tmp_path)
+
+    runner = Runner()
+    hook = OnlineSelfCalibrationHook(save_prior='prior.json')
+    hook._saved = 'E_t'
+    hook.calibrator = OnlineSelfCalibrator(init_prior=flat_prior(K))
+    hook._classes = lambda runner, model: [str(k) for k in range(K)]
+    runner.model.prior = 'E_c'
+
+    def full_disk(*args, **kwargs):
+        raise OSError('no space left on device')
+
+    import mmcalidet.priors
+    monkeypatch.setattr(mmcalidet.priors, 'save_prior', full_disk)
+    with pytest.raises(OSError, match='no space'):
+        hook._end(runner)
+    assert runner.model.prior == 'E_t'
+
+
+# 3. score_thr = nan (or 2.0) was accepted and did nothing
+@pytest.mark.parametrize('score_thr', [NAN, 2.0, -0.1])
+def test_a_score_threshold_outside_0_1_is_refused(score_thr):
+    with pytest.raises(ValueError, match=r'^score_thr must be a finite '
+                       r'number in \[0, 1\]'):
+        self_calibrate(None, [], score_thr=score_thr)
+    with pytest.raises(ValueError, match='^score_thr must be'):
+        OnlineSelfCalibrator(init_prior=flat_prior(K), score_thr=score_thr)
+    with pytest.raises(ValueError, match='^score_thr must be'):
+        prediction_statistics([], K, score_thr)
