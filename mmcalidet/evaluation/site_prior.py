@@ -34,6 +34,7 @@ import numpy as np
 
 from ..priors import batch_prior
 from ..utils.progress import progress_bar
+from ..utils.validation import check_int
 from .coco import CocoEvaluator, paired_bootstrap
 from .scoring import Rescorer
 
@@ -110,6 +111,11 @@ class SitePriorFit:
         table (list[dict]): every candidate's ``absent``, ``alpha``,
             ``gain``.
         accept (str): the rule that took it (:data:`ACCEPT`).
+        dropped (dict): what of the images' annotations the fit could not
+            use (:func:`site_annotation_counts`): ``unknown_class``
+            (annotations of classes the model does not have) and
+            ``images_without_labels`` (images that count only as
+            negatives), where not 0; also in the prior file.
     """
     prior: np.ndarray
     estimate: np.ndarray
@@ -122,6 +128,7 @@ class SitePriorFit:
     folds: int
     table: List[Dict] = field(default_factory=list)
     accept: str = DEFAULT_ACCEPT
+    dropped: Dict[str, int] = field(default_factory=dict)
 
     def meta(self) -> Dict:
         """The keys a fitted prior file records (``save_prior(**meta)``)."""
@@ -134,7 +141,43 @@ class SitePriorFit:
             accept=self.accept,
             cv_gain_ap=round(self.gain, 3),
             cv_gain_interval_95=[round(self.low, 3),
-                                 round(self.high, 3)])
+                                 round(self.high, 3)],
+            dropped=dict(self.dropped))
+
+
+def site_annotation_counts(evaluator: CocoEvaluator, img_ids: Sequence,
+                           label_lists: Sequence[Sequence[int]]
+                           ) -> Dict[str, int]:
+    """What a site's annotation file holds for some images and what of
+    it a fit can use.
+
+    Args:
+        evaluator (CocoEvaluator): the site's annotations (``coco``) and
+            the model's categories (``cat_ids``).
+        img_ids (Sequence): the images' COCO ids.
+        label_lists (Sequence[Sequence[int]]): their ground-truth labels
+            as the cache holds them (those of the model's classes).
+
+    Returns:
+        dict: ``annotations`` (all, of any class), ``used`` (the labels
+        the fit reads), ``unknown_class`` (annotations of a category the
+        model does not have) and ``images_without_labels``.
+    """
+    known = set(getattr(evaluator, 'cat_ids', ()) or ())
+    coco = getattr(evaluator, 'coco', None)
+    total = unknown = 0
+    if coco is not None and known:
+        for img_id in img_ids:
+            for ann in coco.imgToAnns.get(img_id, ()):
+                total += 1
+                unknown += ann.get('category_id') not in known
+    used = int(sum(len(labels) for labels in label_lists))
+    return dict(
+        annotations=max(total, used),
+        used=used,
+        unknown_class=int(unknown),
+        images_without_labels=int(
+            sum(len(labels) == 0 for labels in label_lists)))
 
 
 def fit_site_prior(rescorer: Rescorer,
@@ -173,7 +216,11 @@ def fit_site_prior(rescorer: Rescorer,
         SitePriorFit: the prior and its record.
 
     Raises:
-        ValueError: fewer than 2 images, or a bad candidate.
+        ValueError: fewer than 2 images, a bad candidate, or no
+            annotation of the model's classes on the images (the number
+            of those found is named). Annotations left out (classes the
+            model does not have, images without one) are counted in
+            ``dropped`` and logged.
     """
     cache = rescorer.cache
     indices = list(range(
@@ -184,6 +231,9 @@ def fit_site_prior(rescorer: Rescorer,
                          f'got {n}')
     if not alphas or any(not np.isfinite(a) or a <= 0 for a in alphas):
         raise ValueError(f'alphas must be finite and > 0, got {alphas}')
+    check_int('folds', folds, 2)
+    check_int('resamples', resamples, 0)
+    check_int('seed', seed, 0)
     if accept not in ACCEPT:
         raise ValueError(f'accept must be one of {ACCEPT}, got {accept!r}')
     if accept == 'interval' and not resamples:
@@ -193,6 +243,27 @@ def fit_site_prior(rescorer: Rescorer,
     all_labels, all_ids = cache.gt_label_lists(), cache.img_ids()
     labels = [all_labels[i] for i in indices]
     img_ids = [all_ids[i] for i in indices]
+    counts = site_annotation_counts(evaluator, img_ids, labels)
+    if counts['used'] == 0:
+        raise ValueError(
+            f'the {n} site images hold no annotation of the model\'s '
+            f'classes to fit a prior on ({counts["annotations"]} '
+            f'annotations found, {counts["unknown_class"]} of classes the '
+            'model does not have)')
+    dropped = {
+        key: counts[key]
+        for key in ('unknown_class', 'images_without_labels') if counts[key]
+    }
+    if counts['unknown_class']:
+        from mmengine.logging import print_log
+        print_log(
+            f'fit_site_prior: {counts["unknown_class"]} of '
+            f'{counts["annotations"]} site annotations are of classes the '
+            'model does not have and are left out; '
+            f'{counts["images_without_labels"]} of {n} images hold none of '
+            'its classes',
+            logger='current',
+            level=30)
     order = np.random.default_rng(seed).permutation(n)
     parts = np.array_split(order, folds)
     candidates = [(form, float(a)) for form in absent for a in alphas]
@@ -216,6 +287,10 @@ def fit_site_prior(rescorer: Rescorer,
     for cand in candidates:
         matches[cand] = evaluator.image_matches(img_ids, predictions[cand])
         gain = 100 * (matches[cand].ap() - base_ap)
+        if not np.isfinite(gain):
+            raise ValueError(
+                f'the AP gain of candidate {cand} is {gain}: the site\'s '
+                'cached hidden states or annotations give no finite AP')
         table.append(dict(absent=cand[0], alpha=cand[1], gain=gain))
     best = max(table, key=lambda row: (row['gain'], -row['alpha']))
     interval = None  # the best candidate's, when it gains
@@ -243,7 +318,8 @@ def fit_site_prior(rescorer: Rescorer,
         high=interval['high'],
         folds=folds,
         table=table,
-        accept=accept)
+        accept=accept,
+        dropped=dropped)
 
 
 def mean_interval(values: Sequence[float],

@@ -160,3 +160,114 @@ def test_a_score_threshold_outside_0_1_is_refused(score_thr):
         OnlineSelfCalibrator(init_prior=flat_prior(K), score_thr=score_thr)
     with pytest.raises(ValueError, match='^score_thr must be'):
         prediction_statistics([], K, score_thr)
+
+
+def coco_site(tmp_path, images, categories):
+    """A COCO file: ``images`` is a list of annotation category ids per
+    image (each annotation one 20 x 20 box)."""
+    imgs, anns = [], []
+    for i, cats in enumerate(images, start=1):
+        imgs.append(dict(id=i, width=100, height=100, file_name=f'{i}.jpg'))
+        for k, cat in enumerate(cats):
+            anns.append(
+                dict(
+                    id=len(anns) + 1,
+                    image_id=i,
+                    category_id=cat,
+                    bbox=[10.0 + 25 * k, 10.0, 20.0, 20.0],
+                    area=400.0,
+                    iscrowd=0))
+    path = tmp_path / 'site.json'
+    path.write_text(
+        json.dumps(
+            dict(
+                images=imgs,
+                annotations=anns,
+                categories=[
+                    dict(id=c, name=name) for c, name in categories
+                ])))
+    return str(path)
+
+
+class SiteRescorer:
+    """Each ground-truth box of the model's classes detected with its class
+    at a score that depends on the prior (no detector)."""
+
+    def __init__(self, evaluator, img_ids):
+        known = {c: k for k, c in enumerate(evaluator.cat_ids)}
+        self.rows = []
+        for img_id in img_ids:
+            anns = [
+                a for a in evaluator.coco.imgToAnns.get(img_id, [])
+                if a['category_id'] in known
+            ]
+            boxes = np.array([[
+                a['bbox'][0], a['bbox'][1], a['bbox'][0] + a['bbox'][2],
+                a['bbox'][1] + a['bbox'][3]
+            ] for a in anns]).reshape(-1, 4)
+            labels = np.array([known[a['category_id']] for a in anns],
+                              dtype=np.int64)
+            self.rows.append((img_id, boxes, labels))
+        rows = self.rows
+
+        class Cache:
+
+            def __len__(self):
+                return len(rows)
+
+            def gt_label_lists(self):
+                return [labels for _, _, labels in rows]
+
+            def img_ids(self):
+                return [img_id for img_id, _, _ in rows]
+
+        self.cache = Cache()
+
+    def predict(self, prior, indices=None):
+        prior = np.asarray(prior)
+        indices = range(len(self.rows)) if indices is None else indices
+        out = []
+        for i in indices:
+            _, boxes, labels = self.rows[i]
+            scores = [0.3 + 0.5 * prior[c, (c + 1) % K] for c in labels]
+            out.append(
+                InstanceData(
+                    bboxes=boxes.astype(np.float32),
+                    scores=np.asarray(scores, dtype=np.float32),
+                    labels=labels))
+        return out
+
+
+# 4. annotations of classes the model does not have were dropped silently
+def test_fit_site_prior_counts_and_reports_what_it_drops(tmp_path):
+    from mmcalidet.testing import captured_log
+    cats = [(k + 1, f'c{k}') for k in range(K)] + [(99, 'stranger')]
+    images = [[1, 2, 99], [3, 99], [1, 4], [2, 3, 99], [], [1]] * 2
+    path = coco_site(tmp_path, images, cats)
+    evaluator = CocoEvaluator(path, [f'c{k}' for k in range(K)])
+    rescorer = SiteRescorer(evaluator, list(range(1, len(images) + 1)))
+    with captured_log() as log:
+        fit = fit_site_prior(
+            rescorer, evaluator, flat_prior(K), resamples=20, folds=2)
+    assert fit.dropped == dict(unknown_class=6, images_without_labels=2)
+    assert fit.meta()['dropped'] == fit.dropped
+    assert any('6 of 22 site annotations are of classes the model does '
+               'not have' in line for line in log), log
+
+
+# 5. a site without annotations gave NaN gains, recorded as 0.0 [0, 0]
+def test_a_site_without_usable_annotations_is_refused(tmp_path):
+    cats = [(k + 1, f'c{k}') for k in range(K)] + [(99, 'stranger')]
+    for images, found in (([[]] * 6, 0), ([[99], [99, 99], []] * 2, 6)):
+        path = coco_site(tmp_path, images, cats)
+        evaluator = CocoEvaluator(path, [f'c{k}' for k in range(K)])
+        rescorer = SiteRescorer(evaluator, list(range(1, len(images) + 1)))
+        with pytest.raises(ValueError) as exc:
+            fit_site_prior(
+                rescorer, evaluator, flat_prior(K), resamples=20, folds=2)
+        assert f'the 6 site images hold no annotation of the model\'s ' \
+            f'classes to fit a prior on ({found} annotations found, ' \
+            f'{found} of classes the model does not have)' == \
+            one_line(exc)
+    with pytest.raises(ValueError, match='^folds must be an integer >= 2'):
+        fit_site_prior(rescorer, evaluator, flat_prior(K), folds=NAN)
