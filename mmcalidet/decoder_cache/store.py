@@ -33,6 +33,7 @@ import torch
 from mmdet.structures import DetDataSample
 from torch import Tensor
 
+from ..utils.validation import check_finite_array
 from .npy import npy_problem
 from .samples import rebuild_data_sample
 
@@ -202,6 +203,10 @@ class DecoderCache:
         #: whether an existing folder was reused rather than made
         self.reused = False
         self._samples: Optional[List[DetDataSample]] = None
+        #: images whose stored values were found finite (each is checked
+        #: on its first read, so the check costs one pass over the cache)
+        self._finite = np.zeros(n, dtype=bool)
+        self._finite_last = np.zeros(n, dtype=bool)
 
     @classmethod
     def open(cls, folder: str) -> 'DecoderCache':
@@ -228,6 +233,59 @@ class DecoderCache:
                 len(metainfo) != meta['num_entries']:
             raise CacheError(path, 'not one record per image')
         return cls(metainfo=metainfo, meta=meta, folder=folder, **arrays)
+
+    def _check_finite(self,
+                      idx: np.ndarray,
+                      hidden: np.ndarray,
+                      boxes: np.ndarray,
+                      all_layers: bool = False) -> None:
+        """Refuse non-finite hidden states or boxes of the images ``idx``
+        (read as ``hidden``, ``boxes``) on their first read: every layer
+        (``all_layers``) or the last."""
+        seen = self._finite if all_layers else self._finite_last
+        new = ~seen[idx]
+        if not new.any():
+            return
+        for name, values in (('hidden', hidden), ('boxes', boxes)):
+            part = values if new.all() else values[new]
+            if not np.isfinite(part).all():
+                rows = idx if new.all() else idx[new]
+                bad = [
+                    int(rows[i]) for i in range(len(part))
+                    if not np.isfinite(part[i]).all()
+                ]
+                path = f'<in memory>/{name}' if self.folder is None else \
+                    osp.join(self.folder, f'{name}.npy')
+                raise CacheError(
+                    path, f'the {name} values of image {bad[0]} are not '
+                    f'finite ({len(bad)} such image(s) in this read): the '
+                    'cache is damaged; make it again')
+        seen[idx] = True
+        if all_layers:
+            self._finite_last[idx] = True
+
+    def check_values(self, chunk: int = 64) -> 'DecoderCache':
+        """Read every image once and check its hidden states and boxes
+        are finite (what :meth:`get` and :meth:`layers_of` check on a
+        first read).
+
+        Args:
+            chunk (int): images per read.
+
+        Returns:
+            DecoderCache: itself.
+
+        Raises:
+            CacheError: naming the file and the first bad image.
+        """
+        for start in range(0, len(self), chunk):
+            idx = np.arange(start, min(start + chunk, len(self)))
+            self._check_finite(
+                idx,
+                np.asarray(self.hidden[idx]),
+                np.asarray(self.boxes[idx]),
+                all_layers=True)
+        return self
 
     def __len__(self) -> int:
         return len(self.hidden)
@@ -291,11 +349,19 @@ class DecoderCache:
 
     def layers_of(self, index: int) -> Tuple[Tensor, Tensor]:
         """Every stored layer of an image: hidden states (L', Q, d) and
-        boxes (L', Q, 4), float32 CPU tensors (training items)."""
-        return (torch.from_numpy(
-            np.array(self.hidden[index], dtype=np.float32)),
-                torch.from_numpy(
-                    np.array(self.boxes[index], dtype=np.float32)))
+        boxes (L', Q, 4), float32 CPU tensors (training items).
+
+        Raises:
+            CacheError: the image's stored values are not finite.
+        """
+        hidden = np.array(self.hidden[index], dtype=np.float32)
+        boxes = np.array(self.boxes[index], dtype=np.float32)
+        self._check_finite(
+            np.array([index], dtype=np.int64),
+            hidden[None],
+            boxes[None],
+            all_layers=True)
+        return torch.from_numpy(hidden), torch.from_numpy(boxes)
 
     def get(
         self,
@@ -312,10 +378,15 @@ class DecoderCache:
         Returns:
             tuple: hidden states (B, Q, d) and boxes (B, Q, 4), float32,
             and the data samples.
+
+        Raises:
+            CacheError: the stored values of an image are not finite (each
+                image is checked on its first read).
         """
         idx = np.asarray(indices, dtype=np.int64)
         hidden = np.array(self.hidden[idx, -1], dtype=np.float32)
         boxes = np.array(self.boxes[idx, -1], dtype=np.float32)
+        self._check_finite(idx, hidden, boxes)
         samples = self.data_samples
         return (torch.from_numpy(hidden).to(device),
                 torch.from_numpy(boxes).to(device), [samples[k] for k in idx])

@@ -271,3 +271,57 @@ def test_a_site_without_usable_annotations_is_refused(tmp_path):
             one_line(exc)
     with pytest.raises(ValueError, match='^folds must be an integer >= 2'):
         fit_site_prior(rescorer, evaluator, flat_prior(K), folds=NAN)
+
+
+def nan_cache(tmp_path, layers='all'):
+    """A cache folder of the right size whose hidden states of image 1 are
+    NaN (as a damaged disk or a broken writer would leave it)."""
+    from mmdet.structures import DetDataSample
+
+    from mmcalidet.decoder_cache import DecoderCacheWriter
+    writer = DecoderCacheWriter(
+        str(tmp_path / 'cache'), fingerprint=dict(a=1), layers=layers)
+    g = torch.Generator().manual_seed(0)
+    samples = []
+    for k in range(3):
+        ds = DetDataSample(
+            metainfo=dict(
+                img_id=k, img_path=f'{k}.jpg', img_shape=(8, 8),
+                ori_shape=(8, 8), scale_factor=(1.0, 1.0)))
+        ds.gt_instances = InstanceData(
+            bboxes=torch.zeros(1, 4), labels=torch.zeros(1, dtype=torch.long))
+        samples.append(ds)
+    writer.add(
+        torch.randn(2, 3, 5, 8, generator=g), torch.rand(2, 3, 5, 4,
+                                                         generator=g),
+        samples, 0)
+    folder = writer.commit().folder
+    hidden = np.load(osp.join(folder, 'hidden.npy'), mmap_mode='r+')
+    hidden[1] = np.nan
+    hidden.flush()
+    del hidden
+    return folder
+
+
+# 6. a cache whose hidden states are NaN was "reused" and "valid"
+def test_a_cache_of_non_finite_hidden_states_is_refused_naming_the_file(
+        tmp_path, run_tool):
+    folder = nan_cache(tmp_path)
+    cache = DecoderCache.open(folder)  # the header checks still pass
+    hidden, _, _ = cache.get([0, 2])  # the good images are read
+    assert torch.isfinite(hidden).all()
+    hidden_file = osp.join(folder, 'hidden.npy')
+    for read in (lambda: cache.get([2, 1]), lambda: cache.layers_of(1),
+                 lambda: DecoderCache.open(folder).check_values()):
+        with pytest.raises(CacheError) as exc:
+            read()
+        assert isinstance(exc.value, ValueError)
+        assert one_line(exc).startswith(
+            f'decoder cache file {hidden_file}: the hidden values of image '
+            '1 are not finite')
+    proc = run_tool('tools/analysis_tools/cache_decoder_outputs.py',
+                    '--check', folder)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert 'valid' not in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        f'cache_decoder_outputs.py: error: decoder cache file {hidden_file}')

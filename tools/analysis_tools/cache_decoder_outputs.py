@@ -38,7 +38,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         '--check',
         metavar='DIR',
         help='only validate the cache folder DIR (every file against its '
-        'meta.json) and describe it')
+        'meta.json, every stored value finite) and describe it')
     parser.add_argument(
         '--passes',
         type=positive_int,
@@ -90,7 +90,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from mmcalidet.decoder_cache import DecoderCache, ensure_decoder_cache
     if args.check is not None:
-        print(f'valid: {describe(DecoderCache.open(args.check))}')
+        cache = DecoderCache.open(args.check).check_values()
+        print(f'valid: {describe(cache)}')
         return 0
     from mmcalidet.utils.log_level import library_output_to
     start = time.perf_counter()
