@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from ..utils.validation import check_finite_array, check_float, check_int
 from .export import META_KEY
 
 ImageLike = Union[str, os.PathLike, np.ndarray]
@@ -43,14 +44,21 @@ class OnnxDetector:
         import onnxruntime as ort
         if not os.path.isfile(onnx_file):
             raise FileNotFoundError(f'ONNX file not found: {onnx_file}')
+        check_int('threads', threads, 0, allow_none=True)
         options = ort.SessionOptions()
         if threads is not None:
             options.intra_op_num_threads = int(threads)
         options.log_severity_level = 3
-        self.session = ort.InferenceSession(
-            onnx_file,
-            sess_options=options,
-            providers=list(providers or ['CPUExecutionProvider']))
+        try:
+            self.session = ort.InferenceSession(
+                onnx_file,
+                sess_options=options,
+                providers=list(providers or ['CPUExecutionProvider']))
+        except Exception as exc:  # ONNX Runtime's own types (protobuf ...)
+            reason = str(exc).strip().splitlines()[0] if str(exc) else \
+                type(exc).__name__
+            raise ValueError(f'{onnx_file} is not an ONNX model ONNX Runtime '
+                             f'can load: {reason}') from None
         custom = self.session.get_modelmeta().custom_metadata_map
         if META_KEY not in custom:
             raise ValueError(f'{onnx_file} has no {META_KEY} metadata: '
@@ -82,11 +90,16 @@ class OnnxDetector:
                 whose prior is folded.
         """
         if not self.prior_input:
-            if prior is not None:
+            if prior is not None and self.meta.get('folded', True):
                 raise ValueError(
                     f'{self.onnx_file} has its prior folded into its '
                     'weights: export it with --prior-input to give priors '
                     'at run time')
+            if prior is not None:
+                raise ValueError(
+                    f'{self.onnx_file} is an export of a '
+                    f'{self.meta.get("model", "detector")}, which takes no '
+                    'prior: give no --prior (or export a CaliDet detector)')
             return None
         if prior is None:
             return self.default_prior
@@ -132,12 +145,34 @@ class OnnxDetector:
     def run_input(self,
                   tensor: np.ndarray,
                   prior: Optional[np.ndarray] = None) -> tuple:
-        """The graph's raw outputs for an input tensor and a resolved
-        prior (:meth:`resolve_prior`).
+        """The graph's raw outputs for an input tensor and a prior.
+
+        The prior gets the checks of :meth:`resolve_prior` (shape, NaN,
+        range, folded graph), and the input must be a finite (1, 3, H, W)
+        array of the graph's size: what the session would turn into NaN
+        scores is refused first.
+
+        Args:
+            tensor (np.ndarray): the input (:meth:`preprocess`).
+            prior: see :meth:`resolve_prior`.
 
         Returns:
             tuple[np.ndarray, np.ndarray]: ``dets`` (N, 5) and ``labels``.
+
+        Raises:
+            ValueError: a bad prior or input, in one line.
         """
+        tensor = np.asarray(tensor)
+        shape = (1, 3, *self.meta['input_shape'])
+        if tuple(tensor.shape) != shape:
+            raise ValueError(f'the input must have the shape {shape}, got '
+                             f'{tuple(tensor.shape)}')
+        check_finite_array(tensor, 'the input tensor')
+        return self._run(tensor.astype(np.float32, copy=False),
+                         self.resolve_prior(prior))
+
+    def _run(self, tensor: np.ndarray, prior: Optional[np.ndarray]) -> tuple:
+        """:meth:`run_input` on a checked input and resolved prior."""
         feeds = {'input': tensor}
         if self.prior_input:
             feeds['prior'] = self.default_prior if prior is None else prior
@@ -160,13 +195,14 @@ class OnnxDetector:
             in the original image's pixels), ``scores``, ``labels`` and
             ``label_names`` (when the classes are known), best first.
         """
+        check_float('score_thr', score_thr, 0, 1)
         matrix = self.resolve_prior(prior)
         single = isinstance(images, (str, os.PathLike, np.ndarray))
         results = []
         for image in ([images] if single else list(images)):
             tensor, (h_scale, w_scale), (orig_h, orig_w) = \
                 self.preprocess(image)
-            dets, labels = self.run_input(tensor, matrix)
+            dets, labels = self._run(tensor, matrix)
             boxes = dets[:, :4] / np.array(
                 [w_scale, h_scale, w_scale, h_scale], np.float32)
             boxes[:, 0::2] = boxes[:, 0::2].clip(0, orig_w)

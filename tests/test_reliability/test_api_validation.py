@@ -325,3 +325,83 @@ def test_a_cache_of_non_finite_hidden_states_is_refused_naming_the_file(
     assert 'valid' not in proc.stdout
     assert proc.stderr.strip().splitlines()[-1].startswith(
         f'cache_decoder_outputs.py: error: decoder cache file {hidden_file}')
+
+
+class FakeSession:
+    """Records what ONNX Runtime was fed."""
+
+    def __init__(self):
+        self.feeds = []
+
+    def run(self, names, feeds):
+        self.feeds.append(feeds)
+        return np.zeros((0, 5), np.float32), np.zeros((0, ), np.int64)
+
+
+def fake_detector(prior_input=True, folded=False, model='CaliDINO'):
+    """An OnnxDetector over a fake session (its checks run before the
+    session; no export needed)."""
+    from mmcalidet.deploy import OnnxDetector
+    detector = OnnxDetector.__new__(OnnxDetector)
+    detector.session = FakeSession()
+    detector.onnx_file = 'm.onnx'
+    detector.meta = dict(
+        input_shape=[8, 8], prior_input=prior_input, folded=folded,
+        model=model)
+    detector.classes = None
+    detector.num_classes = K
+    detector.prior_input = prior_input
+    detector.default_prior = flat_prior(K).astype(np.float32)
+    return detector
+
+
+# 8. run_input with a NaN prior returned NaN scores; 3. score_thr nan
+#    returned no detections
+def test_run_input_checks_the_prior_as_the_call_does():
+    detector = fake_detector()
+    tensor = np.zeros((1, 3, 8, 8), np.float32)
+    bad = flat_prior(K)
+    bad[0, 1] = NAN
+    with pytest.raises(ValueError, match='non-finite') as exc:
+        detector.run_input(tensor, bad)
+    one_line(exc)
+    with pytest.raises(ValueError, match='the input tensor holds'):
+        detector.run_input(np.full((1, 3, 8, 8), NAN, np.float32))
+    with pytest.raises(ValueError, match='shape'):
+        detector.run_input(np.zeros((1, 3, 9, 8), np.float32))
+    assert detector.session.feeds == []
+    detector.run_input(tensor, flat_prior(K))
+    assert detector.session.feeds[0]['prior'].dtype == np.float32
+    with pytest.raises(ValueError, match=r'^score_thr must be a finite '
+                       r'number in \[0, 1\]'):
+        detector(np.zeros((8, 8, 3), np.uint8), score_thr=NAN)
+    assert len(detector.session.feeds) == 1
+
+
+# 10. a plain DINO's export given a prior was told it is "folded"
+def test_a_plain_export_is_told_it_takes_no_prior():
+    with pytest.raises(ValueError, match='DINO, which takes no prior'):
+        fake_detector(prior_input=False, model='DINO').resolve_prior(
+            'coco2017_val')
+    with pytest.raises(ValueError, match='folded into its weights'):
+        fake_detector(prior_input=False, folded=True).resolve_prior(
+            'coco2017_val')
+
+
+# 9. onnx_demo.py on a file that is not ONNX: a traceback
+def test_a_file_that_is_not_onnx_is_refused_in_one_line(tmp_path, run_tool):
+    from mmcalidet.deploy import OnnxDetector
+    bogus = tmp_path / 'model.onnx'
+    bogus.write_text('not an onnx file')
+    with pytest.raises(ValueError, match='is not an ONNX model') as exc:
+        OnnxDetector(str(bogus))
+    one_line(exc)
+    image = osp.join(tmp_path, 'x.png')
+    import mmcv
+    mmcv.imwrite(np.zeros((8, 8, 3), np.uint8), image)
+    proc = run_tool('tools/deployment/onnx_demo.py', image, str(bogus),
+                    '--out-dir', str(tmp_path / 'out'))
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and 'is not an ONNX model' in lines[0], \
+        proc.stderr
