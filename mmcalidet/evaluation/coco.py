@@ -90,9 +90,10 @@ class CocoEvaluator:
     def _memo_key(self, img_ids, results, eval_img_ids) -> Optional[tuple]:
         if self._memo is None:
             return None
-        return (tuple(int(i) for i in img_ids), None if eval_img_ids is None
-                else tuple(int(i) for i in eval_img_ids),
-                tuple(id(r) for r in results))
+        return (tuple(int(i) for i in img_ids),
+                None if eval_img_ids is None else tuple(
+                    int(i)
+                    for i in eval_img_ids), tuple(id(r) for r in results))
 
     def area_ranges(self, img_ids: Sequence[int], cat_ids: Sequence[int],
                     params) -> List[int]:
@@ -266,11 +267,10 @@ class CocoEvaluator:
             self._memo[key]['full'] = dict(metrics)
         return metrics
 
-    def evaluate_ap(
-            self,
-            img_ids: Sequence[int],
-            results: Sequence[InstanceData],
-            eval_img_ids: Optional[Sequence[int]] = None) -> float:
+    def evaluate_ap(self,
+                    img_ids: Sequence[int],
+                    results: Sequence[InstanceData],
+                    eval_img_ids: Optional[Sequence[int]] = None) -> float:
         """The ``AP`` of :meth:`evaluate` alone, at a fraction of its
         cost: COCOeval matches and accumulates only the area range
         ``all`` and the ``maxDets`` the AP reads (100), and the AP is
@@ -293,8 +293,7 @@ class CocoEvaluator:
         if 100 not in self.proposal_nums:  # summarize() finds no AP
             return self.evaluate(img_ids, results, eval_img_ids)['AP']
         coco_eval = self._cocoeval(
-            img_ids, results, eval_img_ids, all_area_only=True,
-            max_dets=[100])
+            img_ids, results, eval_img_ids, all_area_only=True, max_dets=[100])
         ap = float('nan')
         if coco_eval is not None:
             with contextlib.redirect_stdout(io.StringIO()):
@@ -542,8 +541,9 @@ class ImageMatches:
                 # COCOeval: precision made monotone, read at each threshold
                 precision = np.maximum.accumulate(
                     precision[..., ::-1], axis=2)[..., ::-1]
-                precisions[rows, k] = self._at_thresholds(
-                    tps, precision, num_gt[rows, k])
+                precisions[rows,
+                           k] = self._at_thresholds(tps, precision,
+                                                    num_gt[rows, k])
         out = np.full(num_draws, np.nan)
         for r in np.flatnonzero(has_gt.any(axis=1)):
             out[r] = precisions[r][has_gt[r]].ravel().mean()
@@ -571,8 +571,7 @@ class ImageMatches:
                 hits[t, len(r):] = r[-1] if len(r) else 0
                 pad[t, :len(r)] = False
             counted = true_pos + false_pos
-            self._hits[k] = (hits, pad,
-                             None if counted.all() else counted)
+            self._hits[k] = (hits, pad, None if counted.all() else counted)
         return self._hits[k]
 
     def _at_thresholds(self, tps: np.ndarray, precision: np.ndarray,
@@ -607,8 +606,8 @@ class ImageMatches:
         need -= (need > 0) & ((need - 1) / num_gt >= thrs)
         num_rows = num_draws * num_iou
         span = num_gt.max() + 2
-        offset = np.arange(num_rows, dtype=np.float64).reshape(
-            num_draws, num_iou, 1) * span
+        offset = np.arange(
+            num_rows, dtype=np.float64).reshape(num_draws, num_iou, 1) * span
         flat = (tps + offset).ravel()
         if span <= need.shape[1]:
             # few ground truths: the counts 0 .. num_gt + 1 are fewer than
@@ -619,8 +618,9 @@ class ImageMatches:
                 side='left').reshape(num_draws, num_iou, -1)
             found = np.take_along_axis(
                 found,
-                np.broadcast_to(need.astype(np.int64)[:, None, :],
-                                (num_draws, num_iou, need.shape[1])),
+                np.broadcast_to(
+                    need.astype(np.int64)[:, None, :],
+                    (num_draws, num_iou, need.shape[1])),
                 axis=2)
         else:
             found = np.searchsorted(

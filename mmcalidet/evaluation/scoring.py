@@ -220,8 +220,8 @@ class Rescorer:
                     rescale=True)
                 # on the CPU already: no copy (InstanceData.cpu() rebuilds
                 # every result)
-                results.extend(batch if self.device.type == 'cpu' else
-                               (r.cpu() for r in batch))
+                results.extend(batch if self.device.type == 'cpu' else (
+                    r.cpu() for r in batch))
                 bar.update(len(idx))
         return results
 

@@ -69,9 +69,8 @@ def copy_by_copy_ap(eval_imgs, num_cats, num_imgs, positions):
         matches = np.concatenate(
             [e['dtMatches'][:, :MAX_DET] for e in entries], axis=1)[:,
                                                                     order] > 0
-        ignore = np.concatenate(
-            [e['dtIgnore'][:, :MAX_DET] for e in entries],
-            axis=1)[:, order].astype(bool)
+        ignore = np.concatenate([e['dtIgnore'][:, :MAX_DET] for e in entries],
+                                axis=1)[:, order].astype(bool)
         tps = np.cumsum(matches & ~ignore, axis=1, dtype=np.float64)
         fps = np.cumsum(~matches & ~ignore, axis=1, dtype=np.float64)
         for tp, fp in zip(tps, fps):
@@ -97,9 +96,8 @@ def test_ap_of_many_draws_equals_copy_by_copy(seed):
     # a draw of one image, possibly without ground truth at all
     draws[0] = draws[0, 0]
     fast = matches.ap_draws(draws)
-    reference = np.array([
-        copy_by_copy_ap(eval_imgs, num_cats, num_imgs, d) for d in draws
-    ])
+    reference = np.array(
+        [copy_by_copy_ap(eval_imgs, num_cats, num_imgs, d) for d in draws])
     assert fast.shape == (40, )
     assert np.array_equal(np.isnan(fast), np.isnan(reference))
     ok = ~np.isnan(reference)
@@ -189,8 +187,9 @@ def test_evaluate_ap_equals_evaluate_to_the_bit():
     assert evaluator.evaluate(ids[:10], list(results[:10])) == full
     assert evaluator.evaluate_ap(ids[:10], results[:10]) == full['AP']
     with pytest.raises(TypeError):  # other detections: evaluated
-        evaluator.evaluate(ids[:10], [InstanceData(**r) for r in
-                                      (x.to_dict() for x in results[:10])])
+        evaluator.evaluate(
+            ids[:10],
+            [InstanceData(**r) for r in (x.to_dict() for x in results[:10])])
     evaluator.remember(False)
     with pytest.raises(TypeError):
         evaluator.evaluate(ids[:10], results[:10])

@@ -152,8 +152,8 @@ def main(argv=None) -> int:
         if not isinstance(loaded[-1], dict):
             raise ValueError(f'{path}: not a results.json (no object)')
     missing = [
-        t for t in args.tables or [] if t not in loaded[0]
-        and t not in loaded[1]
+        t for t in args.tables or []
+        if t not in loaded[0] and t not in loaded[1]
     ]
     if missing:
         raise ValueError(f'--tables: neither file has {missing[0]!r}')
