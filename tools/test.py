@@ -76,6 +76,13 @@ def main(argv=None) -> None:
         # one line, before the datasets and the model are built (the
         # runner's load reports a corrupt one)
         check_checkpoint_readable(args.checkpoint)
+    if args.prior is not None:
+        # a bad prior file is refused before the runner makes work_dir
+        from mmcalidet.utils.prior_source import load_prior_source
+        try:
+            load_prior_source(args.prior)
+        except ValueError as exc:
+            raise tool_error(f'--prior: {exc}')
     cfg = Config.fromfile(args.config)
     cfg.launcher = args.launcher
     if args.cfg_options is not None:

@@ -43,7 +43,8 @@ from mmengine.runner import Runner
 
 import mmcalidet  # noqa: F401  (registers the modules and checkpoint types)
 import mmcalidet.engine.checkpoint_hooks  # noqa: F401  (registers hooks)
-from mmcalidet.decoder_cache import TrunkMismatchError, match_baseline
+from mmcalidet.decoder_cache import (CacheError, TrunkMismatchError,
+                                     check_cache, match_baseline)
 from mmcalidet.engine.run_seed import restore_run_seed
 from mmcalidet.models import NonFiniteError
 from mmcalidet.utils.checkpoint import name_checkpoint
@@ -64,9 +65,9 @@ class TrainClassesError(ValueError):
 
 #: the errors printed in one line: a bad checkpoint (unreadable, not
 #: fitting, invalid prior), a bad prior in the config, a training set of
-#: more classes than the model's head
+#: more classes than the model's head, a torn or damaged decoder cache
 ERRORS = (CheckpointError, ConfigPriorError, TrainClassesError,
-          TrunkMismatchError)
+          TrunkMismatchError, CacheError)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -212,6 +213,28 @@ class TrainClassesHook(Hook):
             'decoder cache made from a detector) of the model\'s classes')
 
 
+def check_existing_cache(cfg) -> None:
+    """Validate the decoder cache a calibrator config trains on without a
+    ``source`` (nothing would remake it), so that a torn one is named in
+    one line before the runner makes its work_dir.
+
+    Raises:
+        CacheError: naming the torn, missing or garbled file.
+    """
+    loader = cfg.get('train_dataloader') or {}
+    dataset = loader.get('dataset') if hasattr(loader, 'get') else None
+    while hasattr(dataset, 'get') and dataset.get('type') != \
+            'DecoderCacheDataset' and hasattr(dataset.get('dataset'), 'get'):
+        dataset = dataset.get('dataset')
+    if not hasattr(dataset, 'get') or \
+            dataset.get('type') != 'DecoderCacheDataset' or \
+            dataset.get('source') is not None:
+        return
+    cache_dir = dataset.get('cache_dir')
+    if cache_dir and osp.isdir(cache_dir):
+        check_cache(cache_dir)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     cfg = Config.fromfile(args.config)
@@ -234,6 +257,7 @@ def main(argv=None) -> None:
     # the baseline a calibrator calibrates, before --resume names another
     # checkpoint in load_from
     match_baseline(cfg)
+    check_existing_cache(cfg)
     if args.resume == 'auto':
         cfg.resume = True
         cfg.load_from = None

@@ -1,7 +1,8 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The image files a demo runs on: a file or a folder's images, each
-checked from its header before anything is decoded (a file that is not an
-image, or one of too many pixels, is skipped and named)."""
+checked from its header before it is decoded (a file that is not an
+image, one of too many pixels, or a truncated one is skipped and
+named)."""
 import os
 import os.path as osp
 import sys
@@ -43,8 +44,9 @@ def list_images(img: str) -> List[str]:
 
 
 def check_image(path: str, max_pixels: int) -> Optional[str]:
-    """Why an image file cannot be run, from its header alone (nothing is
-    decoded), or ``None`` if it can.
+    """Why an image file cannot be run, or ``None`` if it can: its header
+    is read first (size against ``max_pixels``, structure), and only an
+    image within the limit is decoded (a truncated file is found there).
 
     Args:
         path (str): the image file.
@@ -67,6 +69,11 @@ def check_image(path: str, max_pixels: int) -> Optional[str]:
                     return (f'{width} x {height} = {width * height} pixels, '
                             f'over --max-pixels {max_pixels}')
                 image.verify()  # the file's structure, without decoding
+            # a truncated file passes verify() but fails to decode (the
+            # demos' readers then fail mid-run): decode it, within the
+            # pixel limit checked above
+            with Image.open(path) as image:
+                image.load()
     except UnidentifiedImageError:
         return 'not an image (or of a format Pillow cannot read)'
     except (OSError, SyntaxError, ValueError) as exc:

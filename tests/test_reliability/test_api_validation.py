@@ -405,3 +405,109 @@ def test_a_file_that_is_not_onnx_is_refused_in_one_line(tmp_path, run_tool):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and 'is not an ONNX model' in lines[0], \
         proc.stderr
+
+
+def truncated_jpeg(path) -> str:
+    """The first half of a coco-mini JPEG: its header reads, it does not
+    decode."""
+    from mmcalidet.testing import data_root
+    source = osp.join(data_root(), 'coco-mini', 'images', 'val2017',
+                      '000000000139.jpg')
+    with open(source, 'rb') as f:
+        data = f.read()
+    with open(path, 'wb') as f:
+        f.write(data[:len(data) // 2])
+    return source
+
+
+# 9. image_demo.py on a folder with a truncated JPEG: an AssertionError and
+#    nothing written, not even the good images
+def test_a_truncated_image_is_skipped_and_named(tmp_path, capsys):
+    import shutil
+
+    from mmcalidet.utils.image_files import check_images
+    folder = tmp_path / 'images'
+    folder.mkdir()
+    good = truncated_jpeg(folder / 'cut.jpg')
+    shutil.copy(good, folder / 'good.jpg')
+    files = [str(folder / 'cut.jpg'), str(folder / 'good.jpg')]
+    assert check_images(files, 10**8) == ([files[1]], 1)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f'skipped {files[0]}: unreadable image' in \
+        err[0] and 'truncated' in err[0], err
+
+
+@pytest.mark.slow
+def test_image_demo_writes_the_good_images_of_a_folder(tmp_path, run_tool):
+    import shutil
+
+    from mmdet.datasets import CocoDataset
+    from mmengine.runner import save_checkpoint
+
+    from mmcalidet.testing import PROJECT_ROOT, build_detector
+    config = 'calidet/calidet_dino_tiny_coco-mini.py'
+    model = build_detector(config)
+    checkpoint = str(tmp_path / 'tiny.pth')
+    save_checkpoint(
+        dict(
+            state_dict=model.state_dict(),
+            meta=dict(
+                dataset_meta=dict(
+                    classes=list(CocoDataset.METAINFO['classes'])))),
+        checkpoint)
+    folder = tmp_path / 'images'
+    folder.mkdir()
+    shutil.copy(truncated_jpeg(folder / 'cut.jpg'), folder / 'good.jpg')
+    out = tmp_path / 'out'
+    proc = run_tool('tools/demo/image_demo.py', str(folder),
+                    osp.join(PROJECT_ROOT, 'configs', config), checkpoint,
+                    '--out-dir', str(out), '--cfg-options',
+                    'test_dataloader.dataset.pipeline.1.scale=(96,96)')
+    assert proc.returncode == 1, proc.stderr
+    assert 'Traceback' not in proc.stderr
+    assert f'skipped {folder / "cut.jpg"}' in proc.stderr
+    assert (out / 'vis' / 'good.jpg').is_file()
+    assert not (out / 'vis' / 'cut.jpg').exists()
+
+
+# 9. training a cached config with source=None on a torn cache: a
+#    38-line traceback, and a work_dir made
+@pytest.mark.slow
+def test_training_on_a_torn_cache_is_one_line_and_no_work_dir(
+        tmp_path, run_tool):
+    from mmcalidet.testing import PROJECT_ROOT, damage_cache_file
+    folder = nan_cache(tmp_path)
+    hidden = damage_cache_file(folder, 'hidden.npy', 'truncate')
+    proc = run_tool(
+        'tools/train.py',
+        osp.join(PROJECT_ROOT, 'configs', 'calidet',
+                 'calidet_dino_tiny_coco-mini_cached.py'), '--cfg-options',
+        'train_dataloader.dataset.source=None',
+        f'train_dataloader.dataset.cache_dir={folder}',
+        cwd=str(tmp_path))
+    assert proc.returncode == 1
+    assert 'Traceback' not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f'train.py: error: decoder cache file {hidden}: truncated'), last
+    assert not (tmp_path / 'work_dirs').exists()
+
+
+# 10. tools/test.py --prior bad.json made work_dirs/<config>/<time>/ first
+def test_test_py_refuses_a_bad_prior_before_making_a_work_dir(
+        tmp_path, run_tool):
+    from mmcalidet.testing import PROJECT_ROOT
+    bad = tmp_path / 'bad.json'
+    bad.write_text('{"matrix": [[1.0, ')
+    checkpoint = tmp_path / 'x.pth'
+    checkpoint.write_bytes(b'not read before the prior is checked')
+    proc = run_tool(
+        'tools/test.py',
+        osp.join(PROJECT_ROOT, 'configs', 'calidet',
+                 'calidet_dino_tiny_coco-mini.py'), str(checkpoint),
+        '--prior', str(bad),
+        cwd=str(tmp_path))
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith('test.py: error: --prior: ') and str(bad) in last
+    assert not (tmp_path / 'work_dirs').exists()
