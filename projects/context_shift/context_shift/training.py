@@ -338,9 +338,11 @@ def schedule(args: argparse.Namespace) -> Dict:
         lr x0.1 iteration).
     """
     dino, ft, updates = SCHEDULES['quick' if args.quick else 'full']
-    dino = args.dino_iters or dino
-    ft = args.finetune_iters or ft
-    updates = args.calibrator_updates or updates
+    # an explicit 0 is refused below, never replaced by the default
+    dino = dino if args.dino_iters is None else args.dino_iters
+    ft = ft if args.finetune_iters is None else args.finetune_iters
+    updates = updates if args.calibrator_updates is None else \
+        args.calibrator_updates
     if dino < 1 or ft < 1 or updates < 1:
         raise ValueError('--dino-iters, --finetune-iters and '
                          '--calibrator-updates must be >= 1')

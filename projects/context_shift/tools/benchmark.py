@@ -43,8 +43,9 @@ except ImportError as exc:  # not run from the root with it on PYTHONPATH
 from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
 from mmcalidet.evaluation.baselines import CORRECTION_NAMES, CORRECTIONS
 from mmcalidet.evaluation.site_prior import ACCEPT, DEFAULT_ACCEPT
-from mmcalidet.utils.cli import (non_negative_int, positive_int, run_tool,
-                                 trust_radius, unit_float)
+from mmcalidet.utils.cli import (finite_float, non_negative_int,
+                                 positive_int, run_tool, trust_radius,
+                                 unit_float)
 from mmcalidet.utils.log_level import log_to_file
 
 
@@ -73,19 +74,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         'work_dirs/context_shift_quick with --quick)')
     parser.add_argument(
         '--out-dir', help='results folder (default <work-dir>/results)')
-    parser.add_argument('--dino-iters', type=int, help='plain DINO iterations')
+    parser.add_argument(
+        '--dino-iters', type=positive_int, help='plain DINO iterations')
     parser.add_argument(
         '--finetune-iters',
-        type=int,
+        type=positive_int,
         help='CaliDINO fine-tune iterations (see --calidet-init)')
     parser.add_argument(
         '--calibrator-updates',
-        type=int,
+        type=positive_int,
         help='CaliFormer updates on cached decoder outputs (--calidet-init '
         'cached)')
     parser.add_argument(
         '--decay-at',
-        type=float,
+        type=finite_float(0, 1, low_open=True),
         default=5 / 6,
         help='lr x0.1 at this fraction of the DINO schedule (the paper: '
         '5 of 6 epochs)')
@@ -113,7 +115,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         '--train-only', action='store_true', help='stop after training')
     parser.add_argument(
         '--self-cal-iters',
-        type=int,
+        type=non_negative_int,
         default=10,
         help='self-calibration iterations per site')
     parser.add_argument(

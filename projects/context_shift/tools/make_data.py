@@ -22,6 +22,7 @@ COCO's (40 digit x colour style classes, 2-4 distinct per image)::
 """
 import argparse
 import os
+import re
 
 # images and annotations only: skip registering the models (see
 # mmcalidet/__init__.py)
@@ -35,7 +36,8 @@ try:
 except ImportError as exc:  # not run from the root with it on PYTHONPATH
     sys.exit(f'make_data.py: error: {exc}; run it from the repository root '
              'with export PYTHONPATH=$PWD:$PYTHONPATH')
-from mmcalidet.utils.cli import run_tool
+from mmcalidet.utils.cli import (finite_float, non_negative_int,
+                                 positive_int, run_tool)
 from mmcalidet.utils.file_io import load_json
 
 
@@ -50,20 +52,20 @@ def parse_args(argv=None):
         help='digits: 10 classes, 2-6 objects per image (the default); '
         'many-class: 40 digit x colour style classes, 2-4 distinct per '
         'image (class statistics like COCO\'s)')
-    parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--num-train', type=int, default=2000)
-    parser.add_argument('--num-val-per-site', type=int, default=300)
-    parser.add_argument('--img-size', type=int, default=128)
-    parser.add_argument('--digit-size', type=int, nargs=2, default=[14, 22],
-                        metavar=('MIN', 'MAX'))
-    parser.add_argument('--objects', type=int, nargs=2,
+    parser.add_argument('--seed', type=non_negative_int, default=0)
+    parser.add_argument('--num-train', type=positive_int, default=2000)
+    parser.add_argument('--num-val-per-site', type=positive_int, default=300)
+    parser.add_argument('--img-size', type=positive_int, default=128)
+    parser.add_argument('--digit-size', type=positive_int, nargs=2,
+                        default=[14, 22], metavar=('MIN', 'MAX'))
+    parser.add_argument('--objects', type=positive_int, nargs=2,
                         metavar=('MIN', 'MAX'),
                         help='objects per image (default 2 6; many-class: '
                         '2 4)')
-    parser.add_argument('--noise-std', type=float, default=0.12)
+    parser.add_argument('--noise-std', type=finite_float(0), default=0.12)
     parser.add_argument(
         '--hue-jitter',
-        type=float,
+        type=finite_float(0),
         help='many-class only: std of each object\'s hue around its '
         'style\'s, in degrees (default 8; the look-alike styles are 12 '
         'apart)')
@@ -80,7 +82,36 @@ def parse_args(argv=None):
         'make_validation_data)')
     parser.add_argument('--overwrite', action='store_true')
     parser.add_argument('--no-progress', action='store_true')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for option, pair in (('--digit-size', args.digit_size), ('--objects',
+                                                            args.objects)):
+        if pair and pair[0] > pair[1]:
+            parser.error(f'argument {option}: MIN must not exceed MAX, got '
+                         f'{pair[0]} {pair[1]}')
+    return args
+
+
+#: what a site may be called: it names files and folders of the output
+SITE_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
+
+
+def check_site_names(scenes) -> None:
+    """Refuse site names that are not plain file-name parts (they name
+    ``instances_val_<site>.json`` and ``E_<site>.json``), before anything
+    is written.
+
+    Raises:
+        ValueError: naming ``--scenes`` and the site.
+    """
+    sites = (scenes.get('sites') if isinstance(scenes, dict) else None) or {}
+    if not isinstance(sites, dict):
+        raise ValueError('--scenes: "sites" must map site names to specs')
+    for name in sites:
+        if not isinstance(name, str) or not SITE_NAME.match(name) or \
+                '..' in name:
+            raise ValueError(
+                f'--scenes: site name {name!r} must be letters, digits, '
+                '"_", "-" or "." (it names output files)')
 
 
 def main(argv=None):
@@ -88,6 +119,7 @@ def main(argv=None):
     scenes = None
     if args.scenes:
         scenes = load_json(args.scenes, 'scene model')
+        check_site_names(scenes)
     knobs = dict(
         num_train=args.num_train, img_size=args.img_size,
         digit_size=tuple(args.digit_size),
