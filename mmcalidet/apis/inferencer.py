@@ -12,6 +12,7 @@ from mmdet.structures import DetDataSample
 from torch import nn
 
 from ..utils.checkpoint import build_with_checked_checkpoint
+from ..utils.validation import check_float
 from .inference import is_calibratable, per_image_priors, resolve_call_priors
 
 
@@ -47,6 +48,7 @@ def prior_changes(pred: DetDataSample, other: DetDataSample,
         list[dict]: ``dict(class_name, count, other_count)`` for each class
         whose count differs, the largest change first.
     """
+    check_float('score_thr', score_thr, 0, 1)
     first = count_by_class(pred, score_thr)
     second = count_by_class(other, score_thr)
     changes = [
@@ -320,6 +322,7 @@ class CaliDetInferencer(DetInferencer):
             ``changes`` (:func:`prior_changes` per input) and ``files``
             (the images written).
         """
+        check_float('pred_score_thr', pred_score_thr, 0, 1)
         titles = list(titles) if titles is not None else ['prior A', 'prior B']
         inputs, first = self._resolve(inputs, prior)
         _, second = self._resolve(inputs, other_prior)

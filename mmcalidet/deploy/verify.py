@@ -8,6 +8,7 @@ import torch
 from mmdet.structures.bbox import bbox_cxcywh_to_xyxy
 from torch import nn
 
+from ..utils.validation import check_float
 from .export import ExportWrapper, input_sample
 from .runtime import OnnxDetector
 
@@ -66,6 +67,7 @@ def verify_onnx(onnx_file: str,
         whatever the prior), ``score_shift`` (how much the priors moved
         the scores), ``ok`` and ``failures`` (one line each).
     """
+    check_float('atol', atol, 0)
     detector = OnnxDetector(onnx_file)
     model = model.eval()
     wrapper = ExportWrapper(model, detector.meta['input_shape'],

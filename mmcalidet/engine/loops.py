@@ -33,6 +33,7 @@ from ..evaluation import (METRICS, SUBSET_SIZES, CocoEvaluator, Rescorer,
 from ..evaluation.sweep import Method, parse_prior_names
 from ..priors import validate_prior
 from ..utils.prior_source import load_prior_source, model_classes
+from ..utils.validation import check_float, check_int
 
 
 class CachedTestLoop(TestLoop):
@@ -167,10 +168,8 @@ class PriorSweepTestLoop(CachedTestLoop):
                  extra_priors: Optional[Dict[str, str]] = None,
                  order_tol: float = 0.0,
                  **kwargs) -> None:
+        check_float('order_tol', order_tol, 0)
         super().__init__(runner, dataloader, evaluator, **kwargs)
-        if order_tol < 0:
-            raise ValueError(f'PriorSweepTestLoop: order_tol must be >= 0, '
-                             f'got {order_tol}')
         self.order_tol = order_tol / 100
         self.priors, extra = parse_prior_names(priors)
         self.extra_priors = dict(extra_priors or {}, **extra)
@@ -284,8 +283,16 @@ class SelfCalibrationTestLoop(CachedTestLoop):
                  score_thr: Optional[float] = None,
                  tol: float = 1e-3,
                  **kwargs) -> None:
-        super().__init__(runner, dataloader, evaluator, **kwargs)
         from ..evaluation import DEFAULT_SCORE_THR
+        from ..evaluation.self_calibration import check_self_calibration_args
+        check_self_calibration_args(
+            iters=iters,
+            eta=eta,
+            score_thr=DEFAULT_SCORE_THR if score_thr is None else score_thr,
+            tol=tol)
+        check_int('subset_size', subset_size, 0)
+        check_int('num_images', num_images, 1, allow_none=True)
+        super().__init__(runner, dataloader, evaluator, **kwargs)
         self.subset_size = int(subset_size)
         self.num_images = num_images
         self.seed = seed

@@ -155,13 +155,13 @@ class CooccurrenceRescoring:
                  ref_prior,
                  beta: float = 1.0,
                  eps: float = 0.01) -> None:
+        self.beta = check_float('beta', beta)
+        self.eps = check_float('eps', eps, 0, 0.5, low_open=True,
+                               high_open=True)
         self.ref_prior = np.asarray(ref_prior, dtype=np.float64)
         if self.ref_prior.ndim != 2 or \
                 self.ref_prior.shape[0] != self.ref_prior.shape[1]:
             raise ValueError('ref_prior must be K x K')
-        self.beta = check_float('beta', beta)
-        self.eps = check_float('eps', eps, 0, 0.5, low_open=True,
-                               high_open=True)
 
     def __call__(self, logits: Tensor, priors) -> Tensor:
         """Corrected logits.

@@ -16,6 +16,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 from mmengine.structures import InstanceData
 
+from ..utils.validation import check_float, check_int
+
 #: the six standard COCO box metrics, in COCOeval's ``stats`` order
 METRICS = ('AP', 'AP50', 'AP75', 'APs', 'APm', 'APl')
 
@@ -653,6 +655,8 @@ def paired_bootstrap(first: ImageMatches,
         dict: ``diff`` (on all images, AP points), ``low``, ``high`` (the
         percentile interval, AP points), ``resamples``.
     """
+    check_float('level', level, 0, 1, low_open=True, high_open=True)
+    check_int('resamples', resamples, 0)
     if first.img_ids != second.img_ids:
         raise ValueError('a paired bootstrap needs the same images')
     n = len(first.img_ids)

@@ -151,6 +151,7 @@ def within_trust_region(prior: np.ndarray, center: np.ndarray,
     Returns:
         np.ndarray: K x K float64.
     """
+    check_float('radius', radius, 0, allow_none=True)
     prior = np.asarray(prior, dtype=np.float64)
     if radius is None:
         return prior

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..priors import batch_prior
 from ..utils.progress import progress_bar
-from ..utils.validation import check_int
+from ..utils.validation import check_finite_array, check_float, check_int
 from .coco import CocoEvaluator, paired_bootstrap
 from .scoring import Rescorer
 
@@ -87,6 +87,7 @@ def shrink(train_prior: np.ndarray, estimate: np.ndarray,
     Returns:
         np.ndarray: K x K float64.
     """
+    check_float('alpha', alpha)
     train_prior = np.asarray(train_prior, dtype=np.float64)
     prior = np.clip(train_prior + alpha * (estimate - train_prior), 0.0, 1.0)
     np.fill_diagonal(prior, 1.0)
@@ -180,6 +181,20 @@ def site_annotation_counts(evaluator: CocoEvaluator, img_ids: Sequence,
             sum(len(labels) == 0 for labels in label_lists)))
 
 
+def check_alphas(alphas: Sequence[float], positive: bool = True) -> None:
+    """Refuse shrinkage candidates that are not finite numbers (> 0 with
+    ``positive``: 0 is E_t, the fallback), naming ``alphas``."""
+    try:
+        values = [float(a) for a in alphas]
+    except (TypeError, ValueError):
+        values = []
+    if not values or any(not np.isfinite(a) or (positive and a <= 0)
+                         for a in values):
+        bound = ' and > 0' if positive else ''
+        raise ValueError(f'alphas must be finite{bound} numbers, got '
+                         f'{alphas}')
+
+
 def fit_site_prior(rescorer: Rescorer,
                    evaluator: CocoEvaluator,
                    train_prior: np.ndarray,
@@ -222,6 +237,7 @@ def fit_site_prior(rescorer: Rescorer,
             model does not have, images without one) are counted in
             ``dropped`` and logged.
     """
+    check_alphas(alphas)
     cache = rescorer.cache
     indices = list(range(
         len(cache))) if indices is None else [int(i) for i in indices]
@@ -229,8 +245,6 @@ def fit_site_prior(rescorer: Rescorer,
     if n < 2:
         raise ValueError(f'a site prior needs at least 2 labelled images, '
                          f'got {n}')
-    if not alphas or any(not np.isfinite(a) or a <= 0 for a in alphas):
-        raise ValueError(f'alphas must be finite and > 0, got {alphas}')
     check_int('folds', folds, 2)
     check_int('resamples', resamples, 0)
     check_int('seed', seed, 0)
@@ -352,6 +366,9 @@ def mean_interval(values: Sequence[float],
     Returns:
         dict: ``mean``, ``low``, ``high``.
     """
+    check_finite_array(values, 'values')
+    check_float('level', level, 0, 1, low_open=True, high_open=True)
+    check_int('resamples', resamples, 1)
     values = np.asarray(values, dtype=np.float64)
     rng = np.random.default_rng(seed)
     means = values[rng.integers(0, len(values),
@@ -475,6 +492,7 @@ def shrinkage_sweep(rescorer: Rescorer,
         list[dict]: per alpha ``alpha``, ``AP`` (points) and ``gain``
         over alpha 0 (E_t) in points.
     """
+    check_alphas(alphas, positive=False)
     indices = np.asarray(indices, dtype=np.int64)
     img_ids = rescorer.cache.img_ids()
     ids = [img_ids[i] for i in indices]

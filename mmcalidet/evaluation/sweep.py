@@ -18,6 +18,7 @@ from ..priors import (batch_prior, flat_prior, flip_prior, load_prior,
                       sample_prior)
 from ..utils.prior_source import load_prior_source
 from ..utils.progress import progress_bar
+from ..utils.validation import check_float
 from .cache import HiddenStateCache
 from .scoring import PriorArg, Rescorer
 
@@ -324,6 +325,7 @@ def check_expected_order(rows: Sequence[Dict],
         ``None`` with fewer than two values), ``effect`` (last - first,
         ``None`` likewise) and ``tol``.
     """
+    check_float('tol', tol)  # NaN; the sign below
     if tol < 0:
         raise ValueError(f'tol must be >= 0, got {tol}')
     values = {

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..utils.file_io import atomic_write, check_readable_file, load_json
+from ..utils.validation import check_float
 
 PriorSource = Union[str, os.PathLike, np.ndarray, Sequence, Dict[str, Any]]
 
@@ -100,6 +101,7 @@ def validate_prior(matrix: Any,
             K, has NaN/inf, values outside [0, 1], or a diagonal that is
             not 1.
     """
+    check_float('atol', atol, 0)
     if isinstance(matrix, (str, bytes)):
         raise ValueError('prior must be a numeric K x K matrix, got a '
                          'string (pass a path to load_prior instead)')

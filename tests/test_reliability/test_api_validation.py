@@ -511,3 +511,95 @@ def test_test_py_refuses_a_bad_prior_before_making_a_work_dir(
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith('test.py: error: --prior: ') and str(bad) in last
     assert not (tmp_path / 'work_dirs').exists()
+
+
+#: the packages whose public functions and classes are walked
+PUBLIC = ('mmcalidet.apis', 'mmcalidet.evaluation', 'mmcalidet.priors',
+          'mmcalidet.deploy', 'mmcalidet.engine')
+
+
+def _takes_a_float(param) -> bool:
+    """A parameter annotated ``float`` / ``Optional[float]`` or with a float
+    default."""
+    import typing
+    ann = param.annotation
+    if ann is float or float in typing.get_args(ann):
+        return True
+    return isinstance(param.default, float)
+
+
+def public_float_arguments():
+    """``(label, callable, its signature, parameter)`` for every float
+    parameter of the public API: functions, classes (``__init__``) and
+    their public methods; result records (dataclasses) are not inputs."""
+    import dataclasses
+    import importlib
+    import inspect
+    found = []
+    for module_name in PUBLIC:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isclass(obj):
+                if dataclasses.is_dataclass(obj):
+                    continue
+                members = [(name, obj, inspect.signature(obj.__init__))]
+                members += [(f'{name}.{attr}', fn, inspect.signature(fn))
+                            for attr, fn in vars(obj).items()
+                            if (not attr.startswith('_') or attr == '__call__')
+                            and inspect.isfunction(fn)]
+            elif inspect.isfunction(obj):
+                members = [(name, obj, inspect.signature(obj))]
+            else:
+                continue
+            for label, fn, sig in members:
+                for param in sig.parameters.values():
+                    if _takes_a_float(param):
+                        found.append((f'{module_name}.{label}', fn, sig,
+                                      param.name))
+    return found
+
+
+FLOAT_ARGUMENTS = public_float_arguments()
+
+
+def test_the_walk_finds_the_public_float_arguments():
+    labels = {(label.split('.')[-1], name)
+              for label, _, _, name in FLOAT_ARGUMENTS}
+    for expected in [('self_calibrate', 'eta'),
+                     ('self_calibrate', 'trust_radius'),
+                     ('OnlineSelfCalibrator', 'score_thr'),
+                     ('OnlineSelfCalibrationHook', 'momentum'),
+                     ('EvalSetup', 'cooc_beta'), ('__call__', 'score_thr'),
+                     ('fit_site_prior', 'alphas'), ('shrink', 'alpha'),
+                     ('validate_prior', 'atol'),
+                     ('SelfCalibrationTestLoop', 'eta')]:
+        assert expected in labels, expected
+    assert len(FLOAT_ARGUMENTS) >= 25
+
+
+@pytest.mark.parametrize(
+    'label,fn,sig,name',
+    FLOAT_ARGUMENTS,
+    ids=[f'{label}:{name}' for label, _, _, name in FLOAT_ARGUMENTS])
+def test_every_public_float_argument_refuses_nan(label, fn, sig, name):
+    """Each is checked at the entry, before the other arguments are used
+    (they are given as ``None`` here), in one line naming it."""
+    import collections.abc
+    import inspect
+    import typing
+    args = {
+        p.name: None
+        for p in sig.parameters.values()
+        if p.default is inspect.Parameter.empty and p.kind in (
+            p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
+    ann = sig.parameters[name].annotation
+    # a sequence of floats gets one NaN among good values
+    args[name] = [0.5, NAN] if typing.get_origin(ann) in (
+        list, tuple, collections.abc.Sequence) else NAN
+    if inspect.isclass(fn):
+        args.pop('self', None)
+    with pytest.raises(ValueError) as exc:
+        fn(**args)
+    assert one_line(exc).startswith(name), (label, str(exc.value))
