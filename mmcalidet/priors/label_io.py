@@ -183,7 +183,7 @@ def read_coco_labels(path: str,
     anns = _coco_entries(data, 'annotations', path, required=False)
     img_col = np.empty(len(anns), dtype=np.int64)
     cls_col = np.empty(len(anns), dtype=np.int64)
-    n = 0
+    n = outside = 0
     for k, ann in enumerate(anns):
         where = f'annotations[{k}] (id {ann.get("id")})'
         crowd = ann.get('iscrowd', 0)
@@ -199,7 +199,8 @@ def read_coco_labels(path: str,
                              f'unknown image id {image_id}')
         if cat not in cat_to_index:
             if classes is not None:
-                continue  # a category outside the requested classes
+                outside += 1  # a category outside the requested classes
+                continue
             raise ValueError(f'{path}: annotation {ann.get("id")} has '
                              f'unknown category id {cat}')
         img_col[n] = row[image_id]
@@ -213,6 +214,8 @@ def read_coco_labels(path: str,
     extra = dict(
         files=[str(img.get('file_name', img['id']))
                for img in images]) if keep_names else {}
+    # counted, not dropped silently: the callers report it
+    extra['outside_classes'] = outside
     return LabelSets(labels, offsets, list(names), source=path, extra=extra)
 
 

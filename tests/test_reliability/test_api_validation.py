@@ -603,3 +603,15 @@ def test_every_public_float_argument_refuses_nan(label, fn, sig, name):
     with pytest.raises(ValueError) as exc:
         fn(**args)
     assert one_line(exc).startswith(name), (label, str(exc.value))
+
+
+# 4. the prior readers of annotation files count what they leave out too
+def test_reading_a_subset_of_classes_counts_the_annotations_left_out(
+        tmp_path):
+    from mmcalidet.priors.label_io import read_coco_labels
+    cats = [(k + 1, f'c{k}') for k in range(K)] + [(99, 'stranger')]
+    path = coco_site(tmp_path, [[1, 99], [99, 99], [2]], cats)
+    sets = read_coco_labels(path, [f'c{k}' for k in range(K)])
+    assert sets.extra['outside_classes'] == 3
+    assert [list(x) for x in sets.label_lists()] == [[0], [], [1]]
+    assert read_coco_labels(path).extra['outside_classes'] == 0

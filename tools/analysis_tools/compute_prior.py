@@ -65,8 +65,11 @@ def main(argv=None):
         images_per_class={c: int(n) for c, n in zip(classes, counts)},
         definition='E[i][j] = P(class i present | class j present); 0.5 '
         'where class j never occurs; diagonal 1')
+    outside = sets.extra.get('outside_classes', 0)
     print(f'wrote {args.out}: K={len(classes)}, {sets.num_images} images '
           f'({np.count_nonzero(np.diff(sets.offsets))} with labels), '
+          + (f'{outside} annotations of categories outside --classes left '
+             'out, ' if outside else '') +
           f'{time.perf_counter() - start:.2f} s')
     return 0
 
