@@ -56,8 +56,11 @@ class CacheError(ValueError):
         problem (str): what is wrong with it.
     """
 
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f'decoder cache file {path}: {problem}')
+    def __init__(self, path: str, problem: Optional[str] = None) -> None:
+        # one argument: a message as it is (a data-loader worker re-raises
+        # the error from its text)
+        super().__init__(path if problem is None else
+                         f'decoder cache file {path}: {problem}')
         self.path = path
         self.problem = problem
 

@@ -319,6 +319,8 @@ def test_a_cache_of_non_finite_hidden_states_is_refused_naming_the_file(
         assert one_line(exc).startswith(
             f'decoder cache file {hidden_file}: the hidden values of image '
             '1 are not finite')
+    # a data-loader worker re-raises it from its message alone
+    assert str(CacheError(str(exc.value))) == str(exc.value)
     proc = run_tool('tools/analysis_tools/cache_decoder_outputs.py',
                     '--check', folder)
     assert proc.returncode == 1, proc.stdout + proc.stderr
