@@ -48,6 +48,9 @@ def run_tool(script: str,
         ``stderr`` (text).
     """
     env = dict(os.environ, MMCALIDET_DATA=data_root())
+    # a tool that wants the light import asks for it itself; one run
+    # in-process before may have left the switch set in this process
+    env.pop('MMCALIDET_LIGHT', None)
     if threads is not None:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return subprocess.run(
