@@ -12,8 +12,14 @@ _base_ = [
     'mmdet::deformable_detr/deformable-detr_r50_16xb2-50e_coco.py',
     '../_base_/datasets/coco-mini.py', '../_base_/schedules/tiny.py'
 ]
+# the CPU's deformable attention as one dense product on these small
+# maps (mmcalidet/models/layers/dense_deform_attn.py)
 custom_imports = dict(
-    imports=['mmcalidet.engine.checkpoint_hooks'], allow_failed_imports=False)
+    imports=[
+        'mmcalidet.engine.checkpoint_hooks',
+        'mmcalidet.models.layers.enable_dense_deform_attn'
+    ],
+    allow_failed_imports=False)
 
 ffn_dims = 512
 

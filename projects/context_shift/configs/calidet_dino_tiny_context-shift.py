@@ -17,8 +17,14 @@
 _base_ = [
     './dino_tiny_context-shift.py', '../../../configs/_base_/calidet.py'
 ]
+# the CPU's deformable attention as one dense product on these small
+# maps (mmcalidet/models/layers/dense_deform_attn.py)
 custom_imports = dict(
-    imports=['mmcalidet', 'mmcalidet.engine.checkpoint_hooks'],
+    imports=[
+        'mmcalidet',
+        'mmcalidet.engine.checkpoint_hooks',
+        'mmcalidet.models.layers.enable_dense_deform_attn'
+    ],
     allow_failed_imports=False)
 
 # the CaliDet parts of ../_base_/calidet.py, with these differences:

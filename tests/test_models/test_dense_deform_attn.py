@@ -1,0 +1,124 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""The dense CPU path of multi-scale deformable attention against mmcv's
+own CPU function: the same outputs and gradients, its switch, its
+fallbacks."""
+import pytest
+import torch
+from mmcv.ops import MultiScaleDeformableAttention
+from mmcv.ops import multi_scale_deform_attn as mmcv_msda
+
+from mmcalidet.models.layers import dense_deform_attn as dense
+
+#: (h, w) of the demo DINO's four levels on 128-px images, and of a
+#: non-square single level as the tiny Deformable DETR has
+SHAPES = ([(16, 16), (8, 8), (4, 4), (2, 2)], [(5, 7)])
+
+
+def inputs(shapes, num_queries=23, bs=2, heads=4, dims=8, points=3, seed=0):
+    """Random value, locations (some outside [0, 1], some on the edge)
+    and softmaxed weights, all requiring gradients."""
+    gen = torch.Generator().manual_seed(seed)
+    keys = sum(h * w for h, w in shapes)
+    value = torch.randn(bs, keys, heads, dims, generator=gen)
+    locations = torch.rand(
+        bs, num_queries, heads, len(shapes), points, 2,
+        generator=gen) * 1.4 - 0.2
+    locations[0, 0, 0, 0, 0] = torch.tensor([0.0, 1.0])
+    weights = torch.rand(
+        bs, num_queries, heads, len(shapes), points, generator=gen).softmax(-1)
+    return [t.requires_grad_() for t in (value, locations, weights)]
+
+
+@pytest.mark.parametrize('shapes', SHAPES)
+def test_dense_path_matches_mmcv_forward_and_backward(shapes):
+    value, locations, weights = inputs(shapes)
+    spatial = torch.tensor(shapes)
+    ours = dense.dense_multi_scale_deformable_attn(value, spatial, locations,
+                                                   weights)
+    theirs = dense.MMCV_CPU_FUNCTION(value, spatial, locations, weights)
+    assert ours.shape == theirs.shape
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    grad = torch.randn(
+        theirs.shape, generator=torch.Generator().manual_seed(2))
+    ours_grad = torch.autograd.grad(ours, (value, locations, weights), grad)
+    theirs_grad = torch.autograd.grad(theirs, (value, locations, weights),
+                                      grad)
+    for name, a, b in zip(('value', 'locations', 'weights'), ours_grad,
+                          theirs_grad):
+        scale = b.abs().max()
+        torch.testing.assert_close(
+            a / scale, b / scale, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_points_outside_every_level_sample_zeros():
+    value, locations, weights = inputs(SHAPES[0])
+    with torch.no_grad():
+        locations.fill_(1.6)
+    out = dense.dense_multi_scale_deformable_attn(value,
+                                                  torch.tensor(SHAPES[0]),
+                                                  locations, weights)
+    assert torch.count_nonzero(out) == 0
+
+
+def test_shapes_that_do_not_cover_the_keys_are_refused():
+    value, locations, weights = inputs(SHAPES[0])
+    with pytest.raises(ValueError, match='cover 339 keys, value has 340'):
+        dense.dense_multi_scale_deformable_attn(
+            value, torch.tensor([(16, 16), (8, 8), (4, 4), (1, 3)]), locations,
+            weights)
+
+
+def test_large_maps_and_tracing_take_mmcv_function(monkeypatch):
+    calls = []
+
+    def mmcv_function(*args):
+        calls.append(args)
+        return dense.dense_multi_scale_deformable_attn(*args)
+
+    monkeypatch.setattr(dense, 'MMCV_CPU_FUNCTION', mmcv_function)
+    value, locations, weights = inputs(SHAPES[1])
+    spatial = torch.tensor(SHAPES[1])
+    dense.multi_scale_deformable_attn_cpu(value, spatial, locations, weights)
+    assert not calls
+    monkeypatch.setattr(dense, 'DENSE_LIMIT', 2 * 4 * 23 * 35 - 1)
+    dense.multi_scale_deformable_attn_cpu(value, spatial, locations, weights)
+    assert len(calls) == 1
+    monkeypatch.setattr(dense, 'DENSE_LIMIT', 2**24)
+    monkeypatch.setattr(torch.onnx, 'is_in_onnx_export', lambda: True)
+    dense.multi_scale_deformable_attn_cpu(value, spatial, locations, weights)
+    assert len(calls) == 2
+
+
+def test_switch_routes_mmcv_module_and_restores_it():
+    module = MultiScaleDeformableAttention(
+        embed_dims=32,
+        num_heads=4,
+        num_levels=4,
+        num_points=3,
+        dropout=0.0,
+        batch_first=True).eval()
+    shapes = torch.tensor(SHAPES[0])
+    starts = torch.cat([shapes.new_zeros(1), shapes.prod(1).cumsum(0)[:-1]])
+    gen = torch.Generator().manual_seed(1)
+    query = torch.randn(2, 11, 32, generator=gen)
+    value = torch.randn(2, 340, 32, generator=gen)
+    reference = torch.rand(2, 11, 4, 2, generator=gen)
+
+    def run():
+        return module(
+            query,
+            value=value,
+            reference_points=reference,
+            spatial_shapes=shapes,
+            level_start_index=starts)
+
+    original = mmcv_msda.multi_scale_deformable_attn_pytorch
+    with dense.dense_deform_attn(False):
+        assert mmcv_msda.multi_scale_deformable_attn_pytorch is \
+            dense.MMCV_CPU_FUNCTION
+        expected = run()
+    with dense.dense_deform_attn():
+        assert mmcv_msda.multi_scale_deformable_attn_pytorch is \
+            dense.multi_scale_deformable_attn_cpu
+        torch.testing.assert_close(run(), expected, rtol=1e-5, atol=1e-5)
+    assert mmcv_msda.multi_scale_deformable_attn_pytorch is original
