@@ -65,12 +65,14 @@ def train(*args):
 
 
 def probe_config(path, base, hooks, **extra):
-    """A config inheriting ``configs/<base>`` with the probes loaded."""
+    """A config inheriting ``configs/<base>`` with the probes loaded
+    beside the base's own imports (the runs it is compared with have
+    them)."""
     lines = [
         f'_base_ = {osp.join(PROJECT_ROOT, "configs", base)!r}',
-        'custom_imports = dict(imports=["mmcalidet", '
-        '"mmcalidet.engine.checkpoint_hooks", "_train_probes"], '
-        'allow_failed_imports=False)', f'custom_hooks = {hooks!r}'
+        'custom_imports = dict(imports=_base_.custom_imports["imports"] + '
+        '["_train_probes"], allow_failed_imports=False)',
+        f'custom_hooks = {hooks!r}'
     ] + [f'{k} = {v!r}' for k, v in extra.items()]
     path.write_text('\n'.join(lines) + '\n')
     return str(path)
