@@ -191,11 +191,18 @@ def test_benchmark_compares_only_the_chosen_corrections(bench, tmp_path):
     code, log = _run(
         args + [
             '--posthoc', 'reweight', 'reweight', '--out-dir',
-            str(out), '--score-thr', '0.2'
+            str(out), '--score-thr', '0.2', '--profile'
         ],
         timeout=300)
     assert code == 0, log[-3000:]
     assert log.count('[train] reusing') == 2
+    # --profile: the stages' and tables' seconds, the costliest functions
+    profile = (out / 'profile.md').read_text()
+    for row in ('| data |', '| train dino |', '| train calidet |',
+                '| evaluation |', '| evaluation: injection |',
+                '| evaluation: online |'):
+        assert row in profile, row
+    assert 'evaluate_all' in profile
     with open(out / 'results.json') as f:
         res = json.load(f)
     methods = {r['method'] for r in res['injection']}

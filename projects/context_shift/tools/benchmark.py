@@ -26,10 +26,14 @@ a training with the same model, optimizer, schedule and init
 the plots to ``--out-dir`` (default ``<work-dir>/results``).
 """
 import argparse
+import cProfile
+import io
 import os
 import os.path as osp
+import pstats
 import sys
 import time
+from typing import Dict
 
 try:
     from projects.context_shift.context_shift import (VARIANTS, ensure_data,
@@ -43,9 +47,8 @@ except ImportError as exc:  # not run from the root with it on PYTHONPATH
 from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
 from mmcalidet.evaluation.baselines import CORRECTION_NAMES, CORRECTIONS
 from mmcalidet.evaluation.site_prior import ACCEPT, DEFAULT_ACCEPT
-from mmcalidet.utils.cli import (finite_float, non_negative_int,
-                                 positive_int, run_tool, trust_radius,
-                                 unit_float)
+from mmcalidet.utils.cli import (finite_float, non_negative_int, positive_int,
+                                 run_tool, trust_radius, unit_float)
 from mmcalidet.utils.log_level import log_to_file
 
 
@@ -191,7 +194,55 @@ def parse_args(argv=None) -> argparse.Namespace:
         'default <work-dir>/dino): ablations of the CaliDINO share one')
     parser.add_argument(
         '--no-progress', action='store_true', help='no progress bars')
+    parser.add_argument(
+        '--profile',
+        action='store_true',
+        help='also write profile.md to the output folder: the time of each '
+        'stage and table, and the costliest functions of the evaluation '
+        '(cProfile); benchmarks/bench_train_step.py --profile gives those '
+        'of a training iteration')
     return parser.parse_args(argv)
+
+
+def write_profile(out_dir: str,
+                  stages: Dict[str, float],
+                  results: Dict,
+                  profiler: cProfile.Profile,
+                  top: int = 25) -> str:
+    """Write ``profile.md``: the seconds of each stage and of each table,
+    and the evaluation's costliest functions.
+
+    Args:
+        out_dir (str): the output folder.
+        stages (dict): stage name -> seconds (data, trainings, evaluation).
+        results (dict): :func:`evaluate_all`'s result (its ``timings``).
+        profiler (cProfile.Profile): the evaluation's profile.
+        top (int): how many functions to list.
+
+    Returns:
+        str: the path written.
+    """
+    lines = [
+        '# Where the benchmark\'s time went', '', '| stage | seconds |',
+        '|---|---|'
+    ]
+    lines += [f'| {name} | {secs:.1f} |' for name, secs in stages.items()]
+    lines += [
+        f'| evaluation: {name} | {secs:.1f} |'
+        for name, secs in (results.get('timings') or {}).items()
+    ]
+    text = io.StringIO()
+    pstats.Stats(
+        profiler, stream=text).sort_stats('cumulative').print_stats(top)
+    lines += [
+        '', f'The evaluation\'s {top} costliest functions '
+        '(cumulative, cProfile):', '', '```',
+        text.getvalue().strip(), '```', ''
+    ]
+    path = osp.join(out_dir, 'profile.md')
+    with open(path, 'w') as f:
+        f.write('\n'.join(lines))
+    return path
 
 
 def main(argv=None) -> int:
@@ -219,6 +270,7 @@ def main(argv=None) -> int:
     os.makedirs(work_dir, exist_ok=True)
     log = log_to_file(osp.join(work_dir, 'benchmark.log'))
     meta = ensure_data(args)
+    started_training = time.perf_counter()
     trained = train_both(args, sched, work_dir)
     if args.train_only:
         return 0
@@ -227,7 +279,23 @@ def main(argv=None) -> int:
     print(
         f'[eval] caching decoder outputs and evaluating (log: {log})',
         flush=True)
+    evaluation = time.perf_counter()
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler:
+        profiler.enable()
     results = evaluate_all(args, trained, out_dir, meta, args.quick, log)
+    if profiler:
+        profiler.disable()
+        stages = dict(
+            data=started_training - start,
+            **{
+                f'train {k}': v
+                for k, v in trained['seconds'].items()
+            },
+            evaluation=time.perf_counter() - evaluation)
+        print(
+            f'[profile] {write_profile(out_dir, stages, results, profiler)}',
+            flush=True)
     path = write_results(out_dir, results, trained, sched, argv,
                          time.perf_counter() - start)
     print('\n' + results['injection_md'] + '\n')
