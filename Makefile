@@ -24,9 +24,11 @@ check-data:
 # re-weighting -> tables + plots; see README for the measured time)
 # (projects/context_shift, run from the root with it on PYTHONPATH as
 # mmdet's projects are)
+# (DEMO_ARGS: more benchmark.py options, e.g. DEMO_ARGS=--profile)
 demo: env
 	PYTHONPATH=$(CURDIR) $(PY) projects/context_shift/tools/benchmark.py \
-	    --quick --dino-iters 600 --posthoc reweight --out-dir $(OUT)
+	    --quick --dino-iters 600 --posthoc reweight --out-dir $(OUT) \
+	    $(DEMO_ARGS)
 
 # the full-length benchmark (DINO 3000 iterations, 27-45 min on 2 cores,
 # then 10,000 calibrator updates and every table; 65.5 min in all without
