@@ -142,7 +142,54 @@ if ! have setuptools 80.9.0 || ! have torch "$TORCH_VERSION" \
     pip_q install -r "$ROOT/requirements/build.txt" "torch==$TORCH_VERSION"
 fi
 
-# 2. mmcv with ops: from the wheel cache, else built once into it. With a
+# 2. mmcalidet itself, editable: compiles the Cython extension in place and
+#    links tools/ and configs/ into mmcalidet/.mim. It needs neither mmcv nor
+#    mmdet, so it goes before mmcv's long build: a failure shows early.
+if ! "$PY" - "$ROOT" <<'PYEOF' 2>/dev/null
+import os, sys
+os.environ['MMCALIDET_LIGHT'] = '1'
+import mmcalidet
+from mmcalidet.priors import _cooccurrence  # noqa: F401  (compiled)
+root = os.path.realpath(sys.argv[1])
+pkg = os.path.realpath(os.path.dirname(mmcalidet.__file__))
+ok = pkg == os.path.join(root, 'mmcalidet') and os.path.isdir(
+    os.path.join(pkg, '.mim', 'configs'))
+sys.exit(0 if ok else 1)
+PYEOF
+then
+    log "installing mmcalidet (editable) from $ROOT"
+    (cd "$ROOT" && pip_q install --no-deps --no-build-isolation -e .)
+fi
+# mim 0.3.9 looks for <site-packages>/mmcalidet/.mim; a PEP 660 editable
+# install leaves only a finder there, so link the package folder in.
+SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+if [ "$(readlink "$SITE/mmcalidet" 2>/dev/null)" != "$ROOT/mmcalidet" ]; then
+    ln -sfn "$ROOT/mmcalidet" "$SITE/mmcalidet"
+fi
+# A .pyx newer than its compiled module (e.g. after a pull): rebuild it.
+for pyx in "$ROOT"/mmcalidet/priors/*.pyx; do
+    so="$(ls "${pyx%.pyx}".*.so 2>/dev/null | head -n1 || true)"
+    if [ -z "$so" ] || [ "$pyx" -nt "$so" ]; then
+        log "rebuilding the Cython extension"
+        (cd "$ROOT" && logged "$PY" setup.py -q build_ext --inplace)
+        break
+    fi
+done
+# 3. openmim without openxlab (which would pin setuptools back to 60), and
+#    the deploy extra: neither needs mmcv either.
+if ! have openmim 0.3.9; then
+    log "installing openmim (without opendatalab/openxlab)"
+    pip_q install click colorama model-index rich tabulate requests pandas
+    pip_q install --no-deps openmim==0.3.9
+fi
+
+# the deploy extra (ONNX export and ONNX Runtime), which the tests exercise
+if ! importable onnx onnxruntime; then
+    log "installing onnx and onnxruntime (the deploy extra)"
+    pip_q install -r "$ROOT/requirements/deploy.txt"
+fi
+
+# 4. mmcv with ops: from the wheel cache, else built once into it. With a
 #    CUDA toolkit and a CUDA torch: with the CUDA ops (a CPU-only mmcv
 #    already installed is then replaced).
 CUDA_TAG="$(mmcv_cuda_tag "$PY")"
@@ -193,55 +240,10 @@ if ! mmcv_ready; then
     fi
 fi
 
-# 3. mmengine, mmdet and the rest of the runtime.
+# 5. mmengine, mmdet (which requires mmcv) and the rest of the runtime.
 if ! have mmengine 0.10.7 || ! have mmdet 3.3.0 || ! have opencv-python 4.14.0.94 \
         || ! importable pycocotools matplotlib tqdm pytest xdist sklearn; then
     log "installing mmengine, mmdet and runtime requirements"
     pip_q install -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
 fi
-# the deploy extra (ONNX export and ONNX Runtime), which the tests exercise
-if ! importable onnx onnxruntime; then
-    log "installing onnx and onnxruntime (the deploy extra)"
-    pip_q install -r "$ROOT/requirements/deploy.txt"
-fi
-
-# 4. openmim without openxlab (which would pin setuptools back to 60).
-if ! have openmim 0.3.9; then
-    log "installing openmim (without opendatalab/openxlab)"
-    pip_q install click colorama model-index rich tabulate requests pandas
-    pip_q install --no-deps openmim==0.3.9
-fi
-
-# 5. mmcalidet itself, editable: compiles the Cython extension in place and
-#    links tools/ and configs/ into mmcalidet/.mim.
-if ! "$PY" - "$ROOT" <<'PYEOF' 2>/dev/null
-import os, sys
-os.environ['MMCALIDET_LIGHT'] = '1'
-import mmcalidet
-from mmcalidet.priors import _cooccurrence  # noqa: F401  (compiled)
-root = os.path.realpath(sys.argv[1])
-pkg = os.path.realpath(os.path.dirname(mmcalidet.__file__))
-ok = pkg == os.path.join(root, 'mmcalidet') and os.path.isdir(
-    os.path.join(pkg, '.mim', 'configs'))
-sys.exit(0 if ok else 1)
-PYEOF
-then
-    log "installing mmcalidet (editable) from $ROOT"
-    (cd "$ROOT" && pip_q install --no-deps --no-build-isolation -e .)
-fi
-# mim 0.3.9 looks for <site-packages>/mmcalidet/.mim; a PEP 660 editable
-# install leaves only a finder there, so link the package folder in.
-SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-if [ "$(readlink "$SITE/mmcalidet" 2>/dev/null)" != "$ROOT/mmcalidet" ]; then
-    ln -sfn "$ROOT/mmcalidet" "$SITE/mmcalidet"
-fi
-# A .pyx newer than its compiled module (e.g. after a pull): rebuild it.
-for pyx in "$ROOT"/mmcalidet/priors/*.pyx; do
-    so="$(ls "${pyx%.pyx}".*.so 2>/dev/null | head -n1 || true)"
-    if [ -z "$so" ] || [ "$pyx" -nt "$so" ]; then
-        log "rebuilding the Cython extension"
-        (cd "$ROOT" && logged "$PY" setup.py -q build_ext --inplace)
-        break
-    fi
-done
 log "environment ready: $VENV"
