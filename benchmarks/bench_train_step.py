@@ -52,6 +52,11 @@ def parse_args() -> argparse.Namespace:
         help='mmcv\'s own CPU deformable attention (grid_sample), not the '
         'dense product the tiny configs opt into')
     parser.add_argument(
+        '--compare-attention',
+        action='store_true',
+        help='also time the DINO iteration with the dense and with mmcv\'s '
+        'deformable attention, alternating in this process')
+    parser.add_argument(
         '--profile',
         type=int,
         default=0,
@@ -200,6 +205,20 @@ def main() -> None:
     print(f'{"ResNet-18 forward + backward":34s}{row["b"]:8.3f}')
     print(f'ratio {row["ratio"]:.2f} (per-pair IQR {row["iqr"]:.2f}; '
           'target <= 2.5)')
+    if args.compare_attention:
+        from mmcalidet.models.layers.dense_deform_attn import \
+            use_dense_deform_attn
+
+        def step_with(dense: bool) -> None:
+            use_dense_deform_attn(dense)
+            detector_step(model, optim, batch)
+
+        both = paired(lambda: step_with(True), lambda: step_with(False),
+                      args.iters, args.warmup)
+        use_dense_deform_attn(not args.mmcv_deform_attn)
+        print(f'{"DINO iteration, dense attention":34s}{both["a"]:8.3f}'
+              f'{both["a_median"]:10.3f}')
+        print(f'{"DINO iteration, mmcv attention":34s}{both["b"]:8.3f}')
     if args.profile:
         profile(lambda: detector_step(model, optim, batch), args.profile)
 

@@ -218,7 +218,7 @@ if ! mmcv_ready; then
                 logged "$PY" -m pip --disable-pip-version-check wheel --no-deps \
                 --no-build-isolation --no-binary mmcv -w "$TMPW" "mmcv==$MMCV_VERSION"
         else
-            log "building mmcv==$MMCV_VERSION with ops (about 15 minutes on 2" \
+            log "building mmcv==$MMCV_VERSION with ops (about 12 minutes on 2" \
                 "cores; log: $SETUP_LOG)"
             MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
                 logged "$PY" -m pip --disable-pip-version-check wheel --no-deps \
