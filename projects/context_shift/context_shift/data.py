@@ -75,6 +75,19 @@ DEFAULT_SCENES: Dict = {
             'mixture': {'crossed': 1.0},
             'scene_types': {'crossed': [0, 4, 0, 4, 0, 0, 4, 0, 0, 4]},
         },
+        # a relation site: both members of the look-alike pair (1, 7)
+        # occur, each in the other group's context (7 among the left
+        # digits, 1 among the right ones), with training's mixture, so the
+        # class frequencies stay near training's and only the relations
+        # tell the pair apart
+        'swapped': {
+            'mixture': {'swapped_left': 0.45, 'swapped_right': 0.45,
+                        'mixed': 0.10},
+            'scene_types': {
+                'swapped_left': [2, 0, 1, 4, 4, 4, 0, 4, 0, 0],
+                'swapped_right': [0, 4, 1, 0, 0, 0, 4, 0, 4, 4],
+            },
+        },
     },
 }
 
@@ -109,6 +122,16 @@ MANY_CLASS_SCENES: Dict = {
             'scene_types': {
                 'crossed_red': {'*_red': 1, '*_blue': 1},
                 'crossed_orange': {'*_orange': 1, '*_green': 1},
+            },
+        },
+        # the relation site (as ``crossed`` here: both look-alike styles
+        # occur, each with the other group's distinct style, at training's
+        # class frequencies)
+        'swapped': {
+            'mixture': {'swapped_red': 0.5, 'swapped_orange': 0.5},
+            'scene_types': {
+                'swapped_red': {'*_red': 1, '*_blue': 1},
+                'swapped_orange': {'*_orange': 1, '*_green': 1},
             },
         },
     },
@@ -271,6 +294,79 @@ def check_scene_model(scenes: Dict, variant: str = 'digits') -> Dict:
                            f'site {site!r}, scene type {name!r}')
         check_mixture(spec.get('mixture'), known, f'site {site!r}')
     return scenes
+
+
+def _mixture_tables(scenes: Dict, site: Optional[str],
+                    classes: Sequence[str]) -> List[Tuple[float, np.ndarray]]:
+    """(weight, normalised class table) per scene type of a site's mixture
+    (``site=None``: the training mixture)."""
+    if site is None:
+        mixture, types = scenes['train_mixture'], scenes['scene_types']
+    else:
+        if site not in scenes['sites']:
+            raise ValueError(f'unknown site {site!r}; the scene model has '
+                             f'{", ".join(scenes["sites"])}')
+        spec = scenes['sites'][site]
+        mixture = spec['mixture']
+        types = dict(scenes['scene_types'], **spec.get('scene_types', {}))
+    weights = _normalise(list(mixture.values()), 'mixture')
+    return [(float(w), _table_weights(types[name], classes, name))
+            for w, name in zip(weights, mixture)]
+
+
+def _absent_probability(p: np.ndarray, objects: Tuple[int, int]) -> np.ndarray:
+    """E[(1 - p)^n] for n uniform on ``objects`` (inclusive)."""
+    counts = np.arange(objects[0], objects[1] + 1)
+    return np.mean(np.clip(1.0 - p, 0.0, 1.0)[..., None]**counts, axis=-1)
+
+
+def expected_site_statistics(site: Optional[str] = None,
+                             variant: str = 'digits',
+                             scenes: Optional[Dict] = None,
+                             objects: Optional[Tuple[int, int]] = None
+                             ) -> Dict[str, np.ndarray]:
+    """A site's expected class statistics, computed from the scene model
+    (no images drawn).
+
+    Each image draws a scene type from the site's mixture, then n objects
+    (uniform on ``objects``) independently from that type's class table.
+
+    Args:
+        site (str, optional): a site of the scene model; None for the
+            training distribution.
+        variant (str): one of :data:`VARIANTS`.
+        scenes (dict, optional): the scene model; the variant's default
+            when None.
+        objects (tuple[int, int], optional): min / max objects per image;
+            the variant's default when None.
+
+    Returns:
+        dict: ``object_share`` (K,) the expected share of objects per
+        class (sums to 1); ``image_frequency`` (K,) the probability that
+        an image holds the class; ``cooccurrence`` (K, K) the probability
+        that an image holds both classes (diagonal = image frequency).
+    """
+    defaults = VARIANT_DEFAULTS[_check_variant(variant)]
+    scenes = check_scene_model(
+        scenes if scenes is not None else defaults['scenes'], variant)
+    objects = tuple(objects if objects is not None else defaults['objects'])
+    if len(objects) != 2 or not 1 <= objects[0] <= objects[1]:
+        raise ValueError(f'objects must satisfy 1 <= min <= max, got '
+                         f'{objects}')
+    classes = variant_classes(variant, scenes)
+    k = len(classes)
+    share = np.zeros(k)
+    freq = np.zeros(k)
+    co = np.zeros((k, k))
+    for weight, table in _mixture_tables(scenes, site, classes):
+        absent = _absent_probability(table, objects)
+        both_absent = _absent_probability(table[:, None] + table[None, :],
+                                          objects)
+        share += weight * table
+        freq += weight * (1.0 - absent)
+        co += weight * (1.0 - absent[:, None] - absent[None, :] + both_absent)
+    np.fill_diagonal(co, freq)
+    return dict(object_share=share, image_frequency=freq, cooccurrence=co)
 
 
 class SceneRenderer:

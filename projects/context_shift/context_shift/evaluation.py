@@ -17,7 +17,7 @@ from .online import stream_site
 from .training import trained_config
 
 #: the deployment sites, in table order
-SITES = ('like_train', 'left_only', 'crossed')
+SITES = ('like_train', 'left_only', 'crossed', 'swapped')
 
 
 def _pct(v: Optional[float]) -> str:

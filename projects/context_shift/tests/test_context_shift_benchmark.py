@@ -22,7 +22,7 @@ ROOT = osp.dirname(
 TOOL = osp.join('projects', 'context_shift', 'tools', 'benchmark.py')
 PAPER = osp.join('projects', 'context_shift', 'configs',
                  'calidet_dino_tiny_context-shift_cached_paper.py')
-SITES = ['like_train', 'left_only', 'crossed']
+SITES = ['like_train', 'left_only', 'crossed', 'swapped']
 
 
 def _run(args, timeout=900):

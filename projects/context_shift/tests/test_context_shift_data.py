@@ -1,5 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The context-shift benchmark generator."""
+import copy
 import hashlib
 import json
 import os
@@ -10,12 +11,9 @@ import pytest
 
 from mmcalidet.priors import batch_prior, flat_prior, load_prior
 from mmcalidet.priors.label_io import read_coco_labels
-from projects.context_shift.context_shift.data import (CLASSES, DEFAULT_SCENES,
-                                                       MANY_CLASS_SCENES,
-                                                       label_statistics,
-                                                       load_digits_split,
-                                                       make_context_shift,
-                                                       variant_classes)
+from projects.context_shift.context_shift.data import (
+    CLASSES, DEFAULT_SCENES, MANY_CLASS_SCENES, expected_site_statistics,
+    label_statistics, load_digits_split, make_context_shift, variant_classes)
 
 MAKE_DATA = 'projects/context_shift/tools/make_data.py'
 SMALL = dict(num_train=24, num_val_per_site=12, img_size=64,
@@ -70,9 +68,94 @@ def _digest(root) -> str:
     return h.hexdigest()
 
 
+def _without_swapped(scenes):
+    scenes = copy.deepcopy(scenes)
+    del scenes['sites']['swapped']
+    return scenes
+
+
 def test_default_output_unchanged(tmp_path):
-    make_context_shift(str(tmp_path / 'cs'), seed=3, **SMALL)
+    # the ``swapped`` site was added later, last, so with it left out the
+    # folder is exactly the one the digest was taken on
+    make_context_shift(
+        str(tmp_path / 'cs'),
+        seed=3,
+        scenes=_without_swapped(DEFAULT_SCENES),
+        **SMALL)
     assert _digest(str(tmp_path / 'cs')) == DEFAULT_DIGEST
+    # and adding it leaves the train split and the earlier sites as they were
+    make_context_shift(str(tmp_path / 'with'), seed=3, **SMALL)
+    names = ['instances_train.json'] + [
+        f'instances_val_{site}.json' for site in DEFAULT_SCENES['sites']
+        if site != 'swapped'
+    ]
+    for name in names:
+        assert _read(tmp_path / 'with' / 'annotations' / name) == \
+            _read(tmp_path / 'cs' / 'annotations' / name)
+    assert (tmp_path / 'with' / 'annotations' /
+            'instances_val_swapped.json').is_file()
+
+
+@pytest.mark.parametrize('variant', ['digits', 'many-class'])
+def test_swapped_site_is_a_relation_site(variant):
+    train = expected_site_statistics(None, variant)
+    swapped = expected_site_statistics('swapped', variant)
+    # class frequencies within 20 % of training's (per object and per image)
+    for key in ('object_share', 'image_frequency'):
+        ratio = swapped[key] / train[key]
+        assert np.all(np.abs(ratio - 1) <= 0.2), (key, ratio)
+    classes = variant_classes(variant)
+    if variant == 'digits':
+        # 7 among the left digits, 1 among the right ones
+        groups = {7: [0, 3, 4, 5], 1: [6, 8, 9]}
+        pairs = [(1, 7)]
+    else:
+        k = len(CLASSES)
+        # the look-alike styles each with the other group's distinct style
+        groups = {c: list(range(3 * k, 4 * k)) for c in range(k)}  # red-blue
+        groups.update({k + c: list(range(2 * k, 3 * k))
+                       for c in range(k)})  # orange-green
+        pairs = [(c, k + c) for c in range(k)]
+    for c, others in groups.items():
+        # in training they meet only in the few mixed scenes
+        before = train['cooccurrence'][c, others]
+        after = swapped['cooccurrence'][c, others]
+        assert np.all(after > 3 * before), classes[c]
+    for a, b in pairs:
+        # both members of each look-alike pair occur at the site
+        assert swapped['image_frequency'][a] > 0.05
+        assert swapped['image_frequency'][b] > 0.05
+    # every existing site is kept
+    scenes = DEFAULT_SCENES if variant == 'digits' else MANY_CLASS_SCENES
+    assert list(scenes['sites']) == [
+        'like_train', 'left_only', 'crossed', 'swapped'
+    ]
+
+
+def test_expected_site_statistics_agree_with_draws():
+    stats = expected_site_statistics('swapped', 'digits', objects=(2, 6))
+    assert stats['object_share'].sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(np.diag(stats['cooccurrence']),
+                               stats['image_frequency'])
+    rng = np.random.default_rng(0)
+    spec = DEFAULT_SCENES['sites']['swapped']
+    types = dict(DEFAULT_SCENES['scene_types'], **spec['scene_types'])
+    names = list(spec['mixture'])
+    weights = np.array(list(spec['mixture'].values()))
+    present = np.zeros((20000, 10), bool)
+    for row in present:
+        table = np.asarray(types[names[rng.choice(3, p=weights)]], float)
+        n = rng.integers(2, 7)
+        row[rng.choice(10, n, p=table / table.sum())] = True
+    np.testing.assert_allclose(present.mean(0), stats['image_frequency'],
+                               atol=0.02)
+    both = present[:, 3] & present[:, 7]
+    assert both.mean() == pytest.approx(stats['cooccurrence'][3, 7],
+                                        abs=0.02)
+    with pytest.raises(ValueError, match='unknown site'):
+        expected_site_statistics('nowhere')
+    with pytest.raises(ValueError, match='objects'):
+        expected_site_statistics('swapped', objects=(3, 1))
 
 
 def test_held_out_appearances():
