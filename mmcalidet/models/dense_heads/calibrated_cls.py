@@ -140,10 +140,16 @@ class CalibratedClsMixin:
             cali_vectors = self.get_cali_vectors(priors)
         return cali_vectors, priors
 
-    def get_cali_vectors(self, priors: Tensor) -> Tensor:
+    def get_cali_vectors(self,
+                         priors: Tensor,
+                         support: Optional[Tensor] = None,
+                         marginals: Optional[Tensor] = None) -> Tensor:
         """V' for one prior (K x K -> K x d) or a batch (B x K x K ->
-        B x K x d)."""
-        return self.califormer(priors)
+        B x K x d); ``support`` / ``marginals`` (experimental, see
+        :class:`CaliFormer`) only when given."""
+        if support is None and marginals is None:
+            return self.califormer(priors)
+        return self.califormer(priors, support=support, marginals=marginals)
 
     def calibrate_cls_scores(self, all_layers_cls_scores: Tensor,
                              hidden_states: Tensor,

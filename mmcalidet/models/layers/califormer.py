@@ -1,5 +1,7 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """CaliFormer: V' = g(V, Delta E), the per-class calibration vectors."""
+from typing import Optional
+
 import torch
 from mmdet.models.layers import DetrTransformerEncoder
 from mmdet.registry import MODELS
@@ -8,6 +10,7 @@ from mmengine.model import BaseModule
 from torch import Tensor, nn
 
 from .prior_ops import prior_delta
+from .support_ops import check_support, shrunk_lift, support_features
 
 
 @MODELS.register_module()
@@ -42,6 +45,20 @@ class CaliFormer(BaseModule):
             from a baseline checkpoint starts exactly as the baseline. With
             the default (False, the paper's plain initialisation) V' starts
             with unit-scale entries. Defaults to False.
+        support_features (bool): experimental (issue 49), off by default.
+            The class nodes also receive the prior's support: per class
+            ``[log(1 + n), p]`` (n: images the column was measured on, p:
+            the class's share of those images, 0 when not given) through a
+            zero-initialised linear map added to the nodes, so enabling it
+            leaves V' unchanged at initialisation. Defaults to False.
+        lift_bias (bool): experimental (issue 49), off by default. Add
+            ``s * L^T`` to the attention bias, with the shrunk lift
+            ``L[i, j] = log((P(i|j) + a) / (P(i) + a))`` (0 in columns
+            measured on no image), which is exactly 0 on one image's prior;
+            ``s`` is a learnable scalar, zero-initialised. Needs ``support``
+            and ``marginals`` in :meth:`forward` (else no lift). Defaults to
+            False.
+        lift_shrink (float): ``a`` of the shrunk lift. Defaults to 0.05.
         init_cfg (dict, optional): mmengine initialisation config.
     """
 
@@ -54,6 +71,9 @@ class CaliFormer(BaseModule):
                  dropout: float = 0.0,
                  node_std: float = 0.01,
                  zero_init_output: bool = False,
+                 support_features: bool = False,
+                 lift_bias: bool = False,
+                 lift_shrink: float = 0.05,
                  init_cfg: OptMultiConfig = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.num_classes = num_classes
@@ -85,6 +105,27 @@ class CaliFormer(BaseModule):
                     act_cfg=dict(type='ReLU', inplace=True))))
         if zero_init_output:
             nn.init.zeros_(self.encoder.layers[-1].norms[-1].weight)
+        if lift_shrink <= 0:
+            raise ValueError(f'lift_shrink must be > 0, got {lift_shrink}')
+        self.use_support_features = support_features
+        self.use_lift_bias = lift_bias
+        self.lift_shrink = float(lift_shrink)
+        if support_features:
+            # skip_init: no draw from the global RNG, so that a seeded build
+            # gives the other weights as without the option
+            self.support_proj = nn.utils.skip_init(nn.Linear, 2, embed_dims)
+        if lift_bias:
+            self.lift_scale = nn.Parameter(torch.zeros(()))
+        self._zero_init_support()
+
+    def _zero_init_support(self) -> None:
+        """Zero the support branches, so that enabling them leaves V'
+        unchanged at initialisation."""
+        if self.use_support_features:
+            nn.init.zeros_(self.support_proj.weight)
+            nn.init.zeros_(self.support_proj.bias)
+        if self.use_lift_bias:
+            nn.init.zeros_(self.lift_scale)
 
     def init_weights(self) -> None:
         """Nodes from N(0, node_std^2); Xavier for the encoder matrices."""
@@ -94,6 +135,7 @@ class CaliFormer(BaseModule):
                 nn.init.xavier_uniform_(p)
         if self.zero_init_output:
             nn.init.zeros_(self.encoder.layers[-1].norms[-1].weight)
+        self._zero_init_support()
         self._is_init = True
 
     @staticmethod
@@ -109,13 +151,22 @@ class CaliFormer(BaseModule):
         """
         return prior_delta(priors).transpose(-1, -2)
 
-    def forward(self, priors: Tensor) -> Tensor:
+    def forward(self,
+                priors: Tensor,
+                support: Optional[Tensor] = None,
+                marginals: Optional[Tensor] = None) -> Tensor:
         """Compute the calibration vectors V' for one or a batch of priors.
 
-        Identical priors in a batch are computed once.
+        Identical priors (with identical support) in a batch are computed
+        once.
 
         Args:
             priors (Tensor): (K, K) or (B, K, K) relation matrices.
+            support (Tensor, optional): (K,) or (B, K) images each class
+                column was measured on (an image prior: 1). Only read with
+                ``support_features`` or ``lift_bias``; ``None``: today's V'.
+            marginals (Tensor, optional): (K,) or (B, K) each class's share
+                of those images, in [0, 1].
 
         Returns:
             Tensor: (K, d) or (B, K, d), matching ``priors``.
@@ -129,14 +180,36 @@ class CaliFormer(BaseModule):
                              f'(B, K, K) with K={k}, got '
                              f'{tuple(priors.shape)}')
         priors = priors.to(self.nodes.dtype)
+        num = priors.shape[0]
+        uses_support = self.use_support_features or self.use_lift_bias
+        if not uses_support:
+            support = marginals = None
+        support = check_support(support, num, k, 'support', priors)
+        marginals = check_support(marginals, num, k, 'marginals', priors)
+        if marginals is not None and bool((marginals > 1).any()):
+            raise ValueError('CaliFormer: marginals must lie in [0, 1]')
         inverse = None
-        if priors.shape[0] > 1:
+        if num > 1:
+            parts = [priors.flatten(1)]
+            parts += [t for t in (support, marginals) if t is not None]
             distinct, inverse = torch.unique(
-                priors.flatten(1), dim=0, return_inverse=True)
-            priors = distinct.view(-1, k, k)
+                torch.cat(parts, dim=1), dim=0, return_inverse=True)
+            priors = distinct[:, :k * k].view(-1, k, k)
+            rest = distinct[:, k * k:]
+            if support is not None:
+                support, rest = rest[:, :k], rest[:, k:]
+            if marginals is not None:
+                marginals = rest[:, :k]
         bias = self.attn_bias(priors)
+        if self.use_lift_bias and support is not None and \
+                marginals is not None:
+            lift = shrunk_lift(priors, support, marginals, self.lift_shrink)
+            bias = bias + self.lift_scale * lift.transpose(-1, -2)
         bias = bias.repeat_interleave(self.num_heads, dim=0)
         nodes = self.nodes.unsqueeze(0).expand(priors.shape[0], -1, -1)
+        if self.use_support_features and support is not None:
+            nodes = nodes + self.support_proj(
+                support_features(support, marginals))
         out = self.encoder(
             query=nodes, query_pos=None, key_padding_mask=None, attn_mask=bias)
         if inverse is not None:
