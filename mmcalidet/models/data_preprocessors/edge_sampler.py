@@ -22,7 +22,8 @@ from mmdet.structures import SampleList
 from mmengine.dist import all_gather_object, get_rank, get_world_size
 from torch import Tensor, nn
 
-from ...priors import batch_prior, label_lists_prior, reorder_prior
+from ...priors import (batch_prior, counts_to_prior, label_lists_prior,
+                       reorder_prior)
 from ...utils.prior_source import (describe_prior_source, load_prior_source,
                                    training_dataset_classes)
 
@@ -32,6 +33,7 @@ MODES = {
     'batch': 'E_b over the mini-batch (see `batch_scope`)',
     'dataset': 'E_t, the prior file',
     'group': 'E_b over consecutive groups of `group_size` samples',
+    'site': 'E_b(n) of a simulated site (experimental, issue 49)',
 }
 
 
@@ -89,6 +91,20 @@ class EdgeSampler(nn.Module):
         batch_scope (str): ``'local'`` (E_b per GPU, the paper's) or
             ``'global'`` (E_b over all ranks' images). Defaults to
             ``'local'``.
+        support (bool): experimental (issue 49), off by default. Also give
+            every sample its prior's support: ``prior_support`` (K,), the
+            images each column was measured on (1 for E_x, the group, batch
+            or site size for E_b, the prior file's ``num_images`` or the
+            site bank's size for E_t) and ``prior_marginals`` (K,), each
+            class's share of those images. Read by a CaliFormer with
+            ``support_features`` / ``lift_bias``. Defaults to False.
+        site_support (tuple[int, int]): the range of the ``'site'`` mode's
+            n, drawn log-uniform. Defaults to (1, 256).
+        site_tilt_std (float): the ``'site'`` mode's class tilt: each site
+            draws t ~ N(0, std^2) per class and weights an image by
+            ``exp(sum of t over its classes)``. Defaults to 1.0.
+        site_bank_size (int): how many recent training images' label sets
+            the ``'site'`` mode draws from. Defaults to 4096.
     """
 
     BATCH_SCOPES = ('local', 'global')
@@ -105,8 +121,32 @@ class EdgeSampler(nn.Module):
                  noise_std: float = 0.16,
                  group_size: int = 4,
                  seed: Optional[int] = None,
-                 batch_scope: str = 'local') -> None:
+                 batch_scope: str = 'local',
+                 support: bool = False,
+                 site_support: Tuple[int, int] = (1, 256),
+                 site_tilt_std: float = 1.0,
+                 site_bank_size: int = 4096) -> None:
         super().__init__()
+        lo, hi = site_support
+        if not 1 <= lo <= hi:
+            raise ValueError(f'EdgeSampler: site_support must be (lo, hi) '
+                             f'with 1 <= lo <= hi, got {site_support}')
+        if site_tilt_std < 0 or not np.isfinite(site_tilt_std):
+            raise ValueError(f'EdgeSampler: site_tilt_std must be finite and '
+                             f'>= 0, got {site_tilt_std}')
+        if site_bank_size < 1:
+            raise ValueError(f'EdgeSampler: site_bank_size must be >= 1, got '
+                             f'{site_bank_size}')
+        self.support = support
+        self.site_support = (int(lo), int(hi))
+        self.site_tilt_std = float(site_tilt_std)
+        self.site_bank_size = int(site_bank_size)
+        #: presence (M, K) of recent training images, the ``'site'``
+        #: mode's pool (a ring of ``site_bank_size`` rows)
+        self._site_bank: Optional[np.ndarray] = None
+        self._site_bank_next = 0
+        self._site_bank_len = 0
+        self._dataset_images: Optional[int] = None
         if batch_scope not in self.BATCH_SCOPES:
             raise ValueError(f'EdgeSampler: batch_scope must be one of '
                              f'{self.BATCH_SCOPES}, got {batch_scope!r}')
@@ -140,6 +180,10 @@ class EdgeSampler(nn.Module):
             num_classes=self.num_classes,
             return_meta=True)
         self.prior_classes = meta['classes']
+        num_images = meta.get('num_images') if isinstance(meta, dict) \
+            else None
+        self._dataset_images = int(num_images) \
+            if isinstance(num_images, (int, np.integer)) else None
 
     def _check_ready(self, need_prior: bool = True) -> None:
         """Raise if K (or, with ``need_prior``, a needed E_t) was given
@@ -333,7 +377,11 @@ class EdgeSampler(nn.Module):
         Returns:
             np.ndarray: (N, K, K) float64.
         """
-        priors, index = self._distinct_priors(mode, label_lists)
+        if mode == 'site':
+            priors = self._site_prior(noise_seed)[None]
+            index = np.zeros(len(label_lists), dtype=np.int64)
+        else:
+            priors, index = self._distinct_priors(mode, label_lists)
         if self.noise_std > 0:
             noise = np.random.default_rng(noise_seed).normal(
                 0.0, self.noise_std, size=priors.shape)
@@ -343,6 +391,102 @@ class EdgeSampler(nn.Module):
         diag = np.arange(self.num_classes)
         priors[:, diag, diag] = 1.0
         return priors[index]
+
+    def _add_to_site_bank(self, label_lists: List[np.ndarray]) -> None:
+        """Keep the classes of the last ``site_bank_size`` images."""
+        if self._site_bank is None:
+            self._site_bank = np.zeros((self.site_bank_size, self.num_classes),
+                                       dtype=np.float64)
+        for lab in label_lists:
+            row = self._site_bank[self._site_bank_next]
+            row[:] = 0.0
+            row[np.asarray(lab, dtype=np.int64)] = 1.0
+            self._site_bank_next = \
+                (self._site_bank_next + 1) % self.site_bank_size
+            self._site_bank_len = min(self._site_bank_len + 1,
+                                      self.site_bank_size)
+
+    def _site_presence(self, seed: int) -> np.ndarray:
+        """A simulated site's (n, K) class presence: n (log-uniform in
+        ``site_support``) images drawn with replacement from the bank, each
+        weighted ``exp(sum of t over its classes)``, with a per-class tilt
+        t ~ N(0, site_tilt_std^2). A function of ``seed`` and the bank."""
+        if not self._site_bank_len:
+            raise ValueError('EdgeSampler: the "site" mode has no training '
+                             'images to draw from yet')
+        rng = np.random.default_rng([seed, 49])
+        lo, hi = self.site_support
+        log_n = rng.uniform(np.log(lo), np.log(hi))
+        num = int(np.clip(np.round(np.exp(log_n)), lo, hi))
+        tilt = rng.normal(0.0, self.site_tilt_std, size=self.num_classes)
+        bank = self._site_bank[:self._site_bank_len]
+        logits = bank @ tilt
+        weights = np.exp(logits - logits.max())
+        pick = rng.choice(len(bank), size=num, p=weights / weights.sum())
+        return bank[pick]
+
+    def site_label_lists(self, seed: int) -> List[np.ndarray]:
+        """The label sets of the site drawn with ``seed`` (see
+        :meth:`_site_presence`).
+
+        Args:
+            seed (int): the draw's seed.
+
+        Returns:
+            list[np.ndarray]: the site's n label sets.
+        """
+        return [np.flatnonzero(row) for row in self._site_presence(seed)]
+
+    def _site_prior(self, seed: int) -> np.ndarray:
+        """E_b(n) of the site drawn with ``seed`` (K x K)."""
+        presence = self._site_presence(seed)
+        return counts_to_prior(presence.T @ presence, presence.sum(0))
+
+    def sample_support(
+            self, mode: str, label_lists: List[np.ndarray],
+            noise_seed: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """The support (n) and class shares (p) of each sample's prior.
+
+        Args:
+            mode (str): a mode of :data:`MODES` (another mode: ``None``).
+            label_lists (list[np.ndarray]): class indices per image.
+            noise_seed (int): the draw's seed (the ``'site'`` mode's site).
+
+        Returns:
+            tuple[np.ndarray, np.ndarray] | None: (N, K) n and (N, K) p.
+        """
+        k, num = self.num_classes, len(label_lists)
+
+        def stats(lists):
+            size = max(len(lists), 1)
+            counts = np.zeros(k)
+            for lab in lists:
+                counts[np.unique(lab)] += 1
+            return np.full(k, float(len(lists))), counts / size
+
+        if mode == 'sample':
+            groups = [[lab] for lab in label_lists]
+        elif mode == 'group':
+            groups = [
+                label_lists[g:g + self.group_size]
+                for g in range(0, num, self.group_size)
+            ]
+            groups = [grp for grp in groups for _ in grp]
+        elif mode == 'batch':
+            groups = [label_lists] * num
+        elif mode in ('site', 'dataset'):
+            presence = self._site_presence(noise_seed) if mode == 'site' \
+                else self._site_bank[:self._site_bank_len]
+            size = len(presence) if mode == 'site' else \
+                (self._dataset_images or len(presence))
+            share = presence.mean(0) if len(presence) else np.zeros(k)
+            return np.full((num, k), float(size)), np.tile(share, (num, 1))
+        else:
+            return None
+        pairs = [stats(grp) for grp in groups]
+        if not pairs:
+            return np.zeros((0, k)), np.zeros((0, k))
+        return np.stack([a for a, _ in pairs]), np.stack([b for _, b in pairs])
 
     def forward(self, inputs: Tensor,
                 data_samples: SampleList) -> Tuple[Tensor, SampleList]:
@@ -372,14 +516,25 @@ class EdgeSampler(nn.Module):
             _, mode, noise_seed = gathered[0]
             label_lists = [lab for rank in gathered for lab in rank[0]]
             offset = sum(len(rank[0]) for rank in gathered[:get_rank()])
+        if self.support or 'site' in self.modes:
+            self._add_to_site_bank(label_lists)
         priors = self.sample_priors(mode, label_lists, noise_seed)
         priors = priors[offset:offset + len(labels)]
+        support = self.sample_support(mode, label_lists, noise_seed) \
+            if self.support else None
         stats = label_lists_prior(labels, self.num_classes)
         priors = torch.from_numpy(priors.astype(np.float32)).to(inputs.device)
         stats = torch.from_numpy(stats.astype(np.float32)).to(inputs.device)
         for k, ds in enumerate(data_samples):
             ds.prior = priors[k]
             ds.sample_prior = stats[k]
+            if support is not None:
+                ds.prior_support = torch.from_numpy(
+                    support[0][offset + k].astype(np.float32)).to(
+                        inputs.device)
+                ds.prior_marginals = torch.from_numpy(
+                    support[1][offset + k].astype(np.float32)).to(
+                        inputs.device)
             ds.set_metainfo(dict(prior_mode=mode))
         return inputs, data_samples
 
