@@ -14,6 +14,7 @@ from ...utils.checkpoint_compat import InvalidCheckpointPriorError
 from ...utils.prior_source import (describe_prior_source, load_prior_source,
                                    model_classes, training_dataset_classes)
 from ..data_preprocessors import EdgeSampler, is_cached_batch
+from ..layers.support_ops import check_support
 from ..non_finite import (NonFiniteError, check_finite_losses,
                           non_finite_sources)
 
@@ -283,7 +284,9 @@ class CalibratableDetectorMixin:
 
     def set_prior(self,
                   prior,
-                  classes: Optional[Sequence[str]] = None) -> None:
+                  classes: Optional[Sequence[str]] = None,
+                  support=None,
+                  marginals=None) -> None:
         """Inject a new deployment prior (no parameter changes).
 
         The prior is validated (and reordered by class name) before
@@ -295,10 +298,27 @@ class CalibratableDetectorMixin:
             classes (Sequence[str], optional): the order to reorder a named
                 prior to; defaults to ``dataset_meta['classes']`` or the
                 ``classes`` given at construction.
+            support (array-like, optional): experimental (issue 49): the
+                (K,) images each column was measured on, read by a
+                CaliFormer with ``support_features`` / ``lift_bias``.
+                ``None``: no support (today's V'). In the model's class
+                order.
+            marginals (array-like, optional): experimental: the (K,)
+                share of those images holding each class.
         """
         matrix, pending = self._load_named_prior(prior, classes)
+        k = self.num_classes
+        extra = {}
+        for name, values in (('support', support), ('marginals', marginals)):
+            if values is not None:
+                values = torch.as_tensor(values, dtype=torch.float32)
+                check_support(values, 1, k, name, values)
+                values = values.to(self.prior.device)
+            extra[name] = values
         with torch.no_grad():
             self.prior.copy_(torch.from_numpy(matrix))
+        self.prior_support = extra['support']
+        self.prior_marginals = extra['marginals']
         self._cali_cache = None
         self._pending_prior = pending
 
@@ -306,9 +326,22 @@ class CalibratableDetectorMixin:
         """The deployment prior, a K x K float64 array (a copy)."""
         return self.prior.detach().cpu().double().numpy()
 
+    def deployment_support(self) -> Tuple[Optional[Tensor], ...]:
+        """The deployment prior's (support, marginals), each (K,) or
+        ``None`` (see :meth:`set_prior`)."""
+        out = []
+        for name in ('prior_support', 'prior_marginals'):
+            value = self.__dict__.get(name)
+            if value is not None and value.device != self.prior.device:
+                value = value.to(self.prior.device)
+                self.__dict__[name] = value
+            out.append(value)
+        return tuple(out)
+
     def _cache_key(self) -> tuple:
         califormer = self.bbox_head.califormer
         tensors = [self.prior, *califormer.parameters(), *califormer.buffers()]
+        tensors += [t for t in self.deployment_support() if t is not None]
         return tuple((t.data_ptr(), t._version) for t in tensors)
 
     def deployment_cali_vectors(self) -> Tensor:
@@ -318,12 +351,15 @@ class CalibratableDetectorMixin:
         CaliFormer changes (an in-place update, a load or a move of either
         invalidates the cache).
         """
+        support, marginals = self.deployment_support()
         if torch.is_grad_enabled():
-            return self.bbox_head.get_cali_vectors(self.prior)
+            return self.bbox_head.get_cali_vectors(self.prior, support,
+                                                   marginals)
         key = self._cache_key()
         if self._cali_cache is None or self._cali_cache[0] != key:
             self._cali_cache = (key,
-                                self.bbox_head.get_cali_vectors(self.prior))
+                                self.bbox_head.get_cali_vectors(
+                                    self.prior, support, marginals))
         return self._cali_cache[1]
 
     def batch_priors(self,
@@ -353,6 +389,34 @@ class CalibratableDetectorMixin:
                                  f'got {tuple(p.shape)}')
             priors.append(p)
         return torch.stack(priors)
+
+    def batch_support(
+        self, batch_data_samples: OptSampleList
+    ) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+        """The per-sample (support, marginals), each (B, K), from the data
+        samples' ``prior_support`` / ``prior_marginals`` (experimental,
+        issue 49; the EdgeSampler's ``support=True``), or ``None`` when no
+        sample has one. A sample without one gets the deployment prior's
+        (then all need one: a ``ValueError`` otherwise).
+        """
+        out = []
+        for field, default in zip(('prior_support', 'prior_marginals'),
+                                  self.deployment_support()):
+            found = [ds.get(field, None) for ds in batch_data_samples or []]
+            if all(v is None for v in found):
+                out.append(None)
+                continue
+            rows = []
+            for v in found:
+                v = default if v is None else torch.as_tensor(
+                    v, dtype=self.prior.dtype, device=self.prior.device)
+                if v is None:
+                    raise ValueError(
+                        f'some data samples have a {field} and others '
+                        'none (and the deployment prior has none)')
+                rows.append(v)
+            out.append(torch.stack(rows))
+        return out[0], out[1]
 
     def parse_losses(self, losses: Dict[str, Tensor]) -> tuple:
         """mmengine's ``parse_losses``, then stop if the total loss is not
@@ -391,7 +455,8 @@ class CalibratableDetectorMixin:
             head_inputs_dict['cali_vectors'] = self.deployment_cali_vectors()
         else:
             head_inputs_dict['cali_vectors'] = \
-                self.bbox_head.get_cali_vectors(priors)
+                self.bbox_head.get_cali_vectors(
+                    priors, *self.batch_support(batch_data_samples))
         if self.training:
             if priors is None:
                 batch_size = head_inputs_dict['hidden_states'].shape[1]
@@ -455,12 +520,13 @@ class CalibratableDetectorMixin:
         """
         hidden = batch_inputs['hidden_states']
         priors = self.batch_priors(batch_data_samples)
+        support, marginals = self.batch_support(batch_data_samples)
         if priors is None:
             priors = self.prior.expand(hidden.shape[1], -1, -1)
         return self.bbox_head.loss_cached(
             hidden,
             batch_inputs['bbox_preds'],
             batch_data_samples,
-            self.bbox_head.get_cali_vectors(priors),
+            self.bbox_head.get_cali_vectors(priors, support, marginals),
             priors,
             train_cls_branches=self.cache_train_cls_branches)
