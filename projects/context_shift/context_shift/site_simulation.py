@@ -380,7 +380,68 @@ class SiteEdgeSampler(EdgeSampler):
 #: the simulated sites of a recipe-selection set, in the order they are
 #: filled (each takes its images before the next)
 VALIDATION_SITES = ('sim_rare_pairs', 'sim_without', 'sim_tilt',
-                    'sim_like_train')
+                    'sim_like_train', 'sim_pairs')
+
+
+def pair_tilt_weights(presence: np.ndarray,
+                      pairs: Sequence[Tuple[int, int]],
+                      strength: float = 4.0,
+                      max_iter: int = 500,
+                      tol: float = 1e-8) -> np.ndarray:
+    """Per-image weights that tilt which classes occur together while every
+    class's image frequency stays at the pool's.
+
+    The images holding one of ``pairs`` start at weight ``strength``, the
+    others at 1; iterative proportional fitting then rescales, class by
+    class, the images with and without the class so that the weighted share
+    of images holding it equals its unweighted share in the pool (the
+    uniform weights satisfy every margin, so the fit exists).
+
+    Args:
+        presence (np.ndarray): (N, K) bool, the classes of each pool image.
+        pairs (Sequence[tuple[int, int]]): the class pairs to favour.
+        strength (float): the start weight of an image with such a pair
+            (> 0; above 1 favours the pairs, below 1 disfavours them).
+        max_iter (int): the most IPF sweeps over the classes.
+        tol (float): stop when no class's weighted frequency is further
+            than this from its target.
+
+    Returns:
+        np.ndarray: (N,) weights summing to 1.
+    """
+    presence = np.asarray(presence)
+    if presence.ndim != 2 or presence.dtype != bool or not len(presence):
+        raise ValueError('presence must be a non-empty (N, K) bool array, '
+                         f'got {presence.dtype} {presence.shape}')
+    num_classes = presence.shape[1]
+    if not pairs:
+        raise ValueError('pair_tilt_weights needs at least one class pair')
+    for pair in pairs:
+        if len(pair) != 2 or pair[0] == pair[1] or not all(
+                0 <= int(c) < num_classes for c in pair):
+            raise ValueError(f'a pair must be two different classes in '
+                             f'[0, {num_classes}), got {pair!r}')
+    if not (np.isfinite(strength) and strength > 0):
+        raise ValueError(f'strength must be a positive number, got '
+                         f'{strength!r}')
+    if max_iter < 1 or not tol > 0:
+        raise ValueError('max_iter must be >= 1 and tol > 0')
+    has_pair = np.zeros(len(presence), dtype=bool)
+    for a, b in pairs:
+        has_pair |= presence[:, a] & presence[:, b]
+    weights = np.where(has_pair, float(strength), 1.0)
+    weights /= weights.sum()
+    target = presence.mean(0)
+    for _ in range(max_iter):
+        for c in range(num_classes):
+            if target[c] in (0.0, 1.0):
+                continue  # every weighting holds it
+            now = weights[presence[:, c]].sum()
+            weights = np.where(presence[:, c], weights * target[c] / now,
+                               weights * (1 - target[c]) / (1 - now))
+        if np.abs(weights @ presence - target).max() <= tol:
+            break
+    return weights / weights.sum()
 
 
 def validation_sites(pool_labels: Sequence[np.ndarray],
@@ -402,7 +463,12 @@ def validation_sites(pool_labels: Sequence[np.ndarray],
       training statistics most (mean |E(without c) - E_t|);
     - ``sim_tilt``: a random tilt of the class mixture (see
       :class:`SimulatedSites`);
-    - ``sim_like_train``: a random draw (the null site).
+    - ``sim_like_train``: a random draw (the null site);
+    - ``sim_pairs``: a tilt of which classes go together: three random
+      pairs of classes that the remaining pool shows together are favoured
+      4-fold, each class's image frequency held at the remaining pool's by
+      :func:`pair_tilt_weights`, and the images drawn by those weights.
+      It comes last, so the earlier sites are those of before it.
 
     Args:
         pool_labels (Sequence[np.ndarray]): class indices per pool image.
@@ -457,6 +523,20 @@ def validation_sites(pool_labels: Sequence[np.ndarray],
         'sim_tilt': (take(everyone, tilt), 'a tilt of the class mixture'),
         'sim_like_train': (take(everyone), 'a random draw'),
     }
+    rest = np.flatnonzero(free)
+    together = pool.presence[rest].T.astype(float) @ pool.presence[rest]
+    seen = [(a, b) for a, b in zip(*np.nonzero(np.triu(together, 1)))]
+    if seen:
+        chosen = [
+            seen[k] for k in np.sort(
+                rng.choice(len(seen), size=min(3, len(seen)), replace=False))
+        ]
+        weights = np.zeros(len(pool_labels))
+        weights[rest] = pair_tilt_weights(pool.presence[rest], chosen)
+        members = take(rest[weights[rest] > 0], weights)
+        sites['sim_pairs'] = (members, 'pairs {} favoured 4-fold, class '
+                              'frequencies held'.format(', '.join(
+                                  f'{a}-{b}' for a, b in chosen)))
     return {
         name: dict(members=members, rule=rule)
         for name, (members, rule) in sites.items() if len(members)

@@ -3,6 +3,7 @@
 name, a site batch's images all come from its site and carry its
 statistics, and the SiteEdgeSampler gives them as the batch's prior."""
 import os.path as osp
+import re
 
 import numpy as np
 import pytest
@@ -17,7 +18,8 @@ from mmcalidet.testing import build_detector, run_tool
 from projects.context_shift.context_shift.data import make_context_shift
 from projects.context_shift.context_shift.site_simulation import (
     VALIDATION_SITES, SimulatedSites, SiteBatchSampler, SiteEdgeSampler,
-    SiteSimulatedDataset, make_validation_data, validation_sites)
+    SiteSimulatedDataset, make_validation_data, pair_tilt_weights,
+    validation_sites)
 from projects.context_shift.context_shift.training import cache_dataset_key
 
 K = 5
@@ -258,6 +260,73 @@ def test_validation_sites_are_disjoint_and_follow_their_rules():
     # the dropped class is absent from its site
     dropped = int(sites['sim_without']['rule'].split()[-1])
     assert not any(dropped in pool[k] for k in sites['sim_without']['members'])
+
+
+def _presence(label_lists):
+    presence = np.zeros((len(label_lists), K), dtype=bool)
+    for row, labels in zip(presence, label_lists):
+        row[np.asarray(labels, dtype=int)] = True
+    return presence
+
+
+def test_pair_tilt_holds_the_marginals_and_raises_the_pairs():
+    presence = _presence(random_label_lists(num=600, seed=2))
+    pairs = [(0, 1), (2, 4)]
+    weights = pair_tilt_weights(presence, pairs, strength=4.0)
+    assert weights.shape == (600, ) and np.all(weights > 0)
+    assert weights.sum() == pytest.approx(1.0)
+    # each class's (weighted) image frequency is the pool's
+    np.testing.assert_allclose(weights @ presence, presence.mean(0),
+                               atol=1e-6)
+    # the chosen pairs go together more often, measurably
+    for a, b in pairs:
+        both = presence[:, a] & presence[:, b]
+        assert weights @ both > 1.3 * both.mean(), (a, b)
+    # deterministic; a strength below 1 tilts the other way
+    np.testing.assert_array_equal(
+        weights, pair_tilt_weights(presence, pairs, strength=4.0))
+    low = pair_tilt_weights(presence, pairs, strength=0.25)
+    both = presence[:, 0] & presence[:, 1]
+    assert low @ both < both.mean()
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(pairs=[]), 'at least one class pair'),
+    (dict(pairs=[(0, 0)]), 'two different classes'),
+    (dict(pairs=[(0, K)]), 'two different classes'),
+    (dict(pairs=[(0, 1)], strength=0.0), 'strength'),
+    (dict(pairs=[(0, 1)], strength=float('nan')), 'strength'),
+    (dict(pairs=[(0, 1)], max_iter=0), 'max_iter'),
+])
+def test_pair_tilt_refuses_bad_input(kwargs, match):
+    presence = _presence(random_label_lists(num=50))
+    with pytest.raises(ValueError, match=match):
+        pair_tilt_weights(presence, **kwargs)
+    with pytest.raises(ValueError, match='presence'):
+        pair_tilt_weights(presence.astype(int), [(0, 1)])
+
+
+def test_the_sim_pairs_site_tilts_pairs_not_classes():
+    pool = random_label_lists(num=3000, seed=3)
+    train = random_label_lists(num=400, seed=4)
+    sites = validation_sites(pool, train, K, per_site=300, seed=0)
+    again = validation_sites(pool, train, K, per_site=300, seed=0)
+    assert list(sites)[-1] == 'sim_pairs'
+    np.testing.assert_array_equal(sites['sim_pairs']['members'],
+                                  again['sim_pairs']['members'])
+    taken = np.concatenate([s['members'] for s in sites.values()])
+    assert len(taken) == len(set(taken.tolist()))
+    presence = _presence(pool)
+    members = presence[sites['sim_pairs']['members']]
+    rule = sites['sim_pairs']['rule']
+    pairs = [(int(a), int(b))
+             for a, b in re.findall(r'(\d+)-(\d+)', rule)]
+    assert len(pairs) == 3
+    # the class frequencies stay near the pool's, the pairs rise
+    np.testing.assert_allclose(members.mean(0), presence.mean(0), atol=0.07)
+    rise = [(members[:, a] & members[:, b]).mean() -
+            (presence[:, a] & presence[:, b]).mean() for a, b in pairs]
+    assert np.mean(rise) > 0.02, rise
 
 
 def test_a_validation_folder_has_the_simulated_sites_as_its_val_split(
