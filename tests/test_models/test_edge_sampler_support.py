@@ -1,5 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""The EdgeSampler's experimental support and ``'site'`` mode (issue 49)."""
+"""The EdgeSampler's experimental support and ``'sim_site'`` mode (issue
+49)."""
 import numpy as np
 import pytest
 import torch
@@ -64,7 +65,7 @@ def test_batch_mode_support_is_the_batch_size():
 
 
 def test_site_mode_draws_fractional_priors_with_support_in_range():
-    edge = sampler('site', support=True, site_support=(1, 256))
+    edge = sampler('sim_site', support=True, site_support=(1, 256))
     rng = np.random.default_rng(1)
     seen, fractional = [], []
     for step in range(40):
@@ -91,20 +92,21 @@ def test_site_mode_draws_fractional_priors_with_support_in_range():
 
 
 def test_site_draw_is_the_statistics_of_its_label_sets():
-    edge = sampler('site', support=True)
+    edge = sampler('sim_site', support=True)
     run(edge)
     site = edge.site_label_lists(123)
     np.testing.assert_allclose(
-        edge.sample_priors('site', LABELS, 123)[0], batch_prior(K, site))
-    support, share = edge.sample_support('site', LABELS, 123)
+        edge.sample_priors('sim_site', LABELS, 123)[0], batch_prior(K, site))
+    support, share = edge.sample_support('sim_site', LABELS, 123)
     assert support[0, 0] == len(site)
     # a site of one image is that image's E_x
-    one = sampler('site', support=True, site_support=(1, 1))
+    one = sampler('sim_site', support=True, site_support=(1, 1))
     run(one)
     labels = one.site_label_lists(7)
     assert len(labels) == 1
     np.testing.assert_array_equal(
-        one.sample_priors('site', LABELS, 7)[0], sample_prior(K, labels[0]))
+        one.sample_priors('sim_site', LABELS, 7)[0],
+        sample_prior(K, labels[0]))
 
 
 @pytest.mark.parametrize('kwargs, match', [
@@ -116,9 +118,34 @@ def test_site_draw_is_the_statistics_of_its_label_sets():
 ])
 def test_bad_options_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        sampler('site', support=True, **kwargs)
+        sampler('sim_site', support=True, **kwargs)
 
 
 def test_site_mode_without_images_raises():
     with pytest.raises(ValueError, match='no training images'):
-        sampler('site').site_label_lists(0)
+        sampler('sim_site').site_label_lists(0)
+
+
+def test_a_subclass_mode_keeps_its_priors_and_gets_no_support():
+    """A subclass's own mode (e.g. the context-shift project's 'site') is
+    not the 'sim_site' mode: its priors are its own, without support."""
+
+    class OwnMode(EdgeSampler):
+        KNOWN_MODES = dict(EdgeSampler.KNOWN_MODES, site='own')
+
+        def _distinct_priors(self, mode, label_lists):
+            if mode != 'site':
+                return super()._distinct_priors(mode, label_lists)
+            return np.full((1, K, K), 0.25), np.zeros(
+                len(label_lists), dtype=np.int64)
+
+    edge = OwnMode(
+        num_classes=K,
+        prior=dataset_prior(),
+        mode_probs=dict(site=1.0),
+        noise_std=0.0,
+        support=True)
+    for s in run(edge):
+        off = s.prior.numpy()[~np.eye(K, dtype=bool)]
+        np.testing.assert_array_equal(off, np.full(K * K - K, 0.25))
+        assert 'prior_support' not in s

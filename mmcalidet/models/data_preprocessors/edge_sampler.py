@@ -33,7 +33,7 @@ MODES = {
     'batch': 'E_b over the mini-batch (see `batch_scope`)',
     'dataset': 'E_t, the prior file',
     'group': 'E_b over consecutive groups of `group_size` samples',
-    'site': 'E_b(n) of a simulated site (experimental, issue 49)',
+    'sim_site': 'E_b(n) of a simulated site (experimental, issue 49)',
 }
 
 
@@ -98,13 +98,13 @@ class EdgeSampler(nn.Module):
             site bank's size for E_t) and ``prior_marginals`` (K,), each
             class's share of those images. Read by a CaliFormer with
             ``support_features`` / ``lift_bias``. Defaults to False.
-        site_support (tuple[int, int]): the range of the ``'site'`` mode's
-            n, drawn log-uniform. Defaults to (1, 256).
-        site_tilt_std (float): the ``'site'`` mode's class tilt: each site
-            draws t ~ N(0, std^2) per class and weights an image by
+        site_support (tuple[int, int]): the range of the ``'sim_site'``
+            mode's n, drawn log-uniform. Defaults to (1, 256).
+        site_tilt_std (float): the ``'sim_site'`` mode's class tilt: each
+            site draws t ~ N(0, std^2) per class and weights an image by
             ``exp(sum of t over its classes)``. Defaults to 1.0.
         site_bank_size (int): how many recent training images' label sets
-            the ``'site'`` mode draws from. Defaults to 4096.
+            the ``'sim_site'`` mode draws from. Defaults to 4096.
     """
 
     BATCH_SCOPES = ('local', 'global')
@@ -141,7 +141,7 @@ class EdgeSampler(nn.Module):
         self.site_support = (int(lo), int(hi))
         self.site_tilt_std = float(site_tilt_std)
         self.site_bank_size = int(site_bank_size)
-        #: presence (M, K) of recent training images, the ``'site'``
+        #: presence (M, K) of recent training images, the ``'sim_site'``
         #: mode's pool (a ring of ``site_bank_size`` rows)
         self._site_bank: Optional[np.ndarray] = None
         self._site_bank_next = 0
@@ -377,7 +377,7 @@ class EdgeSampler(nn.Module):
         Returns:
             np.ndarray: (N, K, K) float64.
         """
-        if mode == 'site':
+        if mode == 'sim_site':
             priors = self._site_prior(noise_seed)[None]
             index = np.zeros(len(label_lists), dtype=np.int64)
         else:
@@ -412,8 +412,8 @@ class EdgeSampler(nn.Module):
         weighted ``exp(sum of t over its classes)``, with a per-class tilt
         t ~ N(0, site_tilt_std^2). A function of ``seed`` and the bank."""
         if not self._site_bank_len:
-            raise ValueError('EdgeSampler: the "site" mode has no training '
-                             'images to draw from yet')
+            raise ValueError('EdgeSampler: the "sim_site" mode has no '
+                             'training images to draw from yet')
         rng = np.random.default_rng([seed, 49])
         lo, hi = self.site_support
         log_n = rng.uniform(np.log(lo), np.log(hi))
@@ -450,7 +450,8 @@ class EdgeSampler(nn.Module):
         Args:
             mode (str): a mode of :data:`MODES` (another mode: ``None``).
             label_lists (list[np.ndarray]): class indices per image.
-            noise_seed (int): the draw's seed (the ``'site'`` mode's site).
+            noise_seed (int): the draw's seed (the ``'sim_site'`` mode's
+                site).
 
         Returns:
             tuple[np.ndarray, np.ndarray] | None: (N, K) n and (N, K) p.
@@ -474,10 +475,11 @@ class EdgeSampler(nn.Module):
             groups = [grp for grp in groups for _ in grp]
         elif mode == 'batch':
             groups = [label_lists] * num
-        elif mode in ('site', 'dataset'):
-            presence = self._site_presence(noise_seed) if mode == 'site' \
+        elif mode in ('sim_site', 'dataset'):
+            site = mode == 'sim_site'
+            presence = self._site_presence(noise_seed) if site \
                 else self._site_bank[:self._site_bank_len]
-            size = len(presence) if mode == 'site' else \
+            size = len(presence) if site else \
                 (self._dataset_images or len(presence))
             share = presence.mean(0) if len(presence) else np.zeros(k)
             return np.full((num, k), float(size)), np.tile(share, (num, 1))
@@ -516,7 +518,7 @@ class EdgeSampler(nn.Module):
             _, mode, noise_seed = gathered[0]
             label_lists = [lab for rank in gathered for lab in rank[0]]
             offset = sum(len(rank[0]) for rank in gathered[:get_rank()])
-        if self.support or 'site' in self.modes:
+        if self.support or 'sim_site' in self.modes:
             self._add_to_site_bank(label_lists)
         priors = self.sample_priors(mode, label_lists, noise_seed)
         priors = priors[offset:offset + len(labels)]

@@ -4,10 +4,11 @@
 # of those images. The CaliFormer's class nodes read [log(1 + n), share]
 # through a zero-initialised linear map, and its attention adds a learnable,
 # zero-initialised multiple of the shrunk lift log((P(i|j) + a) / (P(i) + a)),
-# which is 0 on any single image's prior. The EdgeSampler adds a fourth mode,
-# E_b(n) of a simulated site: n from 1 to 256 (log-uniform) recent training
-# images drawn with class-tilted weights, so that fractional priors carry
-# label information with a strength that grows with n. Everything else is
+# which is 0 on any single image's prior. The EdgeSampler adds a fourth
+# mode, 'sim_site': E_b(n) of a simulated site, n from 1 to 256
+# (log-uniform) recent training images drawn with class-tilted weights, so
+# that fractional priors carry label information with a strength that grows
+# with n. Everything else is
 # the default recipe (calidet_dino_tiny_context-shift_cached.py).
 #
 #   python tools/train.py \
@@ -15,7 +16,7 @@
 #       --work-dir work_dirs/context_shift/calidet_cached_support
 _base_ = ['./calidet_dino_tiny_context-shift_cached.py']
 
-# the weight of the 'site' mode beside the paper's three
+# the weight of the 'sim_site' mode beside the paper's three
 site_mode_weight = 1.0
 
 model = dict(
@@ -23,7 +24,7 @@ model = dict(
         dict(
             _base_.edge_sampler,
             mode_probs=dict(
-                _base_.edge_sampler.mode_probs, site=site_mode_weight),
+                _base_.edge_sampler.mode_probs, sim_site=site_mode_weight),
             support=True,
             site_support=(1, 256),
             site_tilt_std=1.0,
