@@ -112,18 +112,18 @@ def test_benchmark_writes_every_table(bench):
         assert ('DINO + marginal re-weighting', prior) in inj
         assert ('DINO + co-occurrence rescoring', prior) in inj
     assert ('DINO', '-') in inj
-    assert res['num_images'] == 9
+    assert res['num_images'] == 3 * len(SITES)
     # per site: CaliDINO under E_t and E_site, epsilon of the site's labels
     cali = [r for r in res['sites'] if r['method'] == 'CaliDINO']
     assert [(r['site'], r['prior']) for r in cali
             ] == [(s, p) for s in SITES for p in ('E_t', 'E_site')]
     assert all(r['num_images'] == 3 for r in cali)
     # self-calibration: one curve per site and prior-taking method
-    assert len(res['self_calibration']) == 3 * 3
+    assert len(res['self_calibration']) == len(SITES) * 3
     # the deployment rows: per site and method that takes a prior, the raw
     # and the fitted estimate from 2 of the site's 3 images
     takes_prior = {r['method'] for r in res['self_calibration']}
-    assert len(res['deployment']) == 3 * len(takes_prior) * 2
+    assert len(res['deployment']) == len(SITES) * len(takes_prior) * 2
     assert {r['prior'] for r in res['deployment']} == {
         'E_site(2) raw', 'E_site(2) fitted'
     }
@@ -140,7 +140,7 @@ def test_benchmark_writes_every_table(bench):
         assert r['gain'] == pytest.approx(curve[-1]['AP'] - curve[0]['AP'])
     # the sweep: per site and prior-taking method, every alpha; alpha 0 is
     # E_t, whose AP the site table has
-    assert len(res['sweep']) == 3 * len(takes_prior) * 6
+    assert len(res['sweep']) == len(SITES) * len(takes_prior) * 6
     site_ap = {(r['site'], r['method']): r['AP']
                for r in res['sites'] if r['prior'] == 'E_t'}
     for r in res['sweep']:
@@ -151,13 +151,14 @@ def test_benchmark_writes_every_table(bench):
     # online self-calibration: per site and prior-taking method, streamed;
     # 3 images per site are fewer than the warm-up, so E_c never moves and
     # the stream scores as E_t does on the same images
-    assert len(res['online']) == 3 * len(takes_prior)
+    assert len(res['online']) == len(SITES) * len(takes_prior)
     for r in res['online']:
         assert r['radius'] == DEFAULT_TRUST_RADIUS and r['updates'] == 0
         assert r['AP_start'] == pytest.approx(site_ap[(r['site'],
                                                        r['method'])])
         assert r['AP_stream'] == pytest.approx(r['AP_start'])
-    assert sum(c.startswith('sweep, site') for c in res['claims']) == 3
+    assert sum(c.startswith('sweep, site')
+               for c in res['claims']) == len(SITES)
     assert any('AP(E_t) of CaliDINO vs DINO' in c for c in res['claims'])
     assert res['content_orders']['CaliDINO']['order'] == [
         'filled_flip_E_x', 'E_t', 'filled_E_x'
@@ -210,7 +211,7 @@ def test_benchmark_compares_only_the_chosen_corrections(bench, tmp_path):
     assert {r['method']
             for r in res['self_calibration']
             } == {'CaliDINO', 'DINO + marginal re-weighting'}
-    assert len(res['self_calibration']) == 3 * 2
+    assert len(res['self_calibration']) == len(SITES) * 2
     assert 'co-occurrence' not in (out / 'results.md').read_text()
     assert all(r['score_thr'] == 0.2 for r in res['self_calibration'])
     # each site's epsilon is MAE(E_site, E_t), from the written priors
