@@ -10,12 +10,9 @@ import pytest
 import torch
 from mmdet.structures import DetDataSample
 from mmengine.dataset import DefaultSampler
-from mmengine.runner import save_checkpoint
 from mmengine.structures import InstanceData
 
 from mmcalidet.models.data_preprocessors import EdgeSampler
-from mmcalidet.testing import build_detector, run_tool
-from projects.context_shift.context_shift.data import make_context_shift
 from projects.context_shift.context_shift.site_simulation import (
     VALIDATION_SITES, SimulatedSites, SiteBatchSampler, SiteEdgeSampler,
     SiteSimulatedDataset, make_validation_data, pair_tilt_weights,
@@ -202,43 +199,14 @@ def test_the_site_mode_gives_each_batch_its_population_statistics():
 
 
 @pytest.mark.slow
-def test_the_site_recipe_trains_with_tools_train(tmp_path, monkeypatch):
+def test_the_site_recipe_trains_with_tools_train(train_recipe):
     """The recipe's config, as a user runs it: tools/train.py on a
     random DINO's cached decoder outputs of generated scenes."""
-    data = str(tmp_path / 'context_shift')
-    make_context_shift(data, seed=0, num_train=8, num_val_per_site=2, **TINY)
-    monkeypatch.setenv('MMCALIDET_CS_DATA', data)
-    dino = build_detector(
-        osp.join(ROOT, 'projects', 'context_shift', 'configs',
-                 'dino_tiny_context-shift.py'),
-        seed=0)
-    dino_file = str(tmp_path / 'dino.pth')
-    save_checkpoint(dict(state_dict=dino.state_dict()), dino_file)
-    work_dir = tmp_path / 'site'
-    proc = run_tool(
-        'tools/train.py', 'projects/context_shift/configs/'
-        'calidet_dino_tiny_context-shift_cached_site.py',
-        '--work-dir',
-        str(work_dir),
-        '--cfg-options',
-        f'load_from={dino_file}',
-        f'train_dataloader.dataset.dataset.cache_dir={tmp_path}/cache',
-        'train_dataloader.dataset.dataset.source.progress=False',
-        'train_dataloader.dataset.min_images=2',
-        'train_dataloader.batch_sampler.site_prob=1.0',
-        'train_cfg.max_iters=3',
-        'train_cfg.val_interval=1000',
-        'train_cfg.val_begin=1000',
-        'default_hooks.checkpoint.interval=3',
-        'default_hooks.logger.interval=1',
-        'randomness.seed=0',
-        threads=1)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-5000:]
-    with open(next(work_dir.glob('*/*.log'))) as f:
-        log = f.read()
+    log = train_recipe('calidet_dino_tiny_context-shift_cached_site.py',
+                       'dataset.dataset',
+                       'train_dataloader.dataset.min_images=2',
+                       'train_dataloader.batch_sampler.site_prob=1.0')
     assert 'Iter(train) [3/3]' in log and 'loss_loma' in log
-    assert osp.isfile(work_dir / 'iter_3.pth')
 
 
 def test_validation_sites_are_disjoint_and_follow_their_rules():
