@@ -85,8 +85,9 @@ def reference_ap(coco_eval, positions, max_det):
             continue
         scores = np.concatenate([e['dtScores'][:max_det] for e in entries])
         order = np.argsort(-scores, kind='mergesort')
-        matches = np.concatenate([e['dtMatches'][:, :max_det] for e in entries],
-                                 axis=1)[:, order] > 0
+        matches = np.concatenate(
+            [e['dtMatches'][:, :max_det] for e in entries], axis=1)
+        matches = matches[:, order] > 0
         ignore = np.concatenate([e['dtIgnore'][:, :max_det] for e in entries],
                                 axis=1)[:, order].astype(bool)
         tps = np.cumsum(matches & ~ignore, axis=1, dtype=np.float64)

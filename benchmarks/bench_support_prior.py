@@ -1,7 +1,7 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Time the cached calibrator step and V' with the support-aware prior
-(issue 49, experimental) against the default, and print the ratios (the
-issue's budget: the training step at most 20 % slower).
+(experimental, a relation-reading candidate) against the default, and print
+the ratios (the budget: the training step at most 20 % slower).
 
     python benchmarks/bench_support_prior.py
 

@@ -27,7 +27,7 @@ import mmcalidet  # noqa: F401  (registers the modules and checkpoint types)
 import mmcalidet.engine.checkpoint_hooks  # noqa: F401  (registers hooks)
 from mmcalidet.apis import is_calibratable
 from mmcalidet.utils.checkpoint import (check_checkpoint_readable,
-                                       name_checkpoint)
+                                        name_checkpoint)
 from mmcalidet.utils.checkpoint_compat import CheckpointError
 from mmcalidet.utils.cli import run_tool, tool_error
 from mmcalidet.utils.cpu_dist import init_cpu_distributed

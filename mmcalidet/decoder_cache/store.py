@@ -33,7 +33,6 @@ import torch
 from mmdet.structures import DetDataSample
 from torch import Tensor
 
-from ..utils.validation import check_finite_array
 from .npy import npy_problem
 from .samples import rebuild_data_sample
 

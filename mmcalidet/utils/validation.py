@@ -73,8 +73,8 @@ def check_float(name: str,
     """
     if value is None and allow_none:
         return None
-    what = ('a finite number ' + bound_text(low, high, low_open,
-                                             high_open)).strip()
+    bounds = bound_text(low, high, low_open, high_open)
+    what = ('a finite number ' + bounds).strip()
     ok = isinstance(value, (numbers.Real, np.number)) and not isinstance(
         value, (bool, np.bool_))
     if ok:

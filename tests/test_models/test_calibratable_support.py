@@ -1,5 +1,5 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""A prior's support (issue 49, experimental) where the detector takes E:
+"""A prior's support (experimental) where the detector takes E:
 ``set_prior(support=...)`` and the data samples' ``prior_support``."""
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""The CaliFormer's experimental support options (issue 49)."""
+"""The CaliFormer's experimental support options."""
 import copy
 
 import pytest

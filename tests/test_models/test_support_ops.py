@@ -1,5 +1,5 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""Support helpers of the experimental support-aware prior (issue 49)."""
+"""Support helpers of the experimental support-aware prior."""
 import math
 
 import torch

@@ -132,8 +132,8 @@ def deadline(seconds):
         signal.signal(signal.SIGALRM, previous)
 
 
-def test_yolo_dir_refuses_devices_fifos_and_huge_files(tmp_path,
-                                                      monkeypatch):
+def test_yolo_dir_refuses_devices_fifos_and_huge_files(
+        tmp_path, monkeypatch):
     _write_dir(tmp_path, FILES)
     zero = tmp_path / 'x' / '005.txt'
     os.symlink('/dev/zero', zero)

@@ -33,7 +33,7 @@ MODES = {
     'batch': 'E_b over the mini-batch (see `batch_scope`)',
     'dataset': 'E_t, the prior file',
     'group': 'E_b over consecutive groups of `group_size` samples',
-    'sim_site': 'E_b(n) of a simulated site (experimental, issue 49)',
+    'sim_site': 'E_b(n) of a simulated site (experimental)',
 }
 
 
@@ -91,7 +91,7 @@ class EdgeSampler(nn.Module):
         batch_scope (str): ``'local'`` (E_b per GPU, the paper's) or
             ``'global'`` (E_b over all ranks' images). Defaults to
             ``'local'``.
-        support (bool): experimental (issue 49), off by default. Also give
+        support (bool): experimental, off by default. Also give
             every sample its prior's support: ``prior_support`` (K,), the
             images each column was measured on (1 for E_x, the group, batch
             or site size for E_b, the prior file's ``num_images`` or the

@@ -298,7 +298,7 @@ class CalibratableDetectorMixin:
             classes (Sequence[str], optional): the order to reorder a named
                 prior to; defaults to ``dataset_meta['classes']`` or the
                 ``classes`` given at construction.
-            support (array-like, optional): experimental (issue 49): the
+            support (array-like, optional): experimental: the
                 (K,) images each column was measured on, read by a
                 CaliFormer with ``support_features`` / ``lift_bias``.
                 ``None``: no support (today's V'). In the model's class
@@ -394,8 +394,8 @@ class CalibratableDetectorMixin:
         self, batch_data_samples: OptSampleList
     ) -> Tuple[Optional[Tensor], Optional[Tensor]]:
         """The per-sample (support, marginals), each (B, K), from the data
-        samples' ``prior_support`` / ``prior_marginals`` (experimental,
-        issue 49; the EdgeSampler's ``support=True``), or ``None`` when no
+        samples' ``prior_support`` / ``prior_marginals`` (experimental:
+        the EdgeSampler's ``support=True``), or ``None`` when no
         sample has one. A sample without one gets the deployment prior's
         (then all need one: a ``ValueError`` otherwise).
         """

@@ -45,13 +45,13 @@ class CaliFormer(BaseModule):
             from a baseline checkpoint starts exactly as the baseline. With
             the default (False, the paper's plain initialisation) V' starts
             with unit-scale entries. Defaults to False.
-        support_features (bool): experimental (issue 49), off by default.
+        support_features (bool): experimental, off by default.
             The class nodes also receive the prior's support: per class
             ``[log(1 + n), p]`` (n: images the column was measured on, p:
             the class's share of those images, 0 when not given) through a
             zero-initialised linear map added to the nodes, so enabling it
             leaves V' unchanged at initialisation. Defaults to False.
-        lift_bias (bool): experimental (issue 49), off by default. Add
+        lift_bias (bool): experimental, off by default. Add
             ``s * L^T`` to the attention bias, with the shrunk lift
             ``L[i, j] = log((P(i|j) + a) / (P(i) + a))`` (0 in columns
             measured on no image), which is exactly 0 on one image's prior;

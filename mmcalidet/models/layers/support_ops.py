@@ -1,6 +1,7 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""The support of a prior (issue 49, experimental): how many images each
-class column of E was measured on (n), and each class's share of them (p).
+"""The support of a prior (experimental, a relation-reading candidate): how
+many images each class column of E was measured on (n), and each class's
+share of them (p).
 
 An image's prior E_x has n = 1 for every column and p = its label vector.
 """

@@ -1,4 +1,4 @@
-# A support-aware prior (issue 49, a candidate, not the default): every
+# A support-aware prior (a relation-reading candidate, not the default): every
 # prior comes with its support n (the images each class column was measured
 # on: 1 for an image's E_x, the site size for E_b(n)) and each class's share
 # of those images. The CaliFormer's class nodes read [log(1 + n), share]

@@ -83,8 +83,8 @@ def parse_args(argv=None):
     parser.add_argument('--overwrite', action='store_true')
     parser.add_argument('--no-progress', action='store_true')
     args = parser.parse_args(argv)
-    for option, pair in (('--digit-size', args.digit_size), ('--objects',
-                                                            args.objects)):
+    for option, pair in (('--digit-size', args.digit_size),
+                         ('--objects', args.objects)):
         if pair and pair[0] > pair[1]:
             parser.error(f'argument {option}: MIN must not exceed MAX, got '
                          f'{pair[0]} {pair[1]}')
