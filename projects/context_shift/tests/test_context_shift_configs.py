@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from projects.context_shift.context_shift.data import (make_context_shift,
+from projects.context_shift.context_shift.data import (MANY_CLASS_SCENES,
+                                                       make_context_shift,
                                                        variant_classes)
 
 ROOT = osp.dirname(
@@ -118,7 +119,8 @@ def test_many_class_configs_build_with_40_classes(name, many_class_data,
     ])
     assert 2 * 8 <= len(labels) <= 4 * 8 and labels.max() < 40
     val = DATASETS.build(cfg.val_dataloader.dataset)
-    assert len(val) == 2 * 3
+    # two images of each of the variant's sites
+    assert len(val) == 2 * len(MANY_CLASS_SCENES['sites'])
     # the model: K = 40 everywhere, and one training step's losses
     torch.manual_seed(0)
     model = MODELS.build(cfg.model)
