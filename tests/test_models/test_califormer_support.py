@@ -147,3 +147,5 @@ def test_bad_support_raises(support, marginals, match):
 def test_bad_lift_shrink_raises():
     with pytest.raises(ValueError, match='lift_shrink'):
         build(lift_bias=True, lift_shrink=0.0)
+    with pytest.raises(ValueError, match='lift_shrink'):
+        build(lift_bias=True, lift_shrink=float('nan'))

@@ -9,6 +9,7 @@ from mmdet.utils import OptMultiConfig
 from mmengine.model import BaseModule
 from torch import Tensor, nn
 
+from ...utils.validation import check_float
 from .prior_ops import prior_delta
 from .support_ops import check_support, shrunk_lift, support_features
 
@@ -105,8 +106,8 @@ class CaliFormer(BaseModule):
                     act_cfg=dict(type='ReLU', inplace=True))))
         if zero_init_output:
             nn.init.zeros_(self.encoder.layers[-1].norms[-1].weight)
-        if lift_shrink <= 0:
-            raise ValueError(f'lift_shrink must be > 0, got {lift_shrink}')
+        lift_shrink = check_float('lift_shrink', lift_shrink, low=0,
+                                  low_open=True)
         self.use_support_features = support_features
         self.use_lift_bias = lift_bias
         self.lift_shrink = float(lift_shrink)
