@@ -450,7 +450,9 @@ def read_yolo_tarball(path: str,
                  finished) = tar_members(buf)
                 labels, offsets = _check_yolo_result(
                     parse_yolo(buf, starts, sizes),
-                    lambda k: f'{path}:{_member_name(buf, npos[k], nlen[k])}'
+                    # buf bound now: it is deleted once the chunk is read
+                    lambda k, b=buf:
+                    f'{path}:{_member_name(b, npos[k], nlen[k])}'
                 )
                 all_labels.append(labels)
                 all_counts.append(np.diff(offsets))
