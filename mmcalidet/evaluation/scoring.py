@@ -9,7 +9,7 @@ head's ``predict_by_feat`` (top-k, boxes to image coordinates). The result
 equals ``model.predict`` under the same prior on the same batches.
 """
 import contextlib
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -18,8 +18,9 @@ from mmengine.structures import InstanceData
 from torch import Tensor
 
 from ..apis.inference import is_calibratable
-from ..utils.progress import progress_bar
 from ..decoder_cache import DecoderCache, with_predictions
+from ..models.layers.support_ops import check_support
+from ..utils.progress import progress_bar
 
 #: a prior argument: ``None`` (the model's deployment prior), a K x K
 #: matrix shared by all images, an (N, K, K) stack aligned with the images
@@ -67,6 +68,76 @@ class Rescorer:
         self._keep = True
         #: predict() calls that scored / that reused remembered predictions
         self.calls = dict(scored=0, reused=0)
+        #: float32 bytes of a registered prior -> its (support, marginals)
+        self._supports: Dict[bytes, Tuple[Tensor, Tensor]] = {}
+
+    @property
+    def reads_support(self) -> bool:
+        """Whether the model's CaliFormer reads a prior's support
+        (``support_features`` or ``lift_bias``, experimental)."""
+        if not self.calibratable:
+            return False
+        califormer = self.model.bbox_head.califormer
+        return bool(
+            getattr(califormer, 'use_support_features', False)
+            or getattr(califormer, 'use_lift_bias', False))
+
+    def register_support(self, prior, support, marginals) -> None:
+        """Say what a prior was measured on: wherever this matrix is
+        scored from now on (shared, or a row of a per-image stack), V'
+        comes with its support, as :meth:`set_prior`'s ``support`` and
+        ``marginals``. Nothing changes for a model whose CaliFormer reads
+        no support; a prior never registered has none (today's V').
+
+        Args:
+            prior (array-like): a K x K prior, or an (N, K, K) stack.
+            support (array-like): (K,) images per column, or (N, K).
+            marginals (array-like): (K,) class shares, or (N, K).
+        """
+        if not self.reads_support:
+            return
+        priors = self._as_tensor(prior)
+        if priors.dim() == 2:
+            priors = priors[None]
+        num, k = len(priors), self.num_classes
+        self._check(priors, num)
+        like = priors.new_zeros(())
+        support = check_support(self._as_tensor(support), num, k, 'support',
+                                like)
+        marginals = check_support(
+            self._as_tensor(marginals), num, k, 'marginals', like)
+        if bool((marginals > 1).any()):
+            raise ValueError('marginals must lie in [0, 1]')
+        for p, n, m in zip(priors, support, marginals):
+            self._supports[p.cpu().numpy().tobytes()] = (n, m)
+        if self._memo:
+            self._memo.clear()  # scored before: maybe without its support
+
+    def _cali_vectors(self, priors: Tensor) -> Tensor:
+        """V' of a (K, K) prior or a (B, K, K) stack (once per distinct
+        prior), with the support of registered priors."""
+        head = self.model.bbox_head
+        single = priors.dim() == 2
+        stack = priors[None] if single else priors
+        unique, inverse = torch.unique(
+            stack.flatten(1), dim=0, return_inverse=True)
+        unique = unique.view(-1, *stack.shape[1:])
+        found = [
+            self._supports.get(u.cpu().numpy().tobytes()) for u in unique
+        ]
+        with_support = [i for i, f in enumerate(found) if f is not None]
+        without = [i for i, f in enumerate(found) if f is None]
+        cali = unique.new_empty(len(unique), self.num_classes,
+                                head.embed_dims)
+        if without:
+            cali[without] = head.get_cali_vectors(unique[without])
+        if with_support:
+            cali[with_support] = head.get_cali_vectors(
+                unique[with_support],
+                torch.stack([found[i][0] for i in with_support]),
+                torch.stack([found[i][1] for i in with_support]))
+        cali = cali[inverse]
+        return cali[0] if single else cali
 
     def remember(self, enabled: bool = True) -> None:
         """Keep the predictions of every (shared prior, image list) scored
@@ -130,6 +201,8 @@ class Rescorer:
         if self.calibratable:
             if cali_vectors is None and priors is None:
                 cali_vectors = self.model.deployment_cali_vectors()
+            elif cali_vectors is None and self._supports:
+                cali_vectors = self._cali_vectors(priors)
             elif cali_vectors is None and priors.dim() == 3:
                 # images of a group (E_b) share a prior: V' once per prior
                 unique, inverse = torch.unique(
@@ -202,7 +275,8 @@ class Rescorer:
                 unit='img') as bar:
             cali = None
             if self.calibratable and shared is not None:
-                cali = head.get_cali_vectors(shared)
+                cali = self._cali_vectors(shared) if self._supports else \
+                    head.get_cali_vectors(shared)
             for start in range(0, len(indices), self.batch_size):
                 idx = indices[start:start + self.batch_size]
                 hidden, boxes, samples = self.cache.get(idx, self.device)

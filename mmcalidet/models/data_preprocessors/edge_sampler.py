@@ -26,6 +26,7 @@ from ...priors import (batch_prior, counts_to_prior, label_lists_prior,
                        reorder_prior)
 from ...utils.prior_source import (describe_prior_source, load_prior_source,
                                    training_dataset_classes)
+from ..layers.support_ops import label_support
 
 #: mode name -> the statistics it gives every sample of the mini-batch
 MODES = {
@@ -458,13 +459,6 @@ class EdgeSampler(nn.Module):
         """
         k, num = self.num_classes, len(label_lists)
 
-        def stats(lists):
-            size = max(len(lists), 1)
-            counts = np.zeros(k)
-            for lab in lists:
-                counts[np.unique(lab)] += 1
-            return np.full(k, float(len(lists))), counts / size
-
         if mode == 'sample':
             groups = [[lab] for lab in label_lists]
         elif mode == 'group':
@@ -485,7 +479,7 @@ class EdgeSampler(nn.Module):
             return np.full((num, k), float(size)), np.tile(share, (num, 1))
         else:
             return None
-        pairs = [stats(grp) for grp in groups]
+        pairs = [label_support(grp, k) for grp in groups]
         if not pairs:
             return np.zeros((0, k)), np.zeros((0, k))
         return np.stack([a for a, _ in pairs]), np.stack([b for _, b in pairs])

@@ -5,8 +5,9 @@ share of them (p).
 
 An image's prior E_x has n = 1 for every column and p = its label vector.
 """
-from typing import Optional
+from typing import Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -82,3 +83,23 @@ def shrunk_lift(priors: Tensor, support: Tensor, marginals: Tensor,
     eye = torch.eye(priors.shape[-1], dtype=torch.bool, device=priors.device)
     keep = observed.unsqueeze(-2) & ~eye
     return torch.where(keep, lift, torch.zeros_like(lift))
+
+
+def label_support(label_lists: Sequence,
+                  num_classes: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The support of a prior measured on a set of images: n = the number
+    of images for every column, p = each class's share of the images.
+
+    Args:
+        label_lists (Sequence[array-like]): class indices per image.
+        num_classes (int): K.
+
+    Returns:
+        tuple[np.ndarray, np.ndarray]: (K,) n and (K,) p (zeros when there
+        are no images).
+    """
+    counts = np.zeros(num_classes)
+    for labels in label_lists:
+        counts[np.unique(np.asarray(labels, dtype=np.int64))] += 1
+    num = len(label_lists)
+    return np.full(num_classes, float(num)), counts / max(num, 1)

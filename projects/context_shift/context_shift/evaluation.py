@@ -62,6 +62,7 @@ def evaluate_all(args: argparse.Namespace,
                                       self_calibrate_partitions,
                                       shrinkage_sweep, site_priors)
     from mmcalidet.evaluation.partitions import group_partitions
+    from mmcalidet.evaluation.prior_support import register_label_supports
     from mmcalidet.evaluation.report import injection_table, metric_columns
     from mmcalidet.evaluation.site_prior import DEFAULT_ACCEPT
     from mmcalidet.utils.log_level import library_output_to
@@ -103,6 +104,25 @@ def evaluate_all(args: argparse.Namespace,
     for m in methods:
         m.rescorer.remember()
     labels = cache.gt_label_lists()
+    groups = read_image_groups(
+        osp.join(args.data, 'annotations', 'instances_val.json'),
+        cache.img_ids())
+    order = [s for s in SITES if s in set(groups)
+             ] + sorted(set(groups) - set(SITES))
+    site_prior = site_priors(labels, groups, len(e_t), order)
+    sites = group_partitions(groups, order)
+    # a CaliFormer that reads a prior's support (experimental) is told
+    # what each label-built prior was measured on; no-op otherwise
+    for m in methods:
+        register_label_supports(
+            m.rescorer,
+            labels,
+            e_t,
+            setup.train_meta,
+            setup.classes,
+            cache.batch_ids,
+            sites={s: (site_prior[s], sites[s])
+                   for s in sites})
 
     # 1. the standard injection table (all sites)
     t0 = time.perf_counter()
@@ -124,16 +144,9 @@ def evaluate_all(args: argparse.Namespace,
 
     # 2. per site: E_t vs the site's own statistics
     t0 = time.perf_counter()
-    groups = read_image_groups(
-        osp.join(args.data, 'annotations', 'instances_val.json'),
-        cache.img_ids())
-    order = [s for s in SITES if s in set(groups)
-             ] + sorted(set(groups) - set(SITES))
-    site_prior = site_priors(labels, groups, len(e_t), order)
     site_rows = evaluate_groups(methods, evaluate, e_t, groups, order,
                                 site_prior)
     timings['sites'] = time.perf_counter() - t0
-    sites = group_partitions(groups, order)
 
     # 2b. per site, as a user deploys: a prior estimated from a few
     # labelled site images (raw, and fitted toward E_t by cross-validation),

@@ -1,0 +1,139 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""The evaluation's priors carry their support to a CaliFormer that reads
+it (experimental option): a registered prior is scored as ``set_prior``
+with that support scores it in a full forward; others as before."""
+import numpy as np
+import pytest
+import torch
+from mmdet.registry import MODELS
+from mmengine.registry import init_default_scope
+from mmengine.runner import Runner
+
+from mmcalidet.evaluation import Rescorer, cache_hidden_states
+from mmcalidet.evaluation.prior_support import register_label_supports
+from mmcalidet.models.layers.support_ops import label_support
+from mmcalidet.priors import batch_prior, sample_prior
+from mmcalidet.testing import get_config
+
+K = 80
+
+
+def build(support: bool):
+    init_default_scope('mmdet')
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
+    cfg.test_dataloader.dataset.indices = 3
+    cfg.test_dataloader.dataset.pipeline[1].scale = (96, 96)
+    cfg.test_dataloader.batch_size = 3
+    cali = cfg.model.bbox_head.califormer
+    cali.update(zero_init_output=False)
+    if support:
+        cali.update(support_features=True, lift_bias=True)
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    if support:  # the zero-initialised branches, made to matter
+        former = model.bbox_head.califormer
+        with torch.no_grad():
+            former.support_proj.weight.normal_(std=1.0)
+            former.support_proj.bias.normal_(std=1.0)
+            former.lift_scale.fill_(2.0)
+    loader = Runner.build_dataloader(cfg.test_dataloader)
+    model.dataset_meta = dict(loader.dataset.metainfo)
+    return model.eval(), loader
+
+
+@pytest.fixture(scope='module')
+def with_support():
+    model, loader = build(True)
+    return model, loader, cache_hidden_states(model, loader, progress=False)
+
+
+def site_prior_and_support():
+    rng = np.random.default_rng(0)
+    lists = [rng.choice(K, size=3, replace=False) for _ in range(20)]
+    return batch_prior(K, lists), lists
+
+
+def full_scores(model, loader):
+    with torch.no_grad():
+        return [
+            ds.pred_instances.scores for batch in loader
+            for ds in model.test_step(batch)
+        ]
+
+
+def test_registered_prior_scores_as_set_prior_with_its_support(
+        with_support):
+    model, loader, cache = with_support
+    prior, lists = site_prior_and_support()
+    support, marginals = label_support(lists, K)
+    rescorer = Rescorer(model, cache)
+    assert rescorer.reads_support
+    before = [r.scores for r in rescorer.predict(prior)]
+    rescorer.register_support(prior, support, marginals)
+    after = [r.scores for r in rescorer.predict(prior)]
+    saved = model.get_prior()
+    try:
+        model.set_prior(prior, support=support, marginals=marginals)
+        full = full_scores(model, loader)
+        model.set_prior(prior)
+        full_without = full_scores(model, loader)
+    finally:
+        model.set_prior(saved)
+    for a, b, c, d in zip(after, full, before, full_without):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+        torch.testing.assert_close(c, d, atol=1e-6, rtol=0)
+    # the support matters for this model (else the equalities prove little)
+    assert any(not torch.allclose(a, c) for a, c in zip(after, before))
+
+
+def test_stack_rows_take_their_own_support(with_support):
+    """Per-image priors: each registered row is scored with its own
+    support, an unregistered row without, as if each were shared."""
+    model, _, cache = with_support
+    labels = cache.gt_label_lists()
+    rescorer = Rescorer(model, cache, batch_size=2)
+    count = register_label_supports(rescorer, labels[:2])
+    assert count == 1 + 2  # E_v, then each image's E_x
+    stack = np.stack([sample_prior(K, lab) for lab in labels])
+    stacked = rescorer.predict(stack)
+    for i, res in enumerate(stacked):
+        alone = rescorer.predict(stack[i], indices=[i])[0]
+        torch.testing.assert_close(res.scores, alone.scores, atol=1e-6,
+                                   rtol=0)
+    # image 2's E_x was not registered: scored as by a scorer without any
+    fresh = Rescorer(model, cache).predict(stack[2], indices=[2])[0]
+    torch.testing.assert_close(stacked[2].scores, fresh.scores, atol=1e-6,
+                               rtol=0)
+
+
+def test_label_support_and_a_model_without_the_option():
+    lists = [np.array([0, 2, 2]), np.array([2]), np.array([], dtype=int)]
+    n, p = label_support(lists, 4)
+    np.testing.assert_array_equal(n, [3, 3, 3, 3])
+    np.testing.assert_allclose(p, [1 / 3, 0, 2 / 3, 0])
+    n, p = label_support([], 4)
+    np.testing.assert_array_equal(n, 0)
+    np.testing.assert_array_equal(p, 0)
+    model, loader = build(False)
+    cache = cache_hidden_states(model, loader, progress=False)
+    rescorer = Rescorer(model, cache)
+    assert not rescorer.reads_support
+    prior, lists = site_prior_and_support()
+    assert register_label_supports(rescorer, cache.gt_label_lists(),
+                                   sites={'s': (prior, [0, 1])}) == 0
+    assert rescorer._supports == {}
+
+
+def test_bad_support_is_refused(with_support):
+    model, _, cache = with_support
+    rescorer = Rescorer(model, cache)
+    prior, lists = site_prior_and_support()
+    support, marginals = label_support(lists, K)
+    with pytest.raises(ValueError, match='support must have shape'):
+        rescorer.register_support(prior, support[:3], marginals)
+    with pytest.raises(ValueError, match='marginals must lie in'):
+        rescorer.register_support(prior, support, marginals + 1)
+    with pytest.raises(ValueError, match='expected priors of shape'):
+        rescorer.register_support(prior[:3], support, marginals)
+    assert rescorer._supports == {}
