@@ -8,6 +8,7 @@ never touched. ``model.set_prior(...)`` changes the model's default.
 """
 import copy
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Union
 
@@ -17,6 +18,7 @@ import torch.nn as nn
 from mmcv.transforms import Compose
 from mmdet.apis import inference_detector as mmdet_inference_detector
 from mmdet.apis import init_detector as mmdet_init_detector
+from mmdet.evaluation import get_classes
 from mmdet.structures import DetDataSample, SampleList
 from mmdet.utils import get_test_pipeline_cfg
 from mmengine.config import Config
@@ -200,7 +202,13 @@ def init_detector(config: Union[str, Path, Config],
                 cfg_options=cfg_options)
         meta = dict(model.dataset_meta)
         if not checkpoint_names_classes(contents):
-            meta['classes'] = config_classes(model.cfg) or meta['classes']
+            classes = config_classes(model.cfg) or meta.get('classes')
+            if not classes:  # e.g. a checkpoint with an empty dataset_meta
+                warnings.warn(
+                    'neither the checkpoint nor the config names the '
+                    'classes: using COCO\'s 80 class names, as mmdet does')
+                classes = list(get_classes('coco'))
+            meta['classes'] = classes
         # set after the block: a CaliDet matches its named priors to these
         model.dataset_meta = meta
         return model

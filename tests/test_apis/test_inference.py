@@ -332,3 +332,23 @@ def test_init_detector_reads_the_checkpoint_file_twice(config, checkpoint,
     init_detector(config, checkpoint[0], device='cpu')
     mine = [mmap for f, mmap in reads if f == str(checkpoint[0])]
     assert sorted(mine) == [False, True]
+
+
+def test_init_detector_with_an_empty_dataset_meta(tmp_path):
+    """A checkpoint whose meta holds an empty ``dataset_meta``: the
+    config's classes, else COCO's with a warning (as mmdet), never a
+    KeyError."""
+    cfg = get_config(CONTEXT_SHIFT)
+    cfg.model.prior = random_prior(4, 10).tolist()  # no class names
+    model = init_detector(cfg, None, device='cpu')
+    empty = str(tmp_path / 'empty_meta.pth')
+    torch.save(dict(state_dict=model.state_dict(), meta=dict(dataset_meta={})),
+               empty)
+    assert init_detector(cfg, empty,
+                         device='cpu').dataset_meta['classes'] == list(
+                             cfg.classes)
+    for split in ('train', 'val', 'test'):
+        cfg[f'{split}_dataloader'].dataset.pop('metainfo', None)
+    with pytest.warns(UserWarning, match='COCO'):
+        loaded = init_detector(cfg, empty, device='cpu')
+    assert len(loaded.dataset_meta['classes']) == 80
