@@ -10,7 +10,7 @@
 _base_ = './dino_tiny_context-shift.py'
 
 cs_root = '{{$MMCALIDET_CS_DATA:data/context_shift_many-class}}/'
-# mmcalidet.datasets.context_shift.variant_classes('many-class')
+# context_shift.data.variant_classes('many-class') (projects/context_shift)
 classes = ('zero_red', 'one_red', 'two_red', 'three_red', 'four_red',
            'five_red', 'six_red', 'seven_red', 'eight_red', 'nine_red',
            'zero_orange', 'one_orange', 'two_orange', 'three_orange',

@@ -70,7 +70,7 @@ def parse_args(argv=None):
         'style\'s, in degrees (default 8; the look-alike styles are 12 '
         'apart)')
     parser.add_argument('--scenes', help='JSON scene model (see '
-                        'mmcalidet.datasets.context_shift.DEFAULT_SCENES '
+                        'context_shift.data.DEFAULT_SCENES '
                         'and MANY_CLASS_SCENES)')
     parser.add_argument(
         '--validation-sites',
