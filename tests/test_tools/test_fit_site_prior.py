@@ -3,13 +3,14 @@
 labelled images in, a prior file that records how it was fitted out."""
 import json
 import os.path as osp
+import runpy
 
 import numpy as np
 import pytest
 from mmengine.runner import save_checkpoint
 
 from mmcalidet.priors import load_prior
-from mmcalidet.testing import build_detector, data_root, run_tool
+from mmcalidet.testing import PROJECT_ROOT, build_detector, data_root, run_tool
 
 pytestmark = pytest.mark.slow
 
@@ -60,12 +61,18 @@ def test_the_tool_writes_a_fitted_prior_and_its_record(checkpoint, tmp_path):
     assert meta['classes'][0] == 'person'
 
 
-def test_bad_options_are_one_line(checkpoint, tmp_path):
+def test_bad_options_are_one_line(checkpoint, tmp_path, capsys):
+    # argparse's errors, before any work: in this process (the run above
+    # starts the tool from the command line)
     ckpt, _ = checkpoint
-    res = run_tool(TOOL, CONFIG, ckpt, '--site-ann', SITE_ANN, '--out',
-                   str(tmp_path / 'x.json'))
-    assert res.returncode == 2 and 'together' in res.stderr
-    res = run_tool(TOOL, CONFIG, ckpt, '--alphas', '0', '--out',
-                   str(tmp_path / 'x.json'))
-    assert res.returncode == 2 and '--alphas' in res.stderr
-    assert not osp.exists(tmp_path / 'x.json')
+    tool = runpy.run_path(osp.join(PROJECT_ROOT, TOOL), run_name='tool')
+    out = str(tmp_path / 'x.json')
+    cases = [(['--site-ann', SITE_ANN], 'together'),
+             (['--alphas', '0'], '--alphas')]
+    for extra, message in cases:
+        with pytest.raises(SystemExit) as exc:
+            tool['main']([CONFIG, ckpt, *extra, '--out', out])
+        assert exc.value.code == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert 'error: ' in last and message in last, last
+    assert not osp.exists(out)
