@@ -5,12 +5,14 @@ import hashlib
 import json
 import os
 import os.path as osp
+import runpy
 
 import numpy as np
 import pytest
 
 from mmcalidet.priors import batch_prior, flat_prior, load_prior
 from mmcalidet.priors.label_io import read_coco_labels
+from mmcalidet.testing import PROJECT_ROOT
 from projects.context_shift.context_shift.data import (
     CLASSES, DEFAULT_SCENES, MANY_CLASS_SCENES, expected_site_statistics,
     label_statistics, load_digits_split, make_context_shift, variant_classes)
@@ -208,7 +210,7 @@ def test_annotations_and_priors_agree(tmp_path):
 
 
 @pytest.mark.slow
-def test_existing_folder_and_bad_scene_model(tmp_path, run_tool):
+def test_existing_folder_and_bad_scene_model(tmp_path, run_tool, capsys):
     out = tmp_path / 'cs'
     out.mkdir()
     (out / 'keep.txt').write_text('x')
@@ -223,27 +225,27 @@ def test_existing_folder_and_bad_scene_model(tmp_path, run_tool):
     with pytest.raises(ValueError, match='2 weights'):
         make_context_shift(str(tmp_path / 'x'), scenes=bad, **SMALL)
     assert not osp.exists(tmp_path / 'x')
-    res = run_tool(MAKE_DATA, '--out',
-                   str(out), '--num-train', '4', '--num-val-per-site', '2',
-                   '--img-size', '64', '--digit-size', '8', '12',
-                   '--no-progress')
+    small = [
+        '--out',
+        str(out), '--num-train', '4', '--num-val-per-site', '2', '--img-size',
+        '64', '--digit-size', '8', '12', '--no-progress'
+    ]
+    # from the command line: exit status 1 and the reason
+    res = run_tool(MAKE_DATA, *small)
     assert res.returncode == 1 and 'exists' in res.stderr
-    res = run_tool(MAKE_DATA, '--out',
-                   str(out), '--num-train', '4', '--num-val-per-site', '2',
-                   '--img-size', '64', '--digit-size', '8', '12',
-                   '--no-progress', '--overwrite')
-    assert res.returncode == 0, res.stderr
-    assert 'epsilon(E_crossed, E_t)' in res.stdout
+    # the options reach the generator (in this process: the start-up is
+    # the run above's)
+    tool = runpy.run_path(osp.join(PROJECT_ROOT, MAKE_DATA), run_name='tool')
+    assert tool['main'](small + ['--overwrite']) == 0
+    assert 'epsilon(E_crossed, E_t)' in capsys.readouterr().out
     assert not (out / 'keep.txt').exists()
     assert not osp.exists(str(out) + '.partial')
-    res = run_tool(MAKE_DATA, '--out',
-                   str(out), '--num-train', '4', '--num-val-per-site', '2',
-                   '--img-size', '64', '--digit-size', '8', '12',
-                   '--no-progress', '--overwrite', '--variant', 'many-class',
-                   '--hue-jitter', '5')
-    assert res.returncode == 0, res.stderr
-    assert '(many-class, 40 classes)' in res.stdout
-    assert "of 40 classes per image" in res.stdout
+    assert tool['main'](
+        small +
+        ['--overwrite', '--variant', 'many-class', '--hue-jitter', '5']) == 0
+    printed = capsys.readouterr().out
+    assert '(many-class, 40 classes)' in printed
+    assert "of 40 classes per image" in printed
     meta = _read(out / 'meta.json')
     assert meta['hue_jitter'] == 5 and meta['objects'] == [2, 4]
 
