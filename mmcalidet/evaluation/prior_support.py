@@ -7,8 +7,8 @@ image's E_x (n = 1, p = its label vector), E_b of a group and E_v (n = the
 group's images), E_t (the training set's images and class frequencies) and
 a site's own statistics E_site (the site's images).
 
-A prior not registered here (E0, flip(E_x), a sweep's mixture, a fitted
-site prior) has no support, as in training for E0.
+A prior not registered here (E0, flip(E_x), a fitted site prior) has no
+support, as in training for E0.
 """
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -17,6 +17,7 @@ import numpy as np
 from ..models.layers.support_ops import label_support
 from ..priors import batch_prior, sample_prior
 from .scoring import Rescorer
+from .site_prior import shrink
 
 
 def register_label_supports(
@@ -26,8 +27,8 @@ def register_label_supports(
         train_meta: Optional[Dict] = None,
         classes: Optional[Sequence[str]] = None,
         batch_ids: Optional[Sequence[int]] = None,
-        sites: Optional[Dict[str, Tuple[np.ndarray,
-                                        Sequence[int]]]] = None) -> int:
+        sites: Optional[Dict[str, Tuple[np.ndarray, Sequence[int]]]] = None,
+        sweep_alphas: Sequence[float] = ()) -> int:
     """Register the support of the priors the evaluation builds from
     labels (see :meth:`Rescorer.register_support`).
 
@@ -44,6 +45,11 @@ def register_label_supports(
         batch_ids (Sequence[int], optional): evaluation batch per image
             (E_b's groups).
         sites (dict, optional): site -> (E_site, its image indices).
+        sweep_alphas (Sequence[float]): also register each site's sweep
+            priors ``shrink(E_t, E_site, alpha)`` (alpha != 0: alpha 0 is
+            E_t) with the site's n and the shares moved as the prior,
+            ``p_t + alpha (p_site - p_t)`` clipped to [0, 1] (needs E_t's
+            support from ``train_meta``).
 
     Returns:
         int: the priors registered (0 for a model that reads no support).
@@ -59,15 +65,25 @@ def register_label_supports(
         count += 1
 
     meta = train_meta or {}
+    train_share = None
     if train_prior is not None and meta.get('num_images') and \
             isinstance(meta.get('images_per_class'), dict) and classes:
         total = float(meta['num_images'])
-        share = np.array(
-            [meta['images_per_class'].get(c, 0) for c in classes],
-            dtype=np.float64) / total
+        train_share = np.clip(
+            np.array([meta['images_per_class'].get(c, 0) for c in classes],
+                     dtype=np.float64) / total, 0, 1)
         rescorer.register_support(train_prior, np.full(k, total),
-                                  np.clip(share, 0, 1))
+                                  train_share)
         count += 1
+    if train_share is not None:
+        for prior, idx in (sites or {}).values():
+            n, share = label_support([label_lists[i] for i in idx], k)
+            for alpha in (a for a in sweep_alphas if a != 0):
+                rescorer.register_support(
+                    shrink(train_prior, prior, alpha), n,
+                    np.clip(train_share + alpha * (share - train_share), 0,
+                            1))
+                count += 1
     add(batch_prior(k, label_lists), label_lists)
     if batch_ids is not None:
         ids = np.asarray(batch_ids)

@@ -137,3 +137,34 @@ def test_bad_support_is_refused(with_support):
     with pytest.raises(ValueError, match='expected priors of shape'):
         rescorer.register_support(prior[:3], support, marginals)
     assert rescorer._supports == {}
+
+
+def test_sweep_priors_move_the_shares_with_the_prior(with_support):
+    from mmcalidet.evaluation.site_prior import shrink
+    model, _, cache = with_support
+    labels = cache.gt_label_lists()
+    rng = np.random.default_rng(1)
+    train_lists = [rng.choice(K, size=3, replace=False) for _ in range(50)]
+    train_prior = batch_prior(K, train_lists)
+    n_t, p_t = label_support(train_lists, K)
+    classes = [f'c{i}' for i in range(K)]
+    meta = dict(
+        num_images=50,
+        images_per_class={c: int(round(v * 50))
+                          for c, v in zip(classes, p_t)})
+    site, idx = site_prior_and_support()[0], [0, 1]
+    rescorer = Rescorer(model, cache)
+    count = register_label_supports(
+        rescorer, labels, train_prior, meta, classes,
+        sites={'s': (site, idx)}, sweep_alphas=(-1.0, 0.0, 0.5, 1.0))
+    # E_t, three sweep priors (alpha 0 is E_t), E_v, E_site, 3 E_x
+    assert count == 1 + 3 + 1 + 1 + 3
+    n_s, p_s = label_support([labels[i] for i in idx], K)
+    key = torch.as_tensor(shrink(train_prior, site, 0.5),
+                          dtype=torch.float32).numpy().tobytes()
+    n, p = rescorer._supports[key]
+    np.testing.assert_allclose(n.numpy(), n_s)
+    np.testing.assert_allclose(p.numpy(), (p_t + 0.5 * (p_s - p_t)),
+                               atol=1e-6)
+    key_t = torch.as_tensor(train_prior, dtype=torch.float32).numpy()
+    np.testing.assert_allclose(rescorer._supports[key_t.tobytes()][0], 50)

@@ -122,7 +122,8 @@ def evaluate_all(args: argparse.Namespace,
             setup.classes,
             cache.batch_ids,
             sites={s: (site_prior[s], sites[s])
-                   for s in sites})
+                   for s in sites},
+            sweep_alphas=SWEEP_ALPHAS)
 
     # 1. the standard injection table (all sites)
     t0 = time.perf_counter()
