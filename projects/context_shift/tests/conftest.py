@@ -2,8 +2,14 @@
 """The project's tests run from the repository root (``python -m pytest``
 puts it on ``sys.path``); the tools they start find the project through
 ``PYTHONPATH``, as a user's shell does."""
+import contextlib
+import importlib.util
+import logging
 import os
 import os.path as osp
+import warnings
+from types import ModuleType
+from typing import Callable, Iterator, List, Tuple
 
 import pytest
 
@@ -62,3 +68,65 @@ def train_recipe(tmp_path, monkeypatch):
             return f.read()
 
     return train
+
+
+@contextlib.contextmanager
+def _logging_restored() -> Iterator[None]:
+    """Give back, after the block, the console handlers of mmengine's
+    current logger and Python's warnings, which ``log_to_file`` (the
+    benchmark's start) sends to a file for the rest of the process."""
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance()
+    warnings_logger = logging.getLogger('py.warnings')
+    handlers = list(logger.handlers)
+    warnings_handlers = list(warnings_logger.handlers)
+    propagate = warnings_logger.propagate
+    showwarning = warnings.showwarning
+    try:
+        yield
+    finally:
+        for handler in logger.handlers + warnings_logger.handlers:
+            if handler not in handlers + warnings_handlers:
+                handler.close()
+        logger.handlers = handlers
+        warnings_logger.handlers = warnings_handlers
+        warnings_logger.propagate = propagate
+        if warnings.showwarning is not showwarning:
+            logging.captureWarnings(False)
+            warnings.showwarning = showwarning
+
+
+@pytest.fixture
+def benchmark_tool() -> ModuleType:
+    """``projects/context_shift/tools/benchmark.py`` loaded as a module."""
+    spec = importlib.util.spec_from_file_location(
+        'benchmark_tool',
+        osp.join(ROOT, 'projects', 'context_shift', 'tools', 'benchmark.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def run_benchmark(benchmark_tool, capfd,
+                  monkeypatch) -> Callable[[List[str]], Tuple[int, str]]:
+    """The benchmark's ``main()`` in this process, from the repository root,
+    for the tests of what it does rather than of its command line (that is
+    started as a user does in ``test_context_shift_benchmark.py``): one
+    start-up of torch and mmdet less per run. Its trainings are still
+    ``tools/train.py`` processes. Call it with the arguments; it returns the
+    exit status and what the run printed (its own and its subprocesses'
+    output, as a terminal gets it). The logging it sends to its work
+    folder and the benchmark data folder it names in the environment are
+    given back afterwards."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv('MMCALIDET_CS_DATA', raising=False)
+
+    def run(args: List[str]) -> Tuple[int, str]:
+        capfd.readouterr()
+        with _logging_restored():
+            code = benchmark_tool.main(args)
+        captured = capfd.readouterr()
+        return code, captured.out + captured.err
+
+    return run

@@ -176,25 +176,24 @@ def test_benchmark_writes_every_table(bench):
         assert osp.getsize(out / f'{png}.png') > 1000
 
 
-def test_benchmark_reuses_trained_checkpoints(bench):
+def test_benchmark_reuses_trained_checkpoints(bench, run_benchmark):
     _, args, _ = bench
-    code, log = _run(args + ['--train-only'], timeout=120)
+    code, log = run_benchmark(args + ['--train-only'])
     assert code == 0, log[-3000:]
     assert log.count('[train] reusing') == 2
     assert '[data] reusing' in log
 
 
-def test_benchmark_compares_only_the_chosen_corrections(bench, tmp_path):
+def test_benchmark_compares_only_the_chosen_corrections(
+        bench, tmp_path, run_benchmark):
     root, args, _ = bench
     out = tmp_path / 'results'
     # the fixture's trainings are reused; only the evaluation runs again
     # (a correction named twice is compared once)
-    code, log = _run(
-        args + [
-            '--posthoc', 'reweight', 'reweight', '--out-dir',
-            str(out), '--score-thr', '0.2', '--profile'
-        ],
-        timeout=300)
+    code, log = run_benchmark(args + [
+        '--posthoc', 'reweight', 'reweight', '--out-dir',
+        str(out), '--score-thr', '0.2', '--profile'
+    ])
     assert code == 0, log[-3000:]
     assert log.count('[train] reusing') == 2
     # --profile: the stages' and tables' seconds, the costliest functions
@@ -219,95 +218,18 @@ def test_benchmark_compares_only_the_chosen_corrections(bench, tmp_path):
         assert 0 <= r['epsilon'] <= 0.5 and 0 <= r['epsilon_end'] <= 0.5
 
 
-def test_benchmark_rejects_a_bad_schedule(tmp_path, capsys):
-    # through the command line: exit status and a one-line error
-    code, log = _run([
-        '--data',
-        str(tmp_path / 'd'), '--calidet-init', 'same-budget', '--dino-iters',
-        '5', '--finetune-iters', '2'
-    ],
-                     timeout=120)
-    assert code != 0
-    assert 'must divide --dino-iters' in log
-    assert not osp.exists(tmp_path / 'd')  # checked before generating
-    # a calibrator config that is missing, or without the cached path;
-    # argparse's own errors (exit 2); in this process, as they all fail
-    # before any work starts
-    tool = _tool_module()
-    for extra, message in ((['--calibrator-config',
-                             'no/such.py'], 'no/such.py: not a file'), ([
-                                 '--calibrator-config',
-                                 osp.join(ROOT, TOOL), '--calidet-init',
-                                 'finetune'
-                             ], 'only with --calidet-init cached')):
-        with pytest.raises(ValueError, match=message):
-            tool.main(['--data', str(tmp_path / 'd')] + extra)
-        assert not osp.exists(tmp_path / 'd')
-    for extra, message in ((['--score-thr',
-                             '1.5'], 'a number in [0, 1], got \'1.5\''),
-                           (['--score-thr',
-                             'nan'], 'a number in [0, 1], got \'nan\'')):
-        with pytest.raises(SystemExit) as exc:
-            tool.main(['--data', str(tmp_path / 'd')] + extra)
-        assert exc.value.code == 2
-        assert message in capsys.readouterr().err
-        assert not osp.exists(tmp_path / 'd')
-
-
-def test_benchmark_trains_both_from_scratch_side_by_side(bench, tmp_path):
-    root, _, _ = bench
-    work = tmp_path / 'work'
-    code, log = _run([
-        '--data',
-        str(root / 'data'), '--work-dir',
-        str(work), '--calidet-init', 'scratch', '--dino-iters', '2',
-        '--finetune-iters', '1', '--train-only', '--no-progress'
-    ],
-                     timeout=300)
-    assert code == 0, log[-3000:]
-    # the same schedule for both, the CaliDINO from no checkpoint
-    assert osp.isfile(work / 'dino' / 'iter_2.pth')
-    assert osp.isfile(work / 'calidet' / 'iter_2.pth')
-    train_log = (work / 'calidet' / 'train.log').read_text()
-    assert 'load_from=None' in train_log
-    assert 'Load checkpoint from' not in train_log
-    # the trainings' own output went to their logs, not the terminal
-    assert 'Iter(train)' not in log
-
-
-def test_benchmark_same_budget_starts_from_an_earlier_checkpoint(
-        bench, tmp_path):
-    root, _, _ = bench
-    work = tmp_path / 'work'
-    code, log = _run([
-        '--data',
-        str(root / 'data'), '--work-dir',
-        str(work), '--calidet-init', 'same-budget', '--dino-iters', '2',
-        '--finetune-iters', '1', '--decay-at', '1', '--train-only',
-        '--no-progress'
-    ],
-                     timeout=300)
-    assert code == 0, log[-3000:]
-    # the DINO keeps its iteration-1 checkpoint; the CaliDINO runs the
-    # remaining iteration from it
-    assert osp.isfile(work / 'dino' / 'iter_1.pth')
-    assert osp.isfile(work / 'calidet' / 'iter_1.pth')
-    assert 'load_from=' + str(work / 'dino' / 'iter_1.pth') in (
-        work / 'calidet' / 'train.log').read_text()
-
-
-def test_benchmark_fine_tunes_from_a_reused_dino(bench, tmp_path):
+def test_benchmark_fine_tunes_from_a_reused_dino(bench, tmp_path,
+                                                 run_benchmark):
     root, _, _ = bench
     work = tmp_path / 'work'
     # the fixture's DINO (4 iterations on the same data) is reused
-    code, log = _run([
+    code, log = run_benchmark([
         '--data',
         str(root / 'data'), '--work-dir',
         str(work), '--dino-work-dir',
         str(root / 'work' / 'dino'), '--dino-iters', '4', '--finetune-iters',
         '1', '--calidet-init', 'finetune', '--train-only', '--no-progress'
-    ],
-                     timeout=300)
+    ])
     assert code == 0, log[-3000:]
     assert log.count('[train] reusing') == 1
     assert 'load_from=' + str(root / 'work' / 'dino' / 'iter_4.pth') in (
@@ -316,9 +238,9 @@ def test_benchmark_fine_tunes_from_a_reused_dino(bench, tmp_path):
 
 
 def test_benchmark_trains_again_what_ran_with_other_settings(
-        bench, tmp_path, monkeypatch, capsys):
+        bench, tmp_path, monkeypatch, capsys, benchmark_tool):
     root, args, _ = bench
-    tool = _tool_module()
+    tool = benchmark_tool
     training = training_module
     # the decision only: a training the benchmark would start is recorded
     launched = []
@@ -384,19 +306,19 @@ def test_benchmark_trains_again_what_ran_with_other_settings(
     assert len(launched) == 2
 
 
-def test_benchmark_trains_the_chosen_calibrator_config(bench, tmp_path):
+def test_benchmark_trains_the_chosen_calibrator_config(bench, tmp_path,
+                                                       run_benchmark):
     root, _, _ = bench
     work = tmp_path / 'work'
     config = PAPER
-    code, log = _run([
+    code, log = run_benchmark([
         '--data',
         str(root / 'data'), '--work-dir',
         str(work), '--dino-work-dir',
         str(root / 'work' / 'dino'), '--dino-iters', '4',
         '--calibrator-updates', '2', '--calibrator-config', config,
         '--train-only', '--no-progress'
-    ],
-                     timeout=300)
+    ])
     assert code == 0, log[-3000:]
     # the fixture's DINO is reused; the calibrator trains the paper's
     # recipe (LoMa on every query) for the benchmark's updates
@@ -404,12 +326,3 @@ def test_benchmark_trains_the_chosen_calibrator_config(bench, tmp_path):
     assert osp.isfile(work / 'calidet' / 'iter_2.pth')
     dumped = (work / 'calidet' / osp.basename(config)).read_text()
     assert "loma_queries='all'" in dumped
-
-
-def _tool_module():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location('benchmark_tool',
-                                                  osp.join(ROOT, TOOL))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
