@@ -41,9 +41,10 @@ stats-demo: check-data env
 	$(PY) tools/misc/relation_stats_demo.py --data $(DATA) --out-dir $(OUT)
 
 # the suite in TEST_JOBS worker processes (default: one per core, at most
-# 4; a test file stays in one worker, so its module fixtures run once),
-# each with TEST_THREADS torch threads (default: the cores shared out);
-# TEST_JOBS=0 runs it in this process
+# 4; a test file stays in one worker, so its module fixtures run once;
+# the files go out in conftest.py's order, those with most slow tests
+# first), each with TEST_THREADS torch threads (default: the cores shared
+# out); TEST_JOBS=0 runs it in this process
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 TEST_JOBS ?= $(shell n=$(NPROC); [ $$n -gt 4 ] && n=4; echo $$n)
 TEST_THREADS ?= $(shell j=$(TEST_JOBS); [ $$j -lt 1 ] && j=1; \
@@ -51,11 +52,11 @@ TEST_THREADS ?= $(shell j=$(TEST_JOBS); [ $$j -lt 1 ] && j=1; \
 test: check-data env
 	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) \
 	    $(PY) -m pytest tests projects -q -p no:cacheprovider --durations=20 \
-	    -n $(TEST_JOBS) --dist loadfile
+	    -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 # the same without the tests marked slow (trainings, ONNX exports, tools
 # run as subprocesses): the unit tests in under two minutes on 2 cores
 test-fast: check-data env
 	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) \
 	    $(PY) -m pytest tests projects -m "not slow" -q -p no:cacheprovider \
-	    --durations=20 -n $(TEST_JOBS) --dist loadfile
+	    --durations=20 -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder

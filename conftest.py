@@ -6,9 +6,39 @@ mmengine's default scope, a stopped training stage) must not reach a test
 of the other."""
 import os
 import uuid
+from collections import Counter
+from typing import List
 
 import pytest
 from mmengine.registry import DefaultScope
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config,
+                                  items: List[pytest.Item]) -> None:
+    """Run the files with the most slow tests first, then the others with
+    the most tests first (each file's tests keep their order). ``make
+    test`` hands whole files to its workers in this order (``--dist
+    loadfile --no-loadscope-reorder``; xdist's own order, by number of
+    tests, put the few-test files that train or export last, where one
+    worker ran them while the other sat idle). Runs after ``-m``/``-k``
+    deselection, so it counts the tests that will run."""
+
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split('::', 1)[0]
+
+    slow = Counter(
+        file_of(item) for item in items if item.get_closest_marker('slow'))
+    count = Counter(file_of(item) for item in items)
+    first = {}
+    for index, item in enumerate(items):
+        first.setdefault(file_of(item), index)
+
+    def order(item: pytest.Item) -> tuple:
+        name = file_of(item)
+        return -slow[name], -count[name], first[name]
+
+    items.sort(key=order)
 
 
 @pytest.fixture(autouse=True)
