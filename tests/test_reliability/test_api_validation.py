@@ -305,7 +305,7 @@ def nan_cache(tmp_path, layers='all'):
 
 # 6. a cache whose hidden states are NaN was "reused" and "valid"
 def test_a_cache_of_non_finite_hidden_states_is_refused_naming_the_file(
-        tmp_path, run_tool):
+        tmp_path):
     folder = nan_cache(tmp_path)
     cache = DecoderCache.open(folder)  # the header checks still pass
     hidden, _, _ = cache.get([0, 2])  # the good images are read
@@ -321,6 +321,12 @@ def test_a_cache_of_non_finite_hidden_states_is_refused_naming_the_file(
             '1 are not finite')
     # a data-loader worker re-raises it from its message alone
     assert str(CacheError(str(exc.value))) == str(exc.value)
+
+
+@pytest.mark.slow
+def test_the_cache_check_tool_names_the_non_finite_file(tmp_path, run_tool):
+    folder = nan_cache(tmp_path)
+    hidden_file = osp.join(folder, 'hidden.npy')
     proc = run_tool('tools/analysis_tools/cache_decoder_outputs.py',
                     '--check', folder)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -391,13 +397,20 @@ def test_a_plain_export_is_told_it_takes_no_prior():
 
 
 # 9. onnx_demo.py on a file that is not ONNX: a traceback
-def test_a_file_that_is_not_onnx_is_refused_in_one_line(tmp_path, run_tool):
+def test_a_file_that_is_not_onnx_is_refused_in_one_line(tmp_path):
     from mmcalidet.deploy import OnnxDetector
     bogus = tmp_path / 'model.onnx'
     bogus.write_text('not an onnx file')
     with pytest.raises(ValueError, match='is not an ONNX model') as exc:
         OnnxDetector(str(bogus))
     one_line(exc)
+
+
+@pytest.mark.slow
+def test_the_onnx_demo_refuses_a_file_that_is_not_onnx_in_one_line(
+        tmp_path, run_tool):
+    bogus = tmp_path / 'model.onnx'
+    bogus.write_text('not an onnx file')
     image = osp.join(tmp_path, 'x.png')
     import mmcv
     mmcv.imwrite(np.zeros((8, 8, 3), np.uint8), image)
@@ -496,6 +509,7 @@ def test_training_on_a_torn_cache_is_one_line_and_no_work_dir(
 
 
 # 10. tools/test.py --prior bad.json made work_dirs/<config>/<time>/ first
+@pytest.mark.slow
 def test_test_py_refuses_a_bad_prior_before_making_a_work_dir(
         tmp_path, run_tool):
     from mmcalidet.testing import PROJECT_ROOT
