@@ -76,7 +76,17 @@ def add_mim_extension() -> None:
 
 
 def get_extensions() -> list:
-    """The Cython extension of the statistics core."""
+    """The Cython extension of the statistics core.
+
+    None when ``MMCALIDET_NO_EXT=1``: tools/setup_env.sh then installs the
+    package (editable) without it, and puts the compiled module in place
+    from its cache, or builds it there with ``build_ext --inplace``.
+
+    Returns:
+        list: The extensions to build.
+    """
+    if os.environ.get('MMCALIDET_NO_EXT') == '1':
+        return []
     import numpy as np
     from Cython.Build import cythonize
     ext = Extension(

@@ -4,10 +4,20 @@
 # from source with its ops, mmdet 3.3.0, openmim, and mmcalidet itself
 # (editable, with its Cython extension).
 #
-# Idempotent: every step is skipped when what it makes is already there.
+# Idempotent: every step is skipped when what it makes is already there (a
+# second run takes a few seconds).
 # The mmcv wheel (a ~15 minute build on 2 cores) is kept outside the clone,
 # in $MMCALIDET_CACHE (default ~/.cache/mmcalidet/wheels), so fresh clones
 # reuse it.
+#
+# Installs go through uv (pinned, fetched once with pip into
+# ~/.cache/mmcalidet/uv-<version>, or $MMCALIDET_UV), which creates the venv
+# and links the packages from its cache (~/.cache/uv): a fresh clone is set
+# up in seconds rather than minutes. uv is given pip's configured indexes,
+# find-links and constraints and pip's choice among them
+# (--index-strategy unsafe-best-match), so both install the same wheels.
+# Without uv (MMCALIDET_NO_UV=1, or no way to fetch it), or when a uv step
+# fails, pip does the step as before.
 #
 # GPU: when a CUDA toolkit (nvcc) and a CUDA build of torch are present
 # (install torch==2.13.0 from a CUDA index into the venv first, see
@@ -16,9 +26,9 @@
 # MMCALIDET_CPU_ONLY=1 forces the CPU build.
 #
 # Sourced (`source tools/setup_env.sh`), the script only defines its
-# functions (find_nvcc, mmcv_cuda_tag, mmcv_wheel_dir, log, logged, and the
-# readiness checks have, importable, mmcv_has_ops, which use $PY) and
-# installs nothing.
+# functions (find_nvcc, mmcv_cuda_tag, mmcv_wheel_dir, find_uv, bootstrap_uv,
+# uv_pip_args, ext_cache_key, log, logged, and the readiness checks have,
+# importable, mmcv_has_ops, which use $PY) and installs nothing.
 
 # find_nvcc: the nvcc of $CUDA_HOME, the PATH or /usr/local/cuda; nothing
 # when there is none.
@@ -35,14 +45,28 @@ find_nvcc() {
 
 # mmcv_cuda_tag PY: "cu<XY>" (torch's CUDA version, e.g. cu126) when mmcv is
 # to be built with CUDA ops: nvcc exists and PY's torch is a CUDA build (no
-# GPU is needed to build); nothing for a CPU build.
+# GPU is needed to build); nothing for a CPU build. torch/version.py is read
+# without importing torch (seconds), which is the fallback.
 mmcv_cuda_tag() {
     local cuda
     if [ "${MMCALIDET_CPU_ONLY:-0}" = 1 ] || [ -z "$(find_nvcc)" ]; then
         return 0
     fi
-    cuda="$("$1" -c 'import torch; print(torch.version.cuda or "")' \
-        2>/dev/null || true)"
+    cuda="$("$1" - 2>/dev/null <<'PYEOF' || true
+import os.path as osp
+import runpy
+from importlib.util import find_spec
+
+try:
+    spec = find_spec('torch')
+    path = osp.join(list(spec.submodule_search_locations)[0], 'version.py')
+    cuda = runpy.run_path(path)['cuda']
+except Exception:  # not found, or laid out otherwise: ask torch itself
+    import torch
+    cuda = torch.version.cuda
+print(cuda or '')
+PYEOF
+)"
     if [ -n "$cuda" ]; then
         echo "cu${cuda//./}"
     fi
@@ -57,6 +81,122 @@ mmcv_wheel_dir() {
     else
         echo "$1/torch-$2-$3"
     fi
+}
+
+# find_uv DIR: the uv to install with: $MMCALIDET_UV, else DIR/bin/uv (the
+# pinned copy fetched by bootstrap_uv); nothing when there is none or
+# MMCALIDET_NO_UV=1.
+find_uv() {
+    if [ "${MMCALIDET_NO_UV:-0}" = 1 ]; then
+        return 0
+    fi
+    if [ -n "${MMCALIDET_UV:-}" ]; then
+        if [ -x "$MMCALIDET_UV" ]; then
+            echo "$MMCALIDET_UV"
+        fi
+    elif [ -x "$1/bin/uv" ]; then
+        echo "$1/bin/uv"
+    fi
+    return 0
+}
+
+# bootstrap_uv DIR VERSION PYTHON: fetch uv==VERSION with PYTHON's pip into
+# DIR (through a temporary folder beside it, renamed at the end: an
+# interrupted fetch leaves no half copy); status 1 when it cannot.
+bootstrap_uv() {
+    local tmp
+    mkdir -p "$(dirname "$1")" || return 1
+    tmp="$(mktemp -d "$1.XXXXXX")" || return 1
+    if "$3" -m pip --disable-pip-version-check -q install --target "$tmp" \
+            "uv==$2" >/dev/null 2>&1 && [ -x "$tmp/bin/uv" ] \
+            && mv -T "$tmp" "$1" 2>/dev/null; then
+        return 0
+    fi
+    rm -rf "$tmp"
+    [ -x "$1/bin/uv" ]  # another run may have put it there meanwhile
+}
+
+# uv_pip_args PY: pip's configuration (`PY -m pip config list`: its files
+# and PIP_* variables) as uv options, one a line: the index URLs,
+# find-links, constraints and no-index; and, as "env NAME=VALUE" lines, its
+# certificate bundle and timeout. Nothing when PY has no pip.
+uv_pip_args() {
+    "$1" - <<'PYEOF'
+import ast
+import subprocess
+import sys
+
+try:
+    listed = subprocess.run(
+        [sys.executable, '-m', 'pip', 'config', 'list'],
+        capture_output=True, text=True, check=True).stdout
+except (OSError, subprocess.CalledProcessError):
+    sys.exit(0)
+rank = {'global': 0, 'install': 1, ':env:': 2}  # pip's precedence
+conf = {}
+for line in listed.splitlines():
+    key, sep, value = line.partition('=')
+    section, _, name = key.rpartition('.')
+    if not sep or section not in rank:
+        continue
+    try:
+        value = str(ast.literal_eval(value))
+    except (ValueError, SyntaxError):
+        continue
+    if rank[section] >= conf.get(name, (-1, ''))[0]:
+        conf[name] = (rank[section], value)
+conf = {name: value for name, (_, value) in conf.items()}
+flags = {'index-url': '--index-url', 'extra-index-url': '--extra-index-url',
+         'find-links': '--find-links', 'constraint': '--constraints'}
+for name, flag in flags.items():
+    for value in conf.get(name, '').split():
+        print(f'{flag}\n{value}')
+if conf.get('no-index', '').lower() in ('1', 'true', 'yes', 'on'):
+    print('--no-index')
+if conf.get('cert'):
+    print(f"env SSL_CERT_FILE={conf['cert']}")
+if conf.get('default-timeout'):
+    print(f"env UV_HTTP_TIMEOUT={conf['default-timeout'].split('.')[0]}")
+PYEOF
+}
+
+# ext_cache_key PY ROOT: the name of mmcalidet's compiled extension in the
+# cache: a hash of its sources (priors/*.pyx, *.pxd and setup.py, which
+# holds the compiler flags), the Cython and numpy versions, PY's extension
+# suffix (Python version and platform) and the C compiler's version.
+# Nothing when PY lacks Cython or numpy.
+ext_cache_key() {
+    "$1" - "$2" <<'PYEOF'
+import glob
+import hashlib
+import os.path as osp
+import subprocess
+import sys
+import sysconfig
+from importlib import metadata
+
+root = sys.argv[1]
+h = hashlib.sha256()
+try:
+    for dist in ('Cython', 'numpy'):
+        h.update(f'{dist}=={metadata.version(dist)}\n'.encode())
+except metadata.PackageNotFoundError:
+    sys.exit(0)
+h.update(sysconfig.get_config_var('EXT_SUFFIX').encode())
+cc = (sysconfig.get_config_var('CC') or 'cc').split()[0]
+try:
+    h.update(subprocess.run([cc, '--version'], capture_output=True,
+                            text=True).stdout.encode())
+except OSError:
+    pass
+sources = sorted(
+    glob.glob(osp.join(root, 'mmcalidet', 'priors', '*.pyx')) +
+    glob.glob(osp.join(root, 'mmcalidet', 'priors', '*.pxd')))
+for path in sources + [osp.join(root, 'setup.py')]:
+    with open(path, 'rb') as f:
+        h.update(osp.basename(path).encode() + b'\0' + f.read())
+print(h.hexdigest()[:20])
+PYEOF
 }
 
 log() { echo "[setup_env] $*" >&2; }
@@ -123,42 +263,135 @@ PYTHON="${PYTHON:-python3}"
 MMCV_VERSION=2.1.0
 TORCH_VERSION=2.13.0
 OPENCV=opencv-python==4.14.0.94  # what mmcv/mmengine require (libGL is here)
+UV_VERSION=0.13.9
+UV_DIR="$HOME/.cache/mmcalidet/uv-$UV_VERSION"
 
+# pip's, uv's and the builds' own output goes to a log file; the console
+# keeps the stage lines, and the log's end when a step fails
+mkdir -p "$VENV"
+SETUP_LOG="$VENV/setup.log"
+
+# use_uv: do the installs go through uv? Found (or fetched) on first use,
+# so a run with nothing to install never looks; sets UV and UV_ARGS (pip's
+# configured sources, see uv_pip_args).
+UV=""
+UV_ARGS=()
+UV_LOOKED=0
+use_uv() {
+    local line name conf_py="$PYTHON"
+    if [ "$UV_LOOKED" = 0 ]; then
+        UV_LOOKED=1
+        UV="$(find_uv "$UV_DIR")"
+        if [ -z "$UV" ] && [ "${MMCALIDET_NO_UV:-0}" != 1 ] \
+                && [ -z "${MMCALIDET_UV:-}" ]; then
+            log "fetching uv==$UV_VERSION into $UV_DIR"
+            if bootstrap_uv "$UV_DIR" "$UV_VERSION" "$PYTHON"; then
+                UV="$UV_DIR/bin/uv"
+            else
+                log "no uv: installing with pip"
+            fi
+        fi
+        if [ -n "$UV" ]; then
+            if [ -x "$PY" ] && importable pip; then
+                conf_py="$PY"  # the venv's pip.conf too
+            fi
+            while IFS= read -r line; do
+                case "$line" in
+                    "env "*)  # pip's certificates and timeout, unless set
+                        line="${line#env }"
+                        name="${line%%=*}"
+                        if [ -z "${!name:-}" ]; then
+                            export "${line?}"
+                        fi ;;
+                    *) UV_ARGS+=("$line") ;;
+                esac
+            done < <(uv_pip_args "$conf_py")
+        fi
+    fi
+    [ -n "$UV" ]
+}
+
+# ensure_pip: the venv has pip (the mmcv build, mim and the fallback use it;
+# a venv made by uv gets it in step 1).
+ensure_pip() {
+    importable pip || logged "$PY" -m ensurepip
+}
+
+# install_q ARGS...: `pip install ARGS` into the venv, through uv when there
+# is one (and again with pip when uv fails), else with pip.
+install_q() {
+    if use_uv; then
+        if "$UV" pip install --python "$PY" --index-strategy unsafe-best-match \
+                "${UV_ARGS[@]}" "$@" >>"$SETUP_LOG" 2>&1; then
+            return 0
+        fi
+        log "uv failed (its output: $SETUP_LOG); the step again with pip"
+    fi
+    ensure_pip && logged "$PY" -m pip --disable-pip-version-check -q install "$@"
+}
+
+# install_ext: mmcalidet's compiled extension into the source tree: copied
+# from the cache when these sources were built before (by any clone), else
+# built in place (setup.py build_ext --inplace) and stored in the cache.
+install_ext() {
+    local key dir tmp
+    key="$(ext_cache_key "$PY" "$ROOT")"
+    dir="$CACHE/mmcalidet-ext/$key"
+    if [ -n "$key" ] && ls "$dir"/*.so >/dev/null 2>&1 \
+            && cp -f "$dir"/*.so "$ROOT/mmcalidet/priors/"; then
+        log "reused the Cython extension from $dir"
+        return 0
+    fi
+    log "building the Cython extension"
+    (cd "$ROOT" && logged "$PY" setup.py -q build_ext --inplace)
+    if [ -n "$key" ] && mkdir -p "$CACHE/mmcalidet-ext" \
+            && tmp="$(mktemp -d "$CACHE/mmcalidet-ext/.build.XXXXXX")"; then
+        # a rename: other runs see the whole folder or none of it
+        if ! { cp "$ROOT"/mmcalidet/priors/*.so "$tmp/" \
+                && mv -T "$tmp" "$dir" 2>/dev/null; }; then
+            rm -rf "$tmp"
+        fi
+    fi
+}
 
 if [ ! -x "$PY" ]; then
     log "creating $VENV"
-    "$PYTHON" -m venv "$VENV"
+    if ! { use_uv && "$UV" venv --allow-existing --no-python-downloads \
+            --python "$(command -v "$PYTHON")" "$VENV" >>"$SETUP_LOG" 2>&1; }
+    then
+        "$PYTHON" -m venv "$VENV"
+    fi
 fi
 
-# pip's and the builds' own output goes to a log file; the console keeps
-# the stage lines, and the log's end when a step fails
-SETUP_LOG="$VENV/setup.log"
-pip_q() { logged "$PY" -m pip --disable-pip-version-check -q "$@"; }
-
-# 1. Build tools and torch (torch 2.13.0 CPU lies on this disk for pip).
+# 1. Build tools, torch (torch 2.13.0 CPU lies on this disk for pip) and
+#    pip itself (a venv made by uv has none).
 if ! have setuptools 80.9.0 || ! have torch "$TORCH_VERSION" \
-        || ! importable Cython numpy wheel; then
+        || ! importable Cython numpy wheel pip; then
     log "installing build requirements and torch==$TORCH_VERSION"
-    pip_q install -r "$ROOT/requirements/build.txt" "torch==$TORCH_VERSION"
+    install_q -r "$ROOT/requirements/build.txt" "torch==$TORCH_VERSION" pip
 fi
 
-# 2. mmcalidet itself, editable: compiles the Cython extension in place and
-#    links tools/ and configs/ into mmcalidet/.mim. It needs neither mmcv nor
-#    mmdet, so it goes before mmcv's long build: a failure shows early.
-if ! "$PY" - "$ROOT" <<'PYEOF' 2>/dev/null
+# 2. mmcalidet itself, editable (links tools/ and configs/ into
+#    mmcalidet/.mim), then its compiled Cython extension, in place. Neither
+#    needs mmcv or mmdet, so they go before mmcv's long build: a failure
+#    shows early. The editable install leaves the extension out
+#    (MMCALIDET_NO_EXT=1): a fresh clone copies it from $CACHE/mmcalidet-ext
+#    (keyed by its sources, Cython, numpy, Python and the compiler), and
+#    builds it (about 30 s) only when no clone has built these sources yet.
+if ! "$PY" -I - "$ROOT" <<'PYEOF' 2>/dev/null
 import os, sys
-os.environ['MMCALIDET_LIGHT'] = '1'
-import mmcalidet
-from mmcalidet.priors import _cooccurrence  # noqa: F401  (compiled)
+from importlib import metadata
+from importlib.util import find_spec
+metadata.version('mmcalidet')  # installed (-I: not merely the cwd)
 root = os.path.realpath(sys.argv[1])
-pkg = os.path.realpath(os.path.dirname(mmcalidet.__file__))
+pkg = os.path.realpath(os.path.dirname(find_spec('mmcalidet').origin))
 ok = pkg == os.path.join(root, 'mmcalidet') and os.path.isdir(
     os.path.join(pkg, '.mim', 'configs'))
 sys.exit(0 if ok else 1)
 PYEOF
 then
     log "installing mmcalidet (editable) from $ROOT"
-    (cd "$ROOT" && pip_q install --no-deps --no-build-isolation -e .)
+    MMCALIDET_NO_EXT=1 install_q --no-deps --no-build-isolation -e "$ROOT"
 fi
 # mim 0.3.9 looks for <site-packages>/mmcalidet/.mim; a PEP 660 editable
 # install leaves only a finder there, so link the package folder in.
@@ -166,12 +399,11 @@ SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 if [ "$(readlink "$SITE/mmcalidet" 2>/dev/null)" != "$ROOT/mmcalidet" ]; then
     ln -sfn "$ROOT/mmcalidet" "$SITE/mmcalidet"
 fi
-# A .pyx newer than its compiled module (e.g. after a pull): rebuild it.
+# The extension: missing, or a .pyx newer than it (e.g. after a pull).
 for pyx in "$ROOT"/mmcalidet/priors/*.pyx; do
     so="$(ls "${pyx%.pyx}".*.so 2>/dev/null | head -n1 || true)"
     if [ -z "$so" ] || [ "$pyx" -nt "$so" ]; then
-        log "rebuilding the Cython extension"
-        (cd "$ROOT" && logged "$PY" setup.py -q build_ext --inplace)
+        install_ext
         break
     fi
 done
@@ -179,14 +411,14 @@ done
 #    the deploy extra: neither needs mmcv either.
 if ! have openmim 0.3.9; then
     log "installing openmim (without opendatalab/openxlab)"
-    pip_q install click colorama model-index rich tabulate requests pandas
-    pip_q install --no-deps openmim==0.3.9
+    install_q click colorama model-index rich tabulate requests pandas
+    install_q --no-deps openmim==0.3.9
 fi
 
 # the deploy extra (ONNX export and ONNX Runtime), which the tests exercise
 if ! importable onnx onnxruntime; then
     log "installing onnx and onnxruntime (the deploy extra)"
-    pip_q install -r "$ROOT/requirements/deploy.txt"
+    install_q -r "$ROOT/requirements/deploy.txt"
 fi
 
 # 4. mmcv with ops: from the wheel cache, else built once into it. With a
@@ -231,12 +463,12 @@ if ! mmcv_ready; then
         log "reusing cached $WHEEL"
     fi
     # mmcv's own dependencies first, then mmcv without a resolver run
-    pip_q install addict packaging Pillow pyyaml yapf "$OPENCV"
+    install_q addict packaging Pillow pyyaml yapf "$OPENCV"
     if [ -n "$CUDA_TAG" ]; then
         # replaces a CPU-only mmcv of the same version
-        pip_q install --no-deps --force-reinstall "$WHEEL"
+        install_q --no-deps --force-reinstall "$WHEEL"
     else
-        pip_q install --no-deps "$WHEEL"
+        install_q --no-deps "$WHEEL"
     fi
 fi
 
@@ -244,6 +476,6 @@ fi
 if ! have mmengine 0.10.7 || ! have mmdet 3.3.0 || ! have opencv-python 4.14.0.94 \
         || ! importable pycocotools matplotlib tqdm pytest xdist sklearn; then
     log "installing mmengine, mmdet and runtime requirements"
-    pip_q install -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
+    install_q -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
 fi
 log "environment ready: $VENV"

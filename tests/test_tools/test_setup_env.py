@@ -140,3 +140,82 @@ def test_readiness_checks_find_mmcv_ops_without_importing(
     assert out.split() == [
         'version', 'other', 'ops' if ready else 'no-ops', 'found', 'none'
     ]
+
+
+def test_uv_is_found_forced_or_refused(tmp_path):
+    pinned = executable(tmp_path / 'uv-dir' / 'bin' / 'uv', '#!/bin/sh\n')
+    own = executable(tmp_path / 'own' / 'uv', '#!/bin/sh\n')
+    uv_dir = str(tmp_path / 'uv-dir')
+    assert call(f'find_uv {uv_dir}') == pinned
+    assert call(f'find_uv {tmp_path / "none"}') == ''
+    assert call(f'find_uv {uv_dir}', MMCALIDET_UV=own) == own
+    # a named uv that is not there is not replaced by the pinned one
+    assert call(f'find_uv {uv_dir}',
+                MMCALIDET_UV=str(tmp_path / 'missing')) == ''
+    assert call(f'find_uv {uv_dir}', MMCALIDET_NO_UV='1') == ''
+
+
+def test_uv_bootstrap_failure_leaves_nothing(tmp_path):
+    no_pip = executable(tmp_path / 'bin' / 'python', '#!/bin/sh\nexit 1\n')
+    target = tmp_path / 'cache' / 'uv-0.0.0'
+    out = call(f'bootstrap_uv {target} 0.0.0 {no_pip}; echo status=$?')
+    assert out == 'status=1'
+    assert os.listdir(tmp_path / 'cache') == []
+
+
+def test_uv_gets_pip_configured_sources(tmp_path):
+    """uv is given the indexes, find-links, constraints, certificates and
+    timeout pip is configured with, a PIP_* variable before the files."""
+    conf = tmp_path / 'pip.conf'
+    conf.write_text('[global]\n'
+                    'index-url = https://index.example/simple\n'
+                    'extra-index-url = file:///a/simple file:///b/simple\n'
+                    'find-links = /file/wheels\n'
+                    'constraint = /c/constraints.txt\n'
+                    'no-index = false\n'
+                    'cert = /c/ca.pem\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith('PIP_')}
+    env.update(PIP_CONFIG_FILE=str(conf), PIP_FIND_LINKS='/env/wheels',
+               PIP_DEFAULT_TIMEOUT='42')
+    out = subprocess.run(
+        [BASH, '-c', f'source "{SCRIPT}" && uv_pip_args {sys.executable}'],
+        env=env, capture_output=True, text=True, check=True).stdout
+    lines = out.splitlines()
+    opts = [line for line in lines if not line.startswith('env ')]
+    pairs = list(zip(opts[::2], opts[1::2]))
+    assert ('--index-url', 'https://index.example/simple') in pairs
+    assert ('--extra-index-url', 'file:///a/simple') in pairs
+    assert ('--extra-index-url', 'file:///b/simple') in pairs
+    assert ('--find-links', '/env/wheels') in pairs
+    assert ('--find-links', '/file/wheels') not in pairs
+    assert ('--constraints', '/c/constraints.txt') in pairs
+    assert '--no-index' not in lines
+    assert 'env SSL_CERT_FILE=/c/ca.pem' in lines
+    assert 'env UV_HTTP_TIMEOUT=42' in lines
+
+
+def test_extension_cache_key_follows_the_sources(tmp_path):
+    priors = tmp_path / 'mmcalidet' / 'priors'
+    priors.mkdir(parents=True)
+    (tmp_path / 'setup.py').write_text('flags = ["-O3"]\n')
+    (priors / '_core.pyx').write_text('def f(): return 1\n')
+    key = call(f'ext_cache_key {sys.executable} {tmp_path}')
+    assert len(key) == 20
+    assert call(f'ext_cache_key {sys.executable} {tmp_path}') == key
+    (priors / '_core.pyx').write_text('def f(): return 2\n')
+    changed = call(f'ext_cache_key {sys.executable} {tmp_path}')
+    (tmp_path / 'setup.py').write_text('flags = ["-O2"]\n')
+    assert len({key, changed,
+                call(f'ext_cache_key {sys.executable} {tmp_path}')}) == 3
+
+
+def test_cuda_tag_reads_torch_version_without_importing_torch(tmp_path):
+    site = tmp_path / 'site' / 'torch'
+    site.mkdir(parents=True)
+    (site / '__init__.py').write_text('raise ImportError("imported")\n')
+    (site / 'version.py').write_text(
+        'from typing import Optional\ncuda: Optional[str] = "12.8"\n')
+    nvcc = executable(tmp_path / 'cuda' / 'bin' / 'nvcc', '#!/bin/sh\n')
+    assert call(f'mmcv_cuda_tag {sys.executable}',
+                PATH=osp.dirname(nvcc),
+                PYTHONPATH=str(tmp_path / 'site')) == 'cu128'
