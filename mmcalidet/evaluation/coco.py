@@ -6,7 +6,9 @@ The same COCOeval set-up as mmdet's ``CocoMetric`` (``maxDets`` 100 / 300
 its JSON round trip and its rounding to three decimals, so that many small
 evaluations (subsets, self-calibration iterations) are cheap and their
 averages keep their precision. ``tests/test_evaluation`` checks that the
-figures equal ``CocoMetric``'s up to that rounding.
+figures equal ``CocoMetric``'s up to that rounding. The matching runs in
+numpy (:class:`~mmcalidet.evaluation.fast_cocoeval.FastCOCOeval`: the same
+``evalImgs`` and precisions as pycocotools' to the bit).
 """
 import contextlib
 import io
@@ -17,6 +19,7 @@ import numpy as np
 from mmengine.structures import InstanceData
 
 from ..utils.validation import check_float, check_int
+from .fast_cocoeval import FastCOCOeval, GroundTruthTable, Matches
 
 #: the six standard COCO box metrics, in COCOeval's ``stats`` order
 METRICS = ('AP', 'AP50', 'AP75', 'APs', 'APm', 'APl')
@@ -75,6 +78,8 @@ class CocoEvaluator:
         }
         # (images, detection objects) -> metrics, while remembering
         self._memo: Optional[Dict] = None
+        # the ground truth as arrays, for FastCOCOeval (built on first use)
+        self._gt_arrays: Optional[GroundTruthTable] = None
 
     def remember(self, enabled: bool = True) -> None:
         """Keep the metrics of every evaluation from now on and give them
@@ -88,6 +93,12 @@ class CocoEvaluator:
             enabled (bool): remember (``True``) or forget (``False``).
         """
         self._memo = {} if enabled else None
+
+    def _gt_table(self) -> GroundTruthTable:
+        """The ground truth as arrays (built on first use)."""
+        if self._gt_arrays is None:
+            self._gt_arrays = GroundTruthTable(self.coco)
+        return self._gt_arrays
 
     def _memo_key(self, img_ids, results, eval_img_ids) -> Optional[tuple]:
         if self._memo is None:
@@ -183,7 +194,6 @@ class CocoEvaluator:
         Returns:
             COCOeval | None: the evaluation.
         """
-        from mmdet.datasets.api_wrappers import COCOeval
         if len(img_ids) != len(results):
             raise ValueError(f'{len(img_ids)} image ids for {len(results)} '
                              'results')
@@ -211,8 +221,9 @@ class CocoEvaluator:
             dets = np.array([[eval_img_ids[0], 0, 0, 1, 1, 0, cat_ids[0]]],
                             dtype=np.float64)
         with contextlib.redirect_stdout(io.StringIO()):
-            coco_dt = self.coco.loadRes(dets)
-            coco_eval = COCOeval(self.coco, coco_dt, 'bbox')
+            # pycocotools' COCOeval with its per-image matching in numpy,
+            # on the array loadRes would take: the same evalImgs
+            coco_eval = FastCOCOeval(self.coco, dets, self._gt_table())
             params = coco_eval.params
             params.catIds = cat_ids
             params.imgIds = eval_img_ids
@@ -335,7 +346,7 @@ class CocoEvaluator:
         params = coco_eval.params
         # COCOeval sorts its images and categories
         return ImageMatches(
-            coco_eval.evalImgs,
+            coco_eval.matches,
             list(params.catIds),
             list(params.imgIds),
             self.proposal_nums[0],
@@ -380,7 +391,9 @@ class ImageMatches:
     counts twice.
 
     Args:
-        eval_imgs (list): COCOeval's ``evalImgs`` (category-major).
+        eval_imgs (list | Matches): COCOeval's ``evalImgs``
+            (category-major), or a :class:`FastCOCOeval`'s ``matches``
+            (the same, as arrays).
         cat_ids (list[int]): the evaluated categories.
         img_ids (list[int]): the images, in ``evalImgs`` order.
         max_det (int): detections per image.
@@ -413,6 +426,9 @@ class ImageMatches:
         # number of non-ignored ground truths
         self._detections = []
         self._num_gt = np.zeros((len(self.cat_ids), num_imgs), np.int64)
+        if isinstance(eval_imgs, Matches):
+            self._from_matches(eval_imgs, position)
+            return
         for k in range(len(self.cat_ids)):
             where, scores, matches, ignore = [], [], [], []
             for i, img_id in enumerate(img_ids):
@@ -437,6 +453,35 @@ class ImageMatches:
             self._detections.append((np.concatenate(where)[rank],
                                      (matches & ~ignore).astype(np.float64),
                                      (~matches & ~ignore).astype(np.float64)))
+
+    def _from_matches(self, matches: 'Matches', position: Dict) -> None:
+        """What ``__init__`` reads from ``evalImgs``, from the arrays of
+        a :class:`FastCOCOeval`'s matches (area range ``all``, the first):
+        the same detections in the same order, without the per-image
+        entries."""
+        num_img = matches.num_img
+        if [int(c) for c in matches.cat_ids] != self.cat_ids:
+            raise ValueError('the matches are of other categories')
+        pos = np.asarray([position[int(i)] for i in matches.img_ids], np.int64)
+        gt_counted = ~matches.g_ignore[0]
+        for k in range(len(self.cat_ids)):
+            ds = matches.d_start[k * num_img]
+            de = matches.d_start[(k + 1) * num_img]
+            gs = matches.g_start[k * num_img]
+            ge = matches.g_start[(k + 1) * num_img]
+            gt_img = matches.g_group[gs:ge] - k * num_img
+            np.add.at(self._num_gt[k], pos[gt_img], gt_counted[gs:ge])
+            if ds == de and gs == ge:  # no entry of the category
+                self._detections.append(None)
+                continue
+            top = ds + np.flatnonzero(matches.d_rank[ds:de] < self.max_det)
+            rank = np.argsort(-matches.d_score[top], kind='mergesort')
+            top = top[rank]
+            where = pos[matches.d_group[top] - k * num_img]
+            hit = matches.dt_matches[0][:, top] > 0
+            ignore = matches.dt_ignore[0][:, top]
+            self._detections.append((where, (hit & ~ignore).astype(np.float64),
+                                     (~hit & ~ignore).astype(np.float64)))
 
     def ap(self, positions: Optional[Sequence[int]] = None) -> float:
         """Box AP (a fraction) of the images at ``positions`` (indices into
