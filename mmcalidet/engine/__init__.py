@@ -10,6 +10,8 @@ from .checkpoint_hooks import (AtomicCheckpointHook, CheckpointCompatHook,
                                IterationSeedHook)
 from .loops import (CachedTestLoop, PriorSweepTestLoop,
                     SelfCalibrationTestLoop, SubsetEvalTestLoop)
+from .merged_groups_optim import (MergedGroupsOptimWrapperConstructor,
+                                  merge_param_groups)
 from .run_seed import checkpoint_to_resume, restore_run_seed
 from .self_calibration_hook import OnlineSelfCalibrationHook
 from .snapshot_hook import SnapshotHook
@@ -19,5 +21,6 @@ __all__ = [
     'SelfCalibrationTestLoop', 'OnlineSelfCalibrationHook',
     'AtomicCheckpointHook', 'IterationSeedHook', 'CheckpointCompatHook',
     'SnapshotHook', 'CalibratorOptimWrapperConstructor', 'restore_run_seed',
-    'checkpoint_to_resume'
+    'checkpoint_to_resume', 'MergedGroupsOptimWrapperConstructor',
+    'merge_param_groups'
 ]
