@@ -9,30 +9,25 @@
 # (log-uniform) recent training images drawn with class-tilted weights, so
 # that fractional priors carry label information with a strength that grows
 # with n. Everything else is
-# the default recipe (calidet_dino_tiny_context-shift_cached.py).
+# the default recipe (calidet_dino_tiny_context-shift_cached.py); the options
+# are in _base_/support_prior.py, shared with the 40-class config.
 #
 #   python tools/train.py \
 #       projects/context_shift/configs/calidet_dino_tiny_context-shift_cached_support.py \
 #       --work-dir work_dirs/context_shift/calidet_cached_support
-_base_ = ['./calidet_dino_tiny_context-shift_cached.py']
-
-# the weight of the 'sim_site' mode beside the paper's three
-site_mode_weight = 1.0
+_base_ = [
+    './calidet_dino_tiny_context-shift_cached.py', './_base_/support_prior.py'
+]
 
 model = dict(
     data_preprocessor=dict(batch_augments=[
         dict(
             _base_.edge_sampler,
             mode_probs=dict(
-                _base_.edge_sampler.mode_probs, sim_site=site_mode_weight),
-            support=True,
-            site_support=(1, 256),
-            site_tilt_std=1.0,
-            site_bank_size=4096)
+                _base_.edge_sampler.mode_probs,
+                sim_site=_base_.support_mode_weight),
+            **_base_.support_sampler_options)
     ]),
     bbox_head=dict(
-        califormer=dict(
-            _base_.califormer,
-            support_features=True,
-            lift_bias=True,
-            lift_shrink=0.05)))
+        califormer=dict(_base_.califormer,
+                        **_base_.support_califormer_options)))
