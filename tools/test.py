@@ -78,7 +78,7 @@ def main(argv=None) -> None:
         check_checkpoint_readable(args.checkpoint)
     if args.prior is not None:
         # a bad prior file is refused before the runner makes work_dir
-        from mmcalidet.utils.prior_source import load_prior_source
+        from mmcalidet.priors.prior_source import load_prior_source
         try:
             load_prior_source(args.prior)
         except ValueError as exc:

@@ -47,11 +47,11 @@ from mmcalidet.decoder_cache import (CacheError, TrunkMismatchError,
                                      check_cache, match_baseline)
 from mmcalidet.engine.run_seed import restore_run_seed
 from mmcalidet.models import NonFiniteError
+from mmcalidet.priors.prior_source import load_prior_source
 from mmcalidet.utils.checkpoint import name_checkpoint
 from mmcalidet.utils.checkpoint_compat import CheckpointError
 from mmcalidet.utils.cli import run_tool, tool_error
 from mmcalidet.utils.cpu_dist import init_cpu_distributed
-from mmcalidet.utils.prior_source import load_prior_source
 
 
 class ConfigPriorError(ValueError):

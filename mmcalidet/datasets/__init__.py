@@ -1,3 +1,11 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-from ..decoder_cache import build_decoder_cache  # noqa: F401
-from .decoder_cache import DecoderCacheDataset  # noqa: F401
+from ..utils.deprecation import deprecated_names
+from .decoder_cache import DecoderCacheDataset
+
+__all__ = ['DecoderCacheDataset']
+
+#: old names (deprecated, one release): the cache is built by
+#: :mod:`mmcalidet.decoder_cache`
+__getattr__ = deprecated_names(__name__, {
+    'build_decoder_cache': ('mmcalidet.decoder_cache', 'build_decoder_cache')
+})

@@ -379,7 +379,7 @@ def _make_train_cache(config: str, checkpoint: str, cache_dir: str,
     from mmengine.dataset import pseudo_collate
 
     from ..apis.inference import init_detector
-    from ..utils.prior_source import model_classes
+    from ..priors.prior_source import model_classes
     model = init_detector(config, checkpoint, device=device)
     dataset = DATASETS.build(model.cfg.train_dataloader.dataset)
     indices = fingerprint['indices']

@@ -146,7 +146,7 @@ def model_export_meta(model: nn.Module, input_shape: Tuple[int, int],
         deployment prior of a prior-input graph, the folded one
         otherwise), ``model`` (its type).
     """
-    from ..utils.prior_source import model_classes
+    from ..priors.prior_source import model_classes
     pre = model.data_preprocessor
     mean = getattr(pre, 'mean', None)
     std = getattr(pre, 'std', None)

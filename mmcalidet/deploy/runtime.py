@@ -103,7 +103,7 @@ class OnnxDetector:
             return None
         if prior is None:
             return self.default_prior
-        from ..utils.prior_source import load_prior_source
+        from ..priors.prior_source import load_prior_source
         matrix = load_prior_source(
             prior, classes=self.classes, num_classes=self.num_classes)
         return np.ascontiguousarray(matrix, dtype=np.float32)

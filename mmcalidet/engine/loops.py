@@ -31,8 +31,7 @@ from ..evaluation import (METRICS, SUBSET_SIZES, CocoEvaluator, Rescorer,
                           evaluate_subsets, format_order_verdict,
                           markdown_table, self_calibrate_partitions)
 from ..evaluation.sweep import Method, parse_prior_names
-from ..priors import validate_prior
-from ..utils.prior_source import load_prior_source, model_classes
+from ..priors import load_prior_source, model_classes, validate_prior
 from ..utils.validation import check_float, check_int
 
 

@@ -10,7 +10,7 @@ from mmengine.model import is_model_wrapper
 from ..evaluation import (DEFAULT_SCORE_THR, DEFAULT_TRUST_RADIUS,
                           OnlineSelfCalibrator)
 from ..evaluation.self_calibration import check_self_calibration_args
-from ..utils.prior_source import model_classes
+from ..priors.prior_source import model_classes
 
 
 @HOOKS.register_module()

@@ -14,10 +14,10 @@ docs/user_guides/evaluate.md and self_calibrate.md), one module per step:
 * ``baselines``, ``coco``, ``report``, ``sensitivity``: post-hoc
   corrections, COCO metrics, tables, V' probes.
 """
+from ..utils.deprecation import deprecated_names
 from .baselines import (CORRECTION_NAMES, CORRECTIONS, CooccurrenceRescoring,
                         PriorReweighting, build_correction, class_frequencies)
-from .cache import (HiddenStateCache, cache_hidden_states, cache_images,
-                    image_batches)
+from .cache import cache_hidden_states, cache_images, image_batches
 from .coco import (METRICS, CocoEvaluator, ImageMatches, cache_evaluator,
                    coco_evaluator_from_cfg, paired_bootstrap)
 from .methods import EvalSetup, input_changes, shares_trunk
@@ -46,8 +46,8 @@ __all__ = [
     'ImageMatches', 'paired_bootstrap', 'SitePriorFit', 'fit_site_prior',
     'SWEEP_ALPHAS', 'shrinkage_sweep',
     'shrink', 'site_estimate', 'deployment_gains', 'mean_interval',
-    'EvalSetup', 'shares_trunk', 'input_changes', 'HiddenStateCache',
-    'cache_hidden_states', 'cache_images', 'image_batches', 'Rescorer',
+    'EvalSetup', 'shares_trunk', 'input_changes', 'cache_hidden_states',
+    'cache_images', 'image_batches', 'Rescorer',
     'is_calibratable', 'METRICS', 'CocoEvaluator', 'cache_evaluator',
     'coco_evaluator_from_cfg', 'STANDARD_PRIORS', 'CONTENT_PRIORS',
     'PriorSpec', 'Method', 'build_priors', 'evaluate_priors',
@@ -64,3 +64,9 @@ __all__ = [
     'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
     'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'
 ]
+
+#: old names (deprecated, one release): the reader is
+#: :class:`mmcalidet.decoder_cache.DecoderCache`
+__getattr__ = deprecated_names(
+    __name__,
+    {'HiddenStateCache': ('mmcalidet.decoder_cache', 'DecoderCache')})

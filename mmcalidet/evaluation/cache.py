@@ -21,15 +21,17 @@ import torch
 from ..decoder_cache import (DecoderCache, cache_fingerprint,
                              cache_hidden_states, cache_images, image_batches,
                              run_decoder, strip_data_sample, with_predictions)
-
-#: the evaluation's name of the reader
-HiddenStateCache = DecoderCache
+from ..utils.deprecation import deprecated_names
 
 __all__ = [
-    'DecoderCache', 'HiddenStateCache', 'cache_hidden_states', 'cache_images',
-    'image_batches', 'run_decoder', 'strip_data_sample', 'with_predictions',
-    'eval_fingerprint'
+    'DecoderCache', 'cache_hidden_states', 'cache_images', 'image_batches',
+    'run_decoder', 'strip_data_sample', 'with_predictions', 'eval_fingerprint'
 ]
+
+#: the evaluation's old name of the reader (deprecated, one release)
+__getattr__ = deprecated_names(
+    __name__,
+    {'HiddenStateCache': ('mmcalidet.decoder_cache', 'DecoderCache')})
 
 
 def eval_fingerprint(cfg,

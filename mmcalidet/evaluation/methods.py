@@ -82,7 +82,7 @@ def resolve_train_prior(src, model, cfg, classes: Sequence[str]):
 
     Args:
         src (optional): a prior source (file, shipped name, matrix, see
-            :func:`~mmcalidet.utils.prior_source.load_prior_source`);
+            :func:`~mmcalidet.priors.prior_source.load_prior_source`);
             default the config's ``prior`` (or ``model.prior``), else the
             model's deployment prior.
         model (nn.Module): the detector.
@@ -92,7 +92,7 @@ def resolve_train_prior(src, model, cfg, classes: Sequence[str]):
     Returns:
         tuple[np.ndarray, dict]: E_t and the file's extra keys.
     """
-    from ..utils.prior_source import load_prior_source
+    from ..priors.prior_source import load_prior_source
     if src is None:
         src = cfg.get('prior', None) or cfg.model.get('prior', None)
     if src is None:

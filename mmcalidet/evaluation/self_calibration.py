@@ -244,9 +244,9 @@ def self_calibrate(model,
         model (nn.Module): a CaliDet detector (or a plain one with a
             post-hoc ``correction``). Its parameters and deployment prior
             are left unchanged; inject ``result.prior`` to deploy it.
-        images: a :class:`HiddenStateCache` filled with ``model``, or a
-            list of image paths / arrays (cached here through the model's
-            test pipeline, see :func:`cache_images`).
+        images: a :class:`~mmcalidet.decoder_cache.DecoderCache` filled
+            with ``model``, or a list of image paths / arrays (cached here
+            through the model's test pipeline, see :func:`cache_images`).
         eta (float): step size. Defaults to 4.0 (the paper's).
         iters (int): maximum number of updates.
         score_thr (float): the score from which a class counts as
@@ -275,7 +275,7 @@ def self_calibrate(model,
         SelfCalibrationResult: final E_c, per-iteration history and the
         final predictions.
     """
-    from .cache import HiddenStateCache, cache_images
+    from ..decoder_cache import DecoderCache, cache_images
     from .scoring import Rescorer
     check_self_calibration_args(
         eta=eta,
@@ -285,7 +285,7 @@ def self_calibrate(model,
         batch_size=batch_size,
         eval_interval=eval_interval,
         trust_radius=trust_radius)
-    cache = images if isinstance(images, HiddenStateCache) else \
+    cache = images if isinstance(images, DecoderCache) else \
         cache_images(model, list(images))
     rescorer = Rescorer(model, cache, correction, batch_size)
     k = rescorer.num_classes
@@ -375,7 +375,7 @@ def self_calibrate_partitions(model,
 
     Args:
         model (nn.Module): the detector that filled ``cache``.
-        cache (HiddenStateCache): the evaluation images.
+        cache (DecoderCache): the evaluation images.
         partitions (Sequence[np.ndarray]): image indices of each run.
         evaluate (callable, optional): ``evaluate(cache, predictions,
             indices) -> metrics`` (e.g. :func:`cache_evaluator`).

@@ -14,12 +14,11 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..decoder_cache import DecoderCache
 from ..priors import (batch_prior, flat_prior, flip_prior, load_prior,
-                      sample_prior)
-from ..utils.prior_source import load_prior_source
+                      load_prior_source, sample_prior)
 from ..utils.progress import progress_bar
 from ..utils.validation import check_float
-from .cache import HiddenStateCache
 from .scoring import PriorArg, Rescorer
 
 #: the paper's priors, from the most misleading to the most accurate
@@ -110,12 +109,17 @@ class Method:
             self.rescorer.correction is not None
 
     @property
-    def cache(self) -> HiddenStateCache:
+    def cache(self) -> DecoderCache:
         return self.rescorer.cache
 
 
-def per_image_priors(matrices: Sequence[np.ndarray]) -> Callable:
-    """A per-image prior callable from one matrix per cached image."""
+def priors_by_cache_index(matrices: Sequence[np.ndarray]) -> Callable:
+    """A per-image prior callable from one matrix per cached image:
+    ``fn(indices)`` stacks the matrices of those cache indices (the
+    :data:`~mmcalidet.evaluation.scoring.PriorArg` form of the E_x and E_b
+    oracle priors and their variants). Not
+    :func:`mmcalidet.apis.per_image_priors`, which splits a call's
+    ``prior`` argument into one prior per image."""
 
     def fn(indices: np.ndarray) -> np.ndarray:
         return np.stack([matrices[k] for k in indices])
@@ -133,7 +137,7 @@ def group_priors(label_lists: Sequence[np.ndarray], groups: Sequence[int],
                     [label_lists[k] for k in np.flatnonzero(groups == g)])
         for g in np.unique(groups)
     }
-    return per_image_priors([table[g] for g in groups])
+    return priors_by_cache_index([table[g] for g in groups])
 
 
 def parse_prior_names(items: Sequence[str]):
@@ -212,12 +216,12 @@ def build_priors(names: Sequence[str],
                 batch_ids if batch_ids is not None else [0] * len(label_lists),
                 k)
         elif name == 'E_x':
-            prior = per_image_priors(per_image)
+            prior = priors_by_cache_index(per_image)
         elif name == 'flip_E_x':
-            prior = per_image_priors([flip_prior(p) for p in per_image])
+            prior = priors_by_cache_index([flip_prior(p) for p in per_image])
         else:
             flip = name == 'filled_flip_E_x'
-            prior = per_image_priors([
+            prior = priors_by_cache_index([
                 fill_absent_columns(
                     flip_prior(p) if flip else p, labels, train_prior)
                 for p, labels in zip(per_image, label_lists)

@@ -1,7 +1,15 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""Relation statistics and prior files (see docs/user_guides/priors.md)."""
+"""Relation statistics, prior files and the priors a config or user gives
+(see docs/user_guides/priors.md).
+
+Light: imported with ``MMCALIDET_LIGHT=1`` (see mmcalidet/__init__.py), so
+its modules import nothing heavier than numpy at the top (torch, mmengine
+and mmdet only inside the functions that need them).
+"""
 from .prior_io import (check_class_names, default_prior_path, load_prior,
                        reorder_prior, save_prior, validate_prior)
+from .prior_source import (describe_prior_source, load_prior_source,
+                           model_classes, training_dataset_classes)
 from .statistics import (batch_prior, cooccurrence_counts, counts_to_prior,
                          flat_prior, flip_prior, label_lists_prior,
                          prior_from_flat, prior_mae, sample_prior)
@@ -11,5 +19,6 @@ __all__ = [
     'prior_from_flat', 'cooccurrence_counts', 'counts_to_prior',
     'label_lists_prior', 'prior_mae', 'load_prior', 'save_prior',
     'validate_prior', 'reorder_prior', 'check_class_names',
-    'default_prior_path'
+    'default_prior_path', 'load_prior_source', 'describe_prior_source',
+    'model_classes', 'training_dataset_classes'
 ]

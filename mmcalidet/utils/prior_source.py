@@ -1,115 +1,17 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""Resolve the ``prior`` argument of configs: a shipped name or a source."""
-import os
-import os.path as osp
-import re
-from typing import List, Optional, Sequence
+"""Deprecated: moved to :mod:`mmcalidet.priors.prior_source` (kept for one
+release; warns once on import).
 
+The priors' loaders live with the priors, so :mod:`mmcalidet.utils` no
+longer imports :mod:`mmcalidet.priors` (which imports ``utils``).
+"""
+from ..priors.prior_source import (describe_prior_source, load_prior_source,
+                                   model_classes, training_dataset_classes)
+from .deprecation import warn_deprecated
 
-#: a bare name such as ``'coco2017_train'`` (no folder, no extension)
-_SHIPPED_NAME = re.compile(r'[A-Za-z0-9_\-]+')
+__all__ = [
+    'load_prior_source', 'describe_prior_source', 'training_dataset_classes',
+    'model_classes'
+]
 
-
-def load_prior_source(src,
-                      classes: Optional[Sequence[str]] = None,
-                      num_classes: Optional[int] = None,
-                      return_meta: bool = False):
-    """Load a prior given in a config or by a user.
-
-    Args:
-        src (str | PathLike | array-like | dict | Tensor): a ``.json`` /
-            ``.npy`` file, the name of a prior shipped in
-            ``mmcalidet/data/priors`` (e.g. ``'coco2017_train'``), a K x K
-            matrix or a dict in the prior file format.
-        classes (Sequence[str], optional): reorder a named prior (a JSON
-            file or dict with ``classes``) to this class order.
-        num_classes (int, optional): the expected K.
-        return_meta (bool): also return the meta of
-            :func:`~mmcalidet.priors.load_prior` (``classes``: the class
-            names of the returned matrix's order, ``None`` for an unnamed
-            matrix).
-
-    Returns:
-        np.ndarray | tuple: the validated K x K float64 matrix, or
-        ``(matrix, meta)``.
-
-    Raises:
-        ValueError: naming the problem (unknown name, missing file, shape,
-            values, class names).
-    """
-    from ..priors import default_prior_path, load_prior
-    if isinstance(src, (str, os.PathLike)):
-        path = os.fspath(src)
-        if not osp.exists(path):
-            if _SHIPPED_NAME.fullmatch(path):
-                src = default_prior_path(path)
-            elif path.lstrip().startswith('['):
-                raise ValueError(
-                    'prior: got a string that looks like a matrix; pass the '
-                    'matrix itself (a list or an array) or a file path')
-    return load_prior(
-        src,
-        classes=classes,
-        num_classes=num_classes,
-        return_meta=return_meta)
-
-
-def describe_prior_source(src) -> str:
-    """How to name a prior source in an error message: the file or shipped
-    name, else ``'the prior'``."""
-    if isinstance(src, (str, os.PathLike)):
-        return f'prior {os.fspath(src)!r}'
-    return 'the prior'
-
-
-def training_dataset_classes(
-        num_classes: Optional[int] = None) -> Optional[List[str]]:
-    """The class names of the dataset that a running mmengine training loop
-    trains on, else ``None``.
-
-    mmengine's ``RuntimeInfoHook`` (a default hook of every Runner) puts the
-    training dataset's ``metainfo`` in the message hub before training and
-    marks the loop stage; the runner itself never sets the model's
-    ``dataset_meta``. Read only while the stage is ``'train'``, so a message
-    hub left from an earlier run does not count. A run that stopped on an
-    exception leaves its stage behind (``after_train`` never ran), so with
-    ``num_classes`` given, classes of another count are not this model's
-    training dataset and are ignored too.
-
-    Args:
-        num_classes (int, optional): the model's K; ``None``: no count check.
-
-    Returns:
-        list[str] | None: the classes, or ``None`` outside a training run,
-        when the dataset has none, or when their count is not
-        ``num_classes``.
-    """
-    from mmengine.logging import MessageHub
-    hub = MessageHub.get_current_instance()
-    if hub.get_info('loop_stage') != 'train':
-        return None
-    meta = hub.get_info('dataset_meta')
-    classes = meta.get('classes') if isinstance(meta, dict) else None
-    if not classes:
-        return None
-    if num_classes is not None and len(classes) != num_classes:
-        return None
-    return list(classes)
-
-
-def model_classes(model) -> Optional[List[str]]:
-    """The class names a detector's priors are ordered by: its
-    ``dataset_meta['classes']`` (set by ``init_detector`` and the tools),
-    else the classes a CaliDet detector was built with, else ``None``.
-
-    Args:
-        model (nn.Module): a detector (a plain mmdet one too).
-
-    Returns:
-        list[str] | None: the class names.
-    """
-    meta = getattr(model, 'dataset_meta', None)
-    if isinstance(meta, dict) and meta.get('classes'):
-        return list(meta['classes'])
-    classes = getattr(model, 'classes', None)
-    return list(classes) if classes else None
+warn_deprecated(__name__, 'mmcalidet.priors.prior_source', skip=(__name__, ))

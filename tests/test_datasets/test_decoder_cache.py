@@ -12,9 +12,10 @@ from mmengine.config import Config
 from mmengine.dataset import pseudo_collate
 from mmengine.runner import save_checkpoint
 
-from mmcalidet.datasets import DecoderCacheDataset, build_decoder_cache
-from mmcalidet.decoder_cache import (DecoderCache, cache_hidden_states,
-                                     stale_reasons, train_fingerprint)
+from mmcalidet.datasets import DecoderCacheDataset
+from mmcalidet.decoder_cache import (DecoderCache, build_decoder_cache,
+                                     cache_hidden_states, stale_reasons,
+                                     train_fingerprint)
 from mmcalidet.testing import (PROJECT_ROOT, build_detector, captured_log,
                                damage_cache_file)
 

@@ -10,13 +10,12 @@ from mmdet.utils import register_all_modules
 from mmengine.runner import load_checkpoint, save_checkpoint
 
 from mmcalidet.priors import (default_prior_path, flat_prior, load_prior,
-                              sample_prior, save_prior)
+                              model_classes, sample_prior, save_prior,
+                              training_dataset_classes)
 from mmcalidet.testing import (build_detector, captured_log, demo_batch,
                                eval_inputs, get_config)
 from mmcalidet.testing import random_prior as make_random_prior
 from mmcalidet.testing import train_steps
-from mmcalidet.utils.prior_source import (model_classes,
-                                          training_dataset_classes)
 
 K = 80
 register_all_modules()

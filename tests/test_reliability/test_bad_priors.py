@@ -379,7 +379,7 @@ def test_train_tool_stops_with_one_line_at_a_bad_config_prior(
 
 
 # Known gaps, in mmcalidet/priors/prior_io.py and
-# mmcalidet/utils/prior_source.py (strict: the marks go when fixed).
+# mmcalidet/priors/prior_source.py (strict: the marks go when fixed).
 def test_deeply_nested_json_is_a_value_error(model, tmp_path):
     path = write(tmp_path / 'deep.json',
                  '{"matrix": ' + '[' * 100000 + ']' * 100000 + '}')

@@ -77,7 +77,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def epsilon_only(args) -> int:
-    from mmcalidet.utils.prior_source import load_prior_source
+    from mmcalidet.priors.prior_source import load_prior_source
     label_lists, names, classes = read_evaluation_labels(
         args.labels, args.classes, args.image_list)
     src = args.train_prior or 'coco2017_train'

@@ -116,7 +116,7 @@ def image_label_sets(src: str, model) -> list:
         list[np.ndarray]: one array of class indices per image.
     """
     from mmcalidet.priors.label_io import read_label_sets
-    from mmcalidet.utils.prior_source import model_classes
+    from mmcalidet.priors.prior_source import model_classes
     classes = model_classes(model)
     if not classes:
         raise ValueError(f'--labels {src}: the checkpoint and config name '

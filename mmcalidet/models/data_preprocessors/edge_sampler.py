@@ -22,10 +22,9 @@ from mmdet.structures import SampleList
 from mmengine.dist import all_gather_object, get_rank, get_world_size
 from torch import Tensor, nn
 
-from ...priors import (batch_prior, counts_to_prior, label_lists_prior,
-                       reorder_prior)
-from ...utils.prior_source import (describe_prior_source, load_prior_source,
-                                   training_dataset_classes)
+from ...priors import (batch_prior, counts_to_prior, describe_prior_source,
+                       label_lists_prior, load_prior_source, reorder_prior,
+                       training_dataset_classes)
 from ..layers.support_ops import label_support
 
 #: mode name -> the statistics it gives every sample of the mini-batch
@@ -76,7 +75,7 @@ class EdgeSampler(nn.Module):
         classes (Sequence[str], optional): the dataset's class names, to
             reorder a named prior file. When not given, the sampler takes
             them at its first training batch from the running training
-            loop (see :func:`~mmcalidet.utils.prior_source.
+            loop (see :func:`~mmcalidet.priors.prior_source.
             training_dataset_classes`), or a CaliDet detector passes them
             (:meth:`set_classes`) when its ``dataset_meta`` is set.
         mode_probs (dict, optional): probability (any non-negative weights,

@@ -9,10 +9,10 @@ import torch
 from mmdet.structures import OptSampleList, SampleList
 from torch import Tensor
 
-from ...priors import flat_prior, reorder_prior, validate_prior
+from ...priors import (describe_prior_source, flat_prior, load_prior_source,
+                       model_classes, reorder_prior, training_dataset_classes,
+                       validate_prior)
 from ...utils.checkpoint_compat import InvalidCheckpointPriorError
-from ...utils.prior_source import (describe_prior_source, load_prior_source,
-                                   model_classes, training_dataset_classes)
 from ..data_preprocessors import EdgeSampler, is_cached_batch
 from ..layers.support_ops import check_support
 from ..non_finite import (NonFiniteError, check_finite_losses,
