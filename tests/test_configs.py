@@ -70,6 +70,48 @@ def test_fragments_load_and_clash_with_no_detector_key(name):
     assert f"'../{name}'" in text, f'no config lists {name}'
 
 
+# the projects' own fragments (projects/<name>/configs/_base_/), listed by
+# their project's configs as './_base_/<file>'
+PROJECT_FRAGMENTS = sorted(
+    glob.glob(osp.join(PROJECT_ROOT, 'projects', '*', 'configs', '_base_',
+                       '*.py')))
+
+
+@pytest.mark.parametrize(
+    'path', PROJECT_FRAGMENTS,
+    ids=[osp.relpath(p, PROJECT_ROOT) for p in PROJECT_FRAGMENTS])
+def test_project_fragments_define_variables_only_and_are_used(path):
+    fragment = Config.fromfile(path)
+    assert len(fragment.keys()) > 0, path
+    assert 'model' not in fragment and 'train_dataloader' not in fragment
+    folder = osp.dirname(osp.dirname(path))
+    text = ''.join(
+        open(c).read() for c in glob.glob(osp.join(folder, '*.py')))
+    assert f"'./_base_/{osp.basename(path)}'" in text, \
+        f'no config of {folder} lists {osp.basename(path)}'
+
+
+def test_the_support_prior_is_the_same_recipe_for_both_variants():
+    """The 10- and 40-class support-aware configs differ from their
+    variant's default only by the fragment's options."""
+    root = 'projects/context_shift/configs/'
+    for variant in ('', '_many-class'):
+        base = get_config(
+            f'../{root}calidet_dino_tiny_context-shift{variant}_cached.py')
+        cfg = get_config(f'../{root}calidet_dino_tiny_context-shift'
+                         f'{variant}_cached_support.py')
+        sampler = cfg.model.data_preprocessor.batch_augments[0]
+        assert sampler.support is True and sampler.site_support == (1, 256)
+        assert sampler.mode_probs.sim_site == 1.0
+        former = cfg.model.bbox_head.califormer
+        assert former.support_features and former.lift_bias
+        for key in ('num_layers', 'num_heads', 'feedforward_channels'):
+            assert former[key] == base.model.bbox_head.califormer[key]
+        assert cfg.model.bbox_head.num_classes == \
+            base.model.bbox_head.num_classes
+        assert cfg.train_dataloader == base.train_dataloader
+
+
 @functools.lru_cache(maxsize=None)
 def _read(name):
     """``configs/<name>`` parsed once for the tests that only read it."""
