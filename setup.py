@@ -16,7 +16,9 @@ import warnings
 from setuptools import Extension, find_packages, setup
 
 ROOT = osp.dirname(osp.abspath(__file__))
-MIM_FOLDERS = ('tools', 'configs')
+# what mim reads from mmcalidet/.mim: the tools, the configs and the model
+# index of configs/calidet/metafile.yml (``mim search mmcalidet``)
+MIM_FILES = ('tools', 'configs', 'model-index.yml')
 
 
 def readme() -> str:
@@ -43,10 +45,12 @@ def parse_requirements(fname: str) -> list:
 
 
 def add_mim_extension() -> None:
-    """Add tools and configs to ``mmcalidet/.mim`` (as mmyolo's setup.py).
+    """Add tools, configs and the model index to ``mmcalidet/.mim`` (as
+    mmyolo's setup.py).
 
     Symlinks in editable mode, copies otherwise, so ``mim train mmcalidet``
-    finds ``tools/train.py`` and the configs in both kinds of install.
+    finds ``tools/train.py`` and the configs, and ``mim search mmcalidet``
+    the model index, in both kinds of install.
     """
     if any(cmd in sys.argv for cmd in ('develop', 'editable_wheel')):
         mode = 'symlink'
@@ -58,7 +62,7 @@ def add_mim_extension() -> None:
         return
     mim_path = osp.join(ROOT, 'mmcalidet', '.mim')
     os.makedirs(mim_path, exist_ok=True)
-    for name in MIM_FOLDERS:
+    for name in MIM_FILES:
         src = osp.join(ROOT, name)
         dst = osp.join(mim_path, name)
         if not osp.exists(src):
@@ -69,10 +73,12 @@ def add_mim_extension() -> None:
             shutil.rmtree(dst)
         if mode == 'symlink':
             os.symlink(osp.relpath(src, mim_path), dst,
-                       target_is_directory=True)
-        else:
+                       target_is_directory=osp.isdir(src))
+        elif osp.isdir(src):
             shutil.copytree(src, dst,
                             ignore=shutil.ignore_patterns('__pycache__'))
+        else:
+            shutil.copyfile(src, dst)
 
 
 def get_extensions() -> list:
@@ -119,7 +125,7 @@ if __name__ == '__main__':
                 'mmcalidet': [
                     'data/*.json', 'data/priors/*.json', 'priors/*.pyx',
                     '.mim/configs/**/*', '.mim/tools/**/*', '.mim/configs/*',
-                    '.mim/tools/*'
+                    '.mim/tools/*', '.mim/model-index.yml'
                 ]
             },
             ext_modules=get_extensions(),

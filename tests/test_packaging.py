@@ -24,10 +24,10 @@ def test_cython_extension_compiled():
     assert _cooccurrence.__file__.endswith('.so')
 
 
-def test_mim_folder_links_tools_and_configs():
+def test_mim_folder_links_tools_configs_and_model_index():
     import mmcalidet
     mim = osp.join(osp.dirname(mmcalidet.__file__), '.mim')
-    for name in ('tools', 'configs'):
+    for name in ('tools', 'configs', 'model-index.yml'):
         assert osp.realpath(osp.join(mim, name)) == osp.join(ROOT, name)
     assert osp.isfile(osp.join(mim, 'tools', 'analysis_tools',
                                'compute_prior.py'))
@@ -135,7 +135,10 @@ def test_regular_wheel_ships_tools_configs_priors_and_extension(tmp_path):
                  # the shared config fragments the configs list as bases
                  'mmcalidet/.mim/configs/_base_/calidet.py',
                  'mmcalidet/.mim/configs/_base_/datasets/coco-mini.py',
-                 'mmcalidet/.mim/configs/_base_/schedules/tiny.py'):
+                 'mmcalidet/.mim/configs/_base_/schedules/tiny.py',
+                 # the model index mim searches, and the metafile it lists
+                 'mmcalidet/.mim/model-index.yml',
+                 'mmcalidet/.mim/configs/calidet/metafile.yml'):
         assert path in names, path
     assert any(n.startswith('mmcalidet/.mim/configs/') and n.endswith('.py')
                for n in names)

@@ -371,8 +371,8 @@ if ! have setuptools 80.9.0 || ! have torch "$TORCH_VERSION" \
     install_q -r "$ROOT/requirements/build.txt" "torch==$TORCH_VERSION" pip
 fi
 
-# 2. mmcalidet itself, editable (links tools/ and configs/ into
-#    mmcalidet/.mim), then its compiled Cython extension, in place. Neither
+# 2. mmcalidet itself, editable (links tools/, configs/ and model-index.yml
+#    into mmcalidet/.mim), then its compiled Cython extension, in place. Neither
 #    needs mmcv or mmdet, so they go before mmcv's long build: a failure
 #    shows early. The editable install leaves the extension out
 #    (MMCALIDET_NO_EXT=1): a fresh clone copies it from $CACHE/mmcalidet-ext
@@ -385,8 +385,10 @@ from importlib.util import find_spec
 metadata.version('mmcalidet')  # installed (-I: not merely the cwd)
 root = os.path.realpath(sys.argv[1])
 pkg = os.path.realpath(os.path.dirname(find_spec('mmcalidet').origin))
+mim = os.path.join(pkg, '.mim')
 ok = pkg == os.path.join(root, 'mmcalidet') and os.path.isdir(
-    os.path.join(pkg, '.mim', 'configs'))
+    os.path.join(mim, 'configs')) and os.path.exists(
+        os.path.join(mim, 'model-index.yml'))
 sys.exit(0 if ok else 1)
 PYEOF
 then

@@ -172,7 +172,7 @@ def test_receptive_field_one_layer_reads_own_column_only():
     layers on, the other columns (so row i, P(i | .)) reach it too. For
     E_x, column i is non-flat exactly when class i is present, with either
     sign: one layer cannot tell E_x from its flip by class i's own entries
-    (the reason docs/results.md gives for the paper's 3 layers)."""
+    (the reason docs/user_guides/model.md gives for the paper's 3 layers)."""
     prior = random_prior(5)
     i, j = 0, 3
     edited = prior.clone()
