@@ -3,13 +3,14 @@
 
 See docs/user_guides/inject_prior.md.
 """
-from .inference import (config_classes, inference_detector, init_detector,
-                        is_calibratable, per_image_priors,
-                        resolve_call_priors)
+from .inference import (attach_call_prior, config_classes, inference_detector,
+                        init_detector, is_calibratable, per_image_priors,
+                        resolve_call_priors, resolve_call_supports)
 from .inferencer import CaliDetInferencer, prior_changes
 
 __all__ = [
     'init_detector', 'inference_detector', 'CaliDetInferencer',
     'resolve_call_priors', 'per_image_priors', 'is_calibratable',
-    'prior_changes', 'config_classes'
+    'prior_changes', 'config_classes', 'resolve_call_supports',
+    'attach_call_prior'
 ]

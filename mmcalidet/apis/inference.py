@@ -128,6 +128,64 @@ def resolve_call_priors(model: nn.Module, prior: Any,
     return priors
 
 
+def resolve_call_supports(model: nn.Module, prior: Any,
+                          num_images: int) -> List[Optional[dict]]:
+    """The support each call prior's file records, for a model whose
+    CaliFormer reads it (experimental; see
+    :meth:`~mmcalidet.models.CalibratableDetectorMixin.resolve_prior_support`).
+
+    Call after :func:`resolve_call_priors`, which validates the priors.
+
+    Args:
+        model (nn.Module): the CaliDet detector.
+        prior: one prior or one per image (see :func:`per_image_priors`).
+        num_images (int): the number of images of the call.
+
+    Returns:
+        list[dict | None]: per image, the data sample fields
+        ``prior_support`` and ``prior_marginals`` ((K,) tensors), or
+        ``None`` (a model that reads no support, a matrix, a file that
+        records none, or the model's prior).
+    """
+    if not getattr(model, 'reads_prior_support', False):
+        return [None] * num_images
+    sources = per_image_priors(prior)
+    if sources is None:
+        sources = [prior] * num_images
+    resolved: dict = {}
+    out = []
+    for src in sources:
+        if not isinstance(src, (str, os.PathLike, dict)):
+            out.append(None)
+            continue
+        key = os.fspath(src) if isinstance(src, (str, os.PathLike)) \
+            else id(src)
+        if key not in resolved:
+            found = model.resolve_prior_support(src)
+            resolved[key] = None if found is None else dict(
+                prior_support=torch.from_numpy(found[0]).float(),
+                prior_marginals=torch.from_numpy(found[1]).float())
+        out.append(resolved[key])
+    return out
+
+
+def attach_call_prior(data_sample: Any, prior: Optional[torch.Tensor],
+                      support: Optional[dict] = None) -> None:
+    """Put a call's prior (and its recorded support) in a data sample,
+    where they override the model's deployment prior for that image.
+
+    Args:
+        data_sample (DetDataSample): the image's data sample.
+        prior (Tensor, optional): K x K; ``None`` leaves the model's.
+        support (dict, optional): from :func:`resolve_call_supports`.
+    """
+    if prior is None:
+        return
+    data_sample.prior = prior
+    for field, value in (support or {}).items():
+        data_sample.set_field(value, field)
+
+
 def config_classes(cfg: Config) -> Optional[List[str]]:
     """The class names a config's datasets state (``metainfo.classes`` of
     the test, val or train dataset, the first that has them), or ``None``.
@@ -241,15 +299,20 @@ def build_test_pipeline(cfg: Config, ndarray_inputs: bool) -> Compose:
 
 
 class _AttachPrior:
-    """A test pipeline that also puts ``prior`` in the data sample."""
+    """A test pipeline that also puts ``prior`` (and the support its file
+    records) in the data sample."""
 
-    def __init__(self, pipeline: Callable, prior: torch.Tensor) -> None:
+    def __init__(self,
+                 pipeline: Callable,
+                 prior: torch.Tensor,
+                 support: Optional[dict] = None) -> None:
         self.pipeline = pipeline
         self.prior = prior
+        self.support = support
 
     def __call__(self, data: dict) -> dict:
         data = self.pipeline(data)
-        data['data_samples'].prior = self.prior
+        attach_call_prior(data['data_samples'], self.prior, self.support)
         return data
 
 
@@ -290,6 +353,8 @@ def inference_detector(model: nn.Module,
     images = list(imgs) if is_batch else [imgs]
     priors = resolve_call_priors(model, prior, len(images)) \
         if prior is not None else None
+    supports = resolve_call_supports(model, prior, len(images)) \
+        if prior is not None else None
     if test_pipeline is None and images:
         # built here from a copy: mmdet's default edits ``model.cfg`` for
         # array inputs, which breaks later calls with file names
@@ -298,9 +363,9 @@ def inference_detector(model: nn.Module,
     if priors is None:
         return mmdet_inference_detector(model, imgs, test_pipeline, **kwargs)
     results = []
-    for img, img_prior in zip(images, priors):
+    for img, img_prior, img_support in zip(images, priors, supports):
         pipeline = test_pipeline if img_prior is None \
-            else _AttachPrior(test_pipeline, img_prior)
+            else _AttachPrior(test_pipeline, img_prior, img_support)
         results.append(
             mmdet_inference_detector(model, img, pipeline, **kwargs))
     return results if is_batch else results[0]

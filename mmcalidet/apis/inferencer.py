@@ -13,7 +13,8 @@ from torch import nn
 
 from ..utils.checkpoint import build_with_checked_checkpoint
 from ..utils.validation import check_float
-from .inference import is_calibratable, per_image_priors, resolve_call_priors
+from .inference import (attach_call_prior, is_calibratable, per_image_priors,
+                        resolve_call_priors, resolve_call_supports)
 
 
 def count_by_class(pred: DetDataSample, score_thr: float) -> Dict[int, int]:
@@ -219,8 +220,9 @@ class CaliDetInferencer(DetInferencer):
 
     def _resolve(self, inputs: InputsType,
                  prior: Any) -> Tuple[list, Optional[list]]:
-        """The inputs as a list and their validated priors (``None``: the
-        model's prior for all)."""
+        """The inputs as a list and their validated priors, each a pair
+        (K x K tensor or ``None``, the support its file records or
+        ``None``); ``None`` for all: the model's prior."""
         if prior is None:
             return self._inputs_to_list(inputs), None
         self._check_calibratable()
@@ -229,7 +231,9 @@ class CaliDetInferencer(DetInferencer):
             raise ValueError('per-image priors need a list of images, not a '
                              f'folder ({inputs})')
         inputs = self._inputs_to_list(inputs)
-        return inputs, resolve_call_priors(self.model, prior, len(inputs))
+        priors = resolve_call_priors(self.model, prior, len(inputs))
+        supports = resolve_call_supports(self.model, prior, len(inputs))
+        return inputs, list(zip(priors, supports))
 
     def __call__(self,
                  inputs: InputsType,
@@ -269,8 +273,10 @@ class CaliDetInferencer(DetInferencer):
         Args:
             inputs (list): the inputs.
             batch_size (int): batch size.
-            priors (list[Tensor | None], optional): one per input, from
-                :func:`resolve_call_priors`.
+            priors (list[tuple], optional): one (prior, support) pair per
+                input, from :func:`resolve_call_priors` and
+                :func:`resolve_call_supports` (``None`` prior: the
+                model's).
 
         Yields:
             tuple: ``(original inputs, collated data)`` per batch.
@@ -282,9 +288,7 @@ class CaliDetInferencer(DetInferencer):
         remaining = iter(priors)
         for ori_inputs, data in batches:
             for sample in data['data_samples']:
-                prior = next(remaining)
-                if prior is not None:
-                    sample.prior = prior
+                attach_call_prior(sample, *next(remaining))
             yield ori_inputs, data
 
     def compare_priors(self,

@@ -1,13 +1,17 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """A prior's support (experimental) where the detector takes E:
-``set_prior(support=...)`` and the data samples' ``prior_support``."""
+``set_prior(support=...)``, the data samples' ``prior_support``, and the
+support a prior file records (``num_images``, ``images_per_class``),
+which travels with the file to ``set_prior`` and the inference calls."""
+import contextlib
+
 import numpy as np
 import pytest
 import torch
 
 from mmcalidet.apis import init_detector
-from mmcalidet.priors import sample_prior
-from mmcalidet.testing import get_config
+from mmcalidet.priors import sample_prior, save_prior
+from mmcalidet.testing import get_config, random_prior
 
 CONFIG = 'calidet/calidet_dino_tiny_coco-mini_cached.py'
 K = 80
@@ -74,3 +78,131 @@ def test_batch_support_stacks_the_samples(model):
     samples.append(DetDataSample())
     with pytest.raises(ValueError, match='prior_support'):
         model.batch_support(samples)
+
+
+@contextlib.contextmanager
+def support_read(model):
+    """The support branch made non-zero (at initialisation it is zero, so
+    V' would not show whether the support arrived)."""
+    califormer = model.bbox_head.califormer
+    with torch.no_grad():
+        califormer.support_proj.weight.fill_(0.1)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            califormer.support_proj.weight.zero_()
+        model.set_prior(None)
+
+
+def write_site_prior(path, classes, counts, num_images=10):
+    """A prior file in reversed class order, recording its support."""
+    prior = random_prior(3, K)
+    order = list(range(K))[::-1]
+    save_prior(
+        str(path),
+        prior[np.ix_(order, order)], [classes[i] for i in order],
+        num_images=num_images,
+        images_per_class={c: counts[i]
+                          for i, c in enumerate(classes)})
+    return prior
+
+
+def test_a_prior_file_carries_its_recorded_support(model, tmp_path):
+    classes = list(model.dataset_meta['classes'])
+    counts = [i % 7 for i in range(K)]
+    path = tmp_path / 'site.json'
+    prior = write_site_prior(path, classes, counts)
+    with support_read(model):
+        model.set_prior(str(path))
+        np.testing.assert_allclose(model.get_prior(), prior, atol=1e-6)
+        support, share = model.deployment_support()
+        assert torch.equal(support, torch.full((K, ), 10.0))
+        expected = np.array(counts) / 10.0  # in the model's class order
+        np.testing.assert_allclose(share.numpy(), expected, atol=1e-6)
+        from_file = model.deployment_cali_vectors().clone()
+        model.set_prior(prior, support=np.full(K, 10.0), marginals=expected)
+        torch.testing.assert_close(model.deployment_cali_vectors(),
+                                   from_file)
+        model.set_prior(prior)  # a bare matrix records no support
+        assert model.deployment_support() == (None, None)
+        assert not torch.equal(model.deployment_cali_vectors(), from_file)
+
+
+@pytest.mark.parametrize('num_images, counts, match', [
+    (10, {'person': 11}, "images_per_class\\['person'\\] exceeds"),
+    (0, {}, 'num_images must be a positive number'),
+    (10, {'person': -1}, 'finite counts >= 0'),
+    (10, {'person': 'many'}, 'must be numbers'),
+])
+def test_a_wrong_recorded_support_is_refused_and_keeps_the_prior(
+        model, tmp_path, num_images, counts, match):
+    classes = list(model.dataset_meta['classes'])
+    full = {c: 1 for c in classes}
+    full.update(counts)
+    path = tmp_path / 'site.json'
+    save_prior(str(path), random_prior(4, K), classes,
+               num_images=num_images, images_per_class=full)
+    before = model.get_prior()
+    with pytest.raises(ValueError, match=match):
+        model.set_prior(str(path))
+    np.testing.assert_array_equal(model.get_prior(), before)
+    missing = dict(full)
+    del missing['zebra']
+    save_prior(str(path), random_prior(4, K), classes, num_images=10,
+               images_per_class=missing)
+    with pytest.raises(ValueError, match="no count for 'zebra'"):
+        model.set_prior(str(path))
+
+
+def test_a_model_that_reads_no_support_ignores_the_record(tmp_path):
+    cfg = get_config(CONFIG)
+    plain = init_detector(cfg, None, device='cpu').eval()
+    assert not plain.reads_prior_support
+    classes = list(plain.dataset_meta['classes'])
+    path = tmp_path / 'site.json'
+    write_site_prior(path, classes, [1] * K)
+    plain.set_prior(str(path))
+    assert plain.deployment_support() == (None, None)
+    assert plain.resolve_prior_support(str(path)) is None
+
+
+def test_a_call_prior_file_takes_its_support_to_the_images(model, tmp_path):
+    """inference_detector(prior=file) and the inferencer put the file's
+    support in the data samples: the same V' as set_prior(file)."""
+    from mmcalidet.apis import (CaliDetInferencer, inference_detector,
+                                resolve_call_supports)
+    classes = list(model.dataset_meta['classes'])
+    path = str(tmp_path / 'site.json')
+    prior = write_site_prior(path, classes, [i % 5 for i in range(K)])
+    supports = resolve_call_supports(model, [path, None, prior], 3)
+    assert supports[1] is None and supports[2] is None
+    assert torch.equal(supports[0]['prior_support'], torch.full((K, ), 10.))
+    seen = []
+    head = model.bbox_head
+    original = head.get_cali_vectors
+
+    def record(priors, support=None, marginals=None):
+        seen.append(None if support is None else support.clone())
+        return original(priors, support, marginals)
+
+    image = np.random.default_rng(0).integers(
+        0, 255, (64, 64, 3), dtype=np.uint8)
+    head.get_cali_vectors = record
+    try:
+        with support_read(model):
+            inference_detector(model, image, prior=path)
+            assert seen and seen[-1] is not None
+            assert torch.equal(seen[-1], torch.full((1, K), 10.0))
+            cfg = get_config(CONFIG)
+            cfg.model.bbox_head.califormer.update(support_features=True,
+                                                  lift_bias=True)
+            inferencer = CaliDetInferencer(model=cfg, device='cpu',
+                                           show_progress=False)
+            inferencer.model = model  # the weights under test
+            inferencer(image, prior=path, return_datasamples=True)
+            assert torch.equal(seen[-1], torch.full((1, K), 10.0))
+            inference_detector(model, image, prior=prior)
+            assert seen[-1] is None  # a matrix: today's V'
+    finally:
+        del head.get_cali_vectors

@@ -12,6 +12,7 @@ from torch import Tensor
 from ...priors import (describe_prior_source, flat_prior, load_prior_source,
                        model_classes, reorder_prior, training_dataset_classes,
                        validate_prior)
+from ...priors.file_support import support_from_meta
 from ...utils.checkpoint_compat import InvalidCheckpointPriorError
 from ..data_preprocessors import EdgeSampler, is_cached_batch
 from ..layers.support_ops import check_support
@@ -93,7 +94,7 @@ class CalibratableDetectorMixin:
                             'bbox_head (e.g. CaliDINOHead), got '
                             f'{type(self.bbox_head).__name__}')
         self.classes = list(classes) if classes is not None else None
-        matrix, self._pending_prior = self._load_named_prior(prior)
+        matrix, self._pending_prior, _ = self._load_named_prior(prior)
         self._configure_edge_samplers(prior)
         self.register_buffer('prior', torch.from_numpy(matrix).float())
         self._cali_cache: Optional[Tuple[tuple, Tensor]] = None
@@ -232,16 +233,28 @@ class CalibratableDetectorMixin:
         """K, the number of classes."""
         return self.bbox_head.num_classes
 
+    @property
+    def reads_prior_support(self) -> bool:
+        """Whether the CaliFormer reads a prior's support
+        (``support_features`` or ``lift_bias``, experimental)."""
+        califormer = self.bbox_head.califormer
+        return bool(
+            getattr(califormer, 'use_support_features', False)
+            or getattr(califormer, 'use_lift_bias', False))
+
     def _load_named_prior(
         self,
         prior,
         classes=None
-    ) -> Tuple[np.ndarray, Optional[Tuple[str, List[str]]]]:
-        """The prior in the model's class order, and ``(name, class
-        names)`` of a named prior that could not be ordered yet because the
-        model's classes are unknown (else ``None``)."""
+    ) -> Tuple[np.ndarray, Optional[Tuple[str, List[str]]], Optional[Tuple[
+            np.ndarray, np.ndarray]]]:
+        """The prior in the model's class order; ``(name, class names)``
+        of a named prior that could not be ordered yet because the model's
+        classes are unknown (else ``None``); and the (support, class
+        shares) its file records, for a model that reads them and knows its
+        classes (else ``None``)."""
         if prior is None:
-            return flat_prior(self.num_classes), None
+            return flat_prior(self.num_classes), None, None
         if classes is None:
             classes = model_classes(self)
         matrix, meta = load_prior_source(
@@ -252,10 +265,36 @@ class CalibratableDetectorMixin:
         pending = None
         if classes is None and meta['classes'] is not None:
             pending = (describe_prior_source(prior), list(meta['classes']))
-        return matrix, pending
+        support = None
+        if self.reads_prior_support and classes is not None:
+            support = support_from_meta(meta, list(classes),
+                                        describe_prior_source(prior))
+        return matrix, pending, support
 
     def _load_prior(self, prior, classes=None) -> np.ndarray:
         return self._load_named_prior(prior, classes)[0]
+
+    def resolve_prior_support(
+            self,
+            prior,
+            classes: Optional[Sequence[str]] = None
+    ) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """The (support, class shares) that a prior file (or dict)
+        records, in the model's class order, for a model whose CaliFormer
+        reads them (see :mod:`mmcalidet.priors.file_support`).
+
+        Args:
+            prior: a prior file, shipped name, dict or matrix.
+            classes (Sequence[str], optional): as :meth:`set_prior`'s.
+
+        Returns:
+            tuple[np.ndarray, np.ndarray] | None: (K,) n and (K,) p, or
+            ``None`` (a model that reads no support, a matrix, or a file
+            that records none).
+        """
+        if prior is None or not self.reads_prior_support:
+            return None
+        return self._load_named_prior(prior, classes)[2]
 
     def resolve_prior(self,
                       prior,
@@ -301,12 +340,17 @@ class CalibratableDetectorMixin:
             support (array-like, optional): experimental: the
                 (K,) images each column was measured on, read by a
                 CaliFormer with ``support_features`` / ``lift_bias``.
-                ``None``: no support (today's V'). In the model's class
-                order.
+                ``None``: what the prior file records (``num_images``,
+                :func:`~mmcalidet.priors.file_support.support_from_meta`),
+                else no support (today's V'). In the model's class order.
             marginals (array-like, optional): experimental: the (K,)
-                share of those images holding each class.
+                share of those images holding each class (``None``: the
+                file's ``images_per_class`` / ``num_images``, with
+                ``support``).
         """
-        matrix, pending = self._load_named_prior(prior, classes)
+        matrix, pending, recorded = self._load_named_prior(prior, classes)
+        if support is None and marginals is None and recorded is not None:
+            support, marginals = recorded
         k = self.num_classes
         extra = {}
         for name, values in (('support', support), ('marginals', marginals)):
@@ -395,26 +439,33 @@ class CalibratableDetectorMixin:
     ) -> Tuple[Optional[Tensor], Optional[Tensor]]:
         """The per-sample (support, marginals), each (B, K), from the data
         samples' ``prior_support`` / ``prior_marginals`` (experimental:
-        the EdgeSampler's ``support=True``), or ``None`` when no
-        sample has one. A sample without one gets the deployment prior's
-        (then all need one: a ``ValueError`` otherwise).
+        the EdgeSampler's ``support=True``, or a prior file's record), or
+        ``None`` when no sample's prior has one. A sample without its own
+        ``prior`` gets the deployment prior's.
+
+        Raises:
+            ValueError: a batch where some priors have a support and others
+                none (each row of V' is computed one way).
         """
+        samples = batch_data_samples or []
+        own_prior = [ds.get('prior', None) is not None for ds in samples]
         out = []
         for field, default in zip(('prior_support', 'prior_marginals'),
                                   self.deployment_support()):
-            found = [ds.get(field, None) for ds in batch_data_samples or []]
-            if all(v is None for v in found):
+            rows = []
+            for ds, own in zip(samples, own_prior):
+                v = ds.get(field, None)
+                if v is None and not own:
+                    v = default
+                rows.append(None if v is None else torch.as_tensor(
+                    v, dtype=self.prior.dtype, device=self.prior.device))
+            if all(v is None for v in rows):
                 out.append(None)
                 continue
-            rows = []
-            for v in found:
-                v = default if v is None else torch.as_tensor(
-                    v, dtype=self.prior.dtype, device=self.prior.device)
-                if v is None:
-                    raise ValueError(
-                        f'some data samples have a {field} and others '
-                        'none (and the deployment prior has none)')
-                rows.append(v)
+            if any(v is None for v in rows):
+                raise ValueError(
+                    f'a batch mixes priors with a {field} and priors '
+                    'without one: run them in separate batches')
             out.append(torch.stack(rows))
         return out[0], out[1]
 
