@@ -22,7 +22,7 @@ It works from the outputs of any inference call (a list of mmdet
 ``model.set_prior``, so it composes with ``model.test_step``,
 ``mmcalidet.apis.inference_detector`` or a serving loop.
 """
-from typing import Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -59,6 +59,10 @@ class OnlineSelfCalibrator:
             :data:`~mmcalidet.evaluation.DEFAULT_TRUST_RADIUS` (chosen on
             streamed validation sites, as the batch default); ``None``: no
             limit.
+        init_support (tuple, optional): experimental, for a CaliFormer
+            that reads a prior's support: the start prior's (support,
+            marginals), (K,) each, injected with every E_c. Default: the
+            model's deployment support when ``init_prior`` is not given.
     """
 
     def __init__(self,
@@ -70,7 +74,8 @@ class OnlineSelfCalibrator:
                  score_thr: float = DEFAULT_SCORE_THR,
                  update_interval: int = 16,
                  warmup: int = 32,
-                 trust_radius: Optional[float] = DEFAULT_TRUST_RADIUS) -> None:
+                 trust_radius: Optional[float] = DEFAULT_TRUST_RADIUS,
+                 init_support: Optional[Tuple[Any, Any]] = None) -> None:
         check_self_calibration_args(
             eta=eta,
             momentum=momentum,
@@ -84,6 +89,14 @@ class OnlineSelfCalibrator:
         if init_prior is None and model is not None and \
                 hasattr(model, 'get_prior'):
             init_prior = model.get_prior()
+            if init_support is None and hasattr(model, 'deployment_support'):
+                found = model.deployment_support()
+                if all(t is not None for t in found):
+                    init_support = tuple(
+                        t.detach().cpu().numpy() for t in found)
+        #: the start prior's (support, marginals), kept by every E_c
+        self.init_support = None if init_support is None else tuple(
+            np.asarray(t, dtype=np.float64).copy() for t in init_support)
         if init_prior is None:
             raise ValueError('pass a CaliDet model or init_prior (E_t)')
         self.prior = validate_prior(init_prior, num_classes=num_classes)
@@ -187,7 +200,12 @@ class OnlineSelfCalibrator:
 
     def _inject(self) -> None:
         if self.model is not None and hasattr(self.model, 'set_prior'):
-            self.model.set_prior(self.prior)
+            if self.init_support is None:
+                self.model.set_prior(self.prior)
+            else:
+                support, marginals = self.init_support
+                self.model.set_prior(
+                    self.prior, support=support, marginals=marginals)
 
     def state_dict(self) -> dict:
         """The calibrator's state (numpy arrays and numbers)."""

@@ -113,6 +113,18 @@ class Rescorer:
         if self._memo:
             self._memo.clear()  # scored before: maybe without its support
 
+    def support_of(self, prior) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """The (support, marginals) registered for a K x K prior, as
+        (K,) arrays, or ``None`` (none registered, or a model that reads
+        no support)."""
+        if not self._supports:
+            return None
+        found = self._supports.get(self._as_tensor(prior).cpu().numpy(
+        ).tobytes())
+        if found is None:
+            return None
+        return tuple(t.cpu().numpy().copy() for t in found)
+
     def _cali_vectors(self, priors: Tensor) -> Tensor:
         """V' of a (K, K) prior or a (B, K, K) stack (once per distinct
         prior), with the support of registered priors."""

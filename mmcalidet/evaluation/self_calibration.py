@@ -13,7 +13,7 @@ Re-scoring uses :class:`~mmcalidet.evaluation.scoring.Rescorer`, so the
 backbone and transformer run once per image, not once per iteration.
 """
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from mmengine.structures import InstanceData
@@ -236,7 +236,8 @@ def self_calibrate(model,
                    batch_size: int = 64,
                    eval_interval: int = 1,
                    progress: bool = False,
-                   trust_radius: Optional[float] = DEFAULT_TRUST_RADIUS
+                   trust_radius: Optional[float] = DEFAULT_TRUST_RADIUS,
+                   init_support: Optional[Tuple[Any, Any]] = None
                    ) -> SelfCalibrationResult:
     """Self-calibrate a frozen detector on a set of images (Algo. 1).
 
@@ -270,6 +271,12 @@ def self_calibrate(model,
             distance of the initial prior (:func:`within_trust_region`
             after every update). Defaults to :data:`DEFAULT_TRUST_RADIUS`;
             ``None``: no limit, the paper's Algo. 1.
+        init_support (tuple, optional): experimental, for a CaliFormer
+            that reads a prior's support: the start prior's (support,
+            marginals), (K,) each, which every E_c keeps (E_c is the start
+            moved by the images' predictions, within the trust radius).
+            Default: the model's deployment support when ``init_prior`` is
+            not given (:meth:`set_prior`), else none.
 
     Returns:
         SelfCalibrationResult: final E_c, per-iteration history and the
@@ -294,7 +301,13 @@ def self_calibrate(model,
             raise ValueError('pass init_prior (E_t) for a model without a '
                              'deployment prior')
         init_prior = model.get_prior()
+        if init_support is None and hasattr(model, 'deployment_support'):
+            found = model.deployment_support()
+            if all(t is not None for t in found):
+                init_support = tuple(t.detach().cpu().numpy() for t in found)
     prior = validate_prior(init_prior, num_classes=k)
+    if init_support is not None:
+        rescorer.register_support(prior, *init_support)
     center = prior.copy()
     history: List[Dict] = []
     step_mae = step_max = 0.0
@@ -328,6 +341,8 @@ def self_calibrate(model,
             step = np.abs(new - prior)
             step_mae, step_max = float(step.mean()), float(step.max())
             prior = new
+            if init_support is not None:
+                rescorer.register_support(prior, *init_support)
             converged = tol > 0 and step_max < tol
     return SelfCalibrationResult(prior, history, preds, converged,
                                  start_estimate, start_preds)

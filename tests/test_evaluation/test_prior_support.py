@@ -168,3 +168,48 @@ def test_sweep_priors_move_the_shares_with_the_prior(with_support):
                                atol=1e-6)
     key_t = torch.as_tensor(train_prior, dtype=torch.float32).numpy()
     np.testing.assert_allclose(rescorer._supports[key_t.tobytes()][0], 50)
+
+
+def test_self_calibration_keeps_the_start_prior_support(with_support):
+    """Every E_c of the batch loop is scored with the start's support, as
+    a Rescorer with that support registered scores it."""
+    from mmcalidet.evaluation import self_calibrate
+    model, _, cache = with_support
+    prior, lists = site_prior_and_support()
+    support = label_support(lists, K)
+    result = self_calibrate(
+        model, cache, iters=2, tol=0, score_thr=0.0, init_prior=prior,
+        init_support=support, trust_radius=0.05)
+    rescorer = Rescorer(model, cache)
+    without = [r.scores for r in rescorer.predict(result.prior)]
+    rescorer.register_support(result.prior, *support)
+    with_start_support = [r.scores for r in rescorer.predict(result.prior)]
+    for got, want, other in zip(result.predictions, with_start_support,
+                                without):
+        torch.testing.assert_close(got.scores, want)
+        assert not torch.allclose(got.scores, other)
+    assert rescorer.support_of(result.prior)[0].tolist() == [20.0] * K
+
+
+def test_online_calibrator_injects_the_start_support(with_support):
+    from mmcalidet.evaluation import OnlineSelfCalibrator
+    model, _, _ = with_support
+    prior, lists = site_prior_and_support()
+    support, share = label_support(lists, K)
+    saved = model.get_prior()
+    try:
+        model.set_prior(prior, support=support, marginals=share)
+        # from the model's deployment prior: its support comes along
+        calibrator = OnlineSelfCalibrator(
+            model=model, warmup=1, update_interval=1, score_thr=0.0)
+        np.testing.assert_array_equal(calibrator.init_support[0], support)
+        pred = dict(scores=torch.tensor([0.9, 0.8]),
+                    labels=torch.tensor([1, 2]))
+        assert calibrator.update([pred])
+        assert not np.array_equal(model.get_prior(), prior.astype(
+            np.float32)), 'E_c moved'
+        got_support, got_share = model.deployment_support()
+        np.testing.assert_allclose(got_support.numpy(), support)
+        np.testing.assert_allclose(got_share.numpy(), share, atol=1e-6)
+    finally:
+        model.set_prior(saved)

@@ -230,6 +230,8 @@ def evaluate_all(args: argparse.Namespace,
                 tol=0,
                 trust_radius=radius,
                 init_prior=e_t,
+                # a support-aware CaliFormer: E_c keeps E_t's support
+                init_support=m.rescorer.support_of(e_t),
                 correction=m.rescorer.correction,
                 batch_size=setup.rescore_batch_size)['results']
             for m in calibrated for radius in radii}

@@ -36,14 +36,20 @@ def stream_site(rescorer,
         the end).
     """
     order = np.random.default_rng(seed).permutation(np.asarray(indices))
+    # a support-aware CaliFormer: E_c keeps E_t's registered support
+    support = rescorer.support_of(train_prior)
     calibrator = OnlineSelfCalibrator(
-        init_prior=train_prior, trust_radius=trust_radius, **options)
+        init_prior=train_prior,
+        trust_radius=trust_radius,
+        init_support=support,
+        **options)
     predictions = []
     for start in range(0, len(order), batch_size):
         batch = order[start:start + batch_size]
         out = rescorer.predict(calibrator.prior, batch)
         predictions.extend(out)
-        calibrator.update(out)
+        if calibrator.update(out) and support is not None:
+            rescorer.register_support(calibrator.prior, *support)
     cache = rescorer.cache
     # E_t on the site's images as the other tables score them (an image's
     # detections do not depend on its batch; the AP not on the order)
