@@ -305,12 +305,25 @@ class EvalSetup:
                 baseline_config=baseline_config,
                 baseline_checkpoint=baseline_checkpoint)
 
+    def _register_train_support(self, rescorer: Rescorer) -> None:
+        """A support-aware CaliFormer (experimental) scores E_t with the
+        support its prior file records (``num_images``,
+        ``images_per_class``), as ``set_prior`` of that file does."""
+        if not rescorer.reads_support or self.train_prior is None:
+            return
+        from ..priors.file_support import support_from_meta
+        found = support_from_meta(self.train_meta, self.classes,
+                                  'the training prior')
+        if found is not None:
+            rescorer.register_support(self.train_prior, *found)
+
     def _add(self, model, cache) -> None:
         name = type(model).__name__
         batch = self.rescore_batch_size
-        self.methods.append(
-            Method(name, Rescorer(model, cache, batch_size=batch)))
+        rescorer = Rescorer(model, cache, batch_size=batch)
+        self.methods.append(Method(name, rescorer))
         if is_calibratable(model):
+            self._register_train_support(rescorer)
             return
         for corr in (CORRECTIONS if self.posthoc is None else self.posthoc):
             freq = None

@@ -108,10 +108,19 @@ class Rescorer:
             self._as_tensor(marginals), num, k, 'marginals', like)
         if bool((marginals > 1).any()):
             raise ValueError('marginals must lie in [0, 1]')
+        changed = set()
         for p, n, m in zip(priors, support, marginals):
-            self._supports[p.cpu().numpy().tobytes()] = (n, m)
-        if self._memo:
-            self._memo.clear()  # scored before: maybe without its support
+            key = p.cpu().numpy().tobytes()
+            old = self._supports.get(key)
+            if old is None or not (torch.equal(old[0], n)
+                                   and torch.equal(old[1], m)):
+                changed.add(key)
+            self._supports[key] = (n, m)
+        if self._memo and changed:
+            # predictions remembered for these priors (shared) were scored
+            # without this support; a stack's are never remembered
+            for key in [k for k in self._memo if k[0] in changed]:
+                del self._memo[key]
 
     def support_of(self, prior) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """The (support, marginals) registered for a K x K prior, as

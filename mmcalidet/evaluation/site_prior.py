@@ -32,6 +32,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..models.layers.support_ops import label_support
 from ..priors import batch_prior
 from ..utils.progress import progress_bar
 from ..utils.validation import check_finite_array, check_float, check_int
@@ -92,6 +93,35 @@ def shrink(train_prior: np.ndarray, estimate: np.ndarray,
     prior = np.clip(train_prior + alpha * (estimate - train_prior), 0.0, 1.0)
     np.fill_diagonal(prior, 1.0)
     return prior
+
+
+def register_site_support(rescorer: Rescorer, train_prior: np.ndarray,
+                          prior: np.ndarray,
+                          label_lists: Sequence[Sequence[int]],
+                          alpha: float) -> None:
+    """Give ``shrink(E_t, E_site, alpha)`` of some labelled images its
+    support, for a CaliFormer that reads one (experimental): n = the
+    images, and the class shares moved with the prior, ``p_t + alpha
+    (p_site - p_t)`` clipped to [0, 1], as
+    :func:`~mmcalidet.evaluation.prior_support.register_label_supports`
+    gives the sweep's priors. Nothing happens unless E_t has a registered
+    support (``rescorer.support_of(train_prior)``).
+
+    Args:
+        rescorer (Rescorer): the scorer the prior is scored by.
+        train_prior (np.ndarray): E_t.
+        prior (np.ndarray): the shrunk prior.
+        label_lists (Sequence): the labelled images' class indices.
+        alpha (float): its shrinkage (1: the images' own statistics).
+    """
+    # (a scorer without supports, e.g. a stand-in, has no support_of)
+    support_of = getattr(rescorer, 'support_of', None)
+    train = None if support_of is None else support_of(train_prior)
+    if train is None:
+        return
+    n, share = label_support(label_lists, len(train_prior))
+    rescorer.register_support(
+        prior, n, np.clip(train[1] + alpha * (share - train[1]), 0.0, 1.0))
 
 
 @dataclass
@@ -300,8 +330,10 @@ def fit_site_prior(rescorer: Rescorer,
                     preds = [predictions[(same, float(alpha))][i]
                              for i in part]
                 else:
-                    preds = rescorer.predict(
-                        shrink(train_prior, estimate, alpha), fold_indices)
+                    candidate = shrink(train_prior, estimate, alpha)
+                    register_site_support(rescorer, train_prior, candidate,
+                                          rest, alpha)
+                    preds = rescorer.predict(candidate, fold_indices)
                 for i, pred in zip(part, preds):
                     predictions[(form, float(alpha))][i] = pred
     base = evaluator.image_matches(img_ids,
@@ -336,6 +368,8 @@ def fit_site_prior(rescorer: Rescorer,
     estimate = site_estimate(labels, train_prior, form)
     prior = shrink(train_prior, estimate, alpha) if alpha else \
         train_prior.copy()
+    if alpha:
+        register_site_support(rescorer, train_prior, prior, labels, alpha)
     return SitePriorFit(
         prior=prior,
         estimate=estimate,
@@ -447,6 +481,9 @@ def deployment_gains(rescorer: Rescorer,
             indices=labelled,
             **fit_kwargs)
         raw = batch_prior(len(train_prior), [labels[i] for i in labelled])
+        # the raw statistics' support: the labelled images (alpha 1)
+        register_site_support(rescorer, train_prior, raw,
+                              [labels[i] for i in labelled], 1.0)
         ids = [img_ids[i] for i in rest]
         base = base_matches.ap([position[int(i)] for i in rest])
         for name, prior in (('raw', raw), ('fitted', fit.prior)):

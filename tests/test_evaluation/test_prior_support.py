@@ -213,3 +213,26 @@ def test_online_calibrator_injects_the_start_support(with_support):
         np.testing.assert_allclose(got_share.numpy(), share, atol=1e-6)
     finally:
         model.set_prior(saved)
+
+
+def test_a_site_prior_from_labelled_images_gets_their_support(with_support):
+    """fit_site_prior's candidates and deployment_gains' raw prior: n =
+    the labelled images, the shares moved with the prior from E_t's."""
+    from mmcalidet.evaluation.site_prior import (register_site_support,
+                                                 shrink)
+    model, _, cache = with_support
+    rescorer = Rescorer(model, cache)
+    train, lists = site_prior_and_support()
+    labelled = lists[:5]
+    estimate = batch_prior(K, labelled)
+    candidate = shrink(train, estimate, 0.5)
+    register_site_support(rescorer, train, candidate, labelled, 0.5)
+    assert rescorer.support_of(candidate) is None, 'E_t has no support'
+    train_n, train_p = label_support(lists, K)
+    rescorer.register_support(train, train_n, train_p)
+    register_site_support(rescorer, train, candidate, labelled, 0.5)
+    n, p = rescorer.support_of(candidate)
+    site_n, site_p = label_support(labelled, K)
+    np.testing.assert_array_equal(n, np.full(K, 5.0))
+    np.testing.assert_allclose(p, train_p + 0.5 * (site_p - train_p),
+                               atol=1e-6)
