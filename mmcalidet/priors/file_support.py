@@ -14,6 +14,8 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from .prior_io import _loose_name
+
 
 def support_from_meta(
         meta: Optional[dict],
@@ -44,12 +46,22 @@ def support_from_meta(
     total = meta.get('num_images')
     if not isinstance(counts, dict) or total is None or not classes:
         return None
+    # names match as the matrix's do: exactly, else up to case and '_'
+    # vs space (reorder_prior)
+    loose = {_loose_name(str(name)): name for name in counts}
+    missing = [
+        c for c in classes if c not in counts and _loose_name(c) not in loose
+    ]
+    if missing:
+        raise ValueError(f'{where}: images_per_class has no count for '
+                         f'{missing[0]!r}')
     try:
         total = float(total)
-        values = np.array([counts[c] for c in classes], dtype=np.float64)
-    except KeyError as exc:
-        raise ValueError(f'{where}: images_per_class has no count for '
-                         f'{exc.args[0]!r}') from None
+        values = np.array([
+            counts.get(c, counts.get(loose.get(_loose_name(c))))
+            for c in classes
+        ],
+                          dtype=np.float64)
     except (TypeError, ValueError):
         raise ValueError(f'{where}: num_images and images_per_class must '
                          'be numbers') from None

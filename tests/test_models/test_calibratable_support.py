@@ -206,3 +206,56 @@ def test_a_call_prior_file_takes_its_support_to_the_images(model, tmp_path):
             assert seen[-1] is None  # a matrix: today's V'
     finally:
         del head.get_cali_vectors
+
+
+def build_support_model(prior='coco2017_train'):
+    cfg = get_config(CONFIG)
+    cfg.model.bbox_head.califormer.update(support_features=True,
+                                          lift_bias=True)
+    cfg.model.prior = prior
+    return init_detector(cfg, None, device='cpu').eval()
+
+
+def test_e_t_takes_the_support_its_file_records():
+    import json
+
+    from mmcalidet.priors import default_prior_path
+    model = build_support_model()
+    meta = json.load(open(default_prior_path('coco2017_train')))
+    support, share = model.deployment_support()
+    assert torch.equal(support, torch.full((K, ), float(meta['num_images'])))
+    person = model.dataset_meta['classes'].index('person')
+    assert share[person].item() == pytest.approx(
+        meta['images_per_class']['person'] / meta['num_images'])
+
+
+def test_a_checkpoint_keeps_the_support_beside_the_prior():
+    model = build_support_model()
+    state = model.state_dict()
+    assert torch.equal(state['prior_support'], model.prior_support)
+    fresh = build_support_model(prior=None)  # E0: no support
+    assert fresh.deployment_support() == (None, None)
+    fresh.load_state_dict(state)
+    for got, want in zip(fresh.deployment_support(),
+                         model.deployment_support()):
+        assert torch.equal(got, want)
+    plain = init_detector(get_config(CONFIG), None, device='cpu')
+    assert 'prior_support' not in plain.state_dict()
+
+
+def test_a_checkpoint_without_support_keeps_it_only_for_the_same_prior():
+    model = build_support_model()
+    state = {
+        k: v
+        for k, v in model.state_dict().items()
+        if k not in ('prior_support', 'prior_marginals')
+    }
+    model.load_state_dict(state)  # the same E_t: its support stays
+    assert model.deployment_support()[0] is not None
+    state['prior'] = torch.from_numpy(random_prior(5, K)).float()
+    model.load_state_dict(state)  # another prior: no support known
+    assert model.deployment_support() == (None, None)
+    state['prior_support'] = torch.full((K - 1, ), 3.0)
+    state['prior_marginals'] = torch.zeros(K - 1)
+    with pytest.raises(ValueError, match='prior_support must have shape'):
+        model.load_state_dict(state)

@@ -2,7 +2,7 @@
 """Prior plumbing shared by the CaliDet detectors."""
 import contextlib
 import contextvars
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -94,10 +94,37 @@ class CalibratableDetectorMixin:
                             'bbox_head (e.g. CaliDINOHead), got '
                             f'{type(self.bbox_head).__name__}')
         self.classes = list(classes) if classes is not None else None
-        matrix, self._pending_prior, _ = self._load_named_prior(prior)
+        matrix, self._pending_prior, support = self._load_named_prior(prior)
         self._configure_edge_samplers(prior)
         self.register_buffer('prior', torch.from_numpy(matrix).float())
         self._cali_cache: Optional[Tuple[tuple, Tensor]] = None
+        # a support-aware CaliFormer: E_t with the support its file records
+        self._set_support(support)
+        if self._pending_prior is not None and self.reads_prior_support:
+            self.__dict__['_pending_support_source'] = prior
+
+    def _set_support(self, support: Optional[Tuple[Any, Any]]) -> None:
+        """Set the deployment prior's (support, marginals), or none."""
+        if support is None:
+            self.prior_support = self.prior_marginals = None
+            return
+        self.prior_support, self.prior_marginals = (torch.as_tensor(
+            np.asarray(t), dtype=torch.float32).to(self.prior.device)
+                                                    for t in support)
+        self._cali_cache = None
+
+    _SUPPORT_KEYS = ('prior_support', 'prior_marginals')
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
+        """The state, plus the deployment prior's support where it has
+        one (a support-aware CaliFormer): a checkpoint keeps what E was
+        measured on beside E."""
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for name in self._SUPPORT_KEYS:
+            value = self.__dict__.get(name)
+            if value is not None:
+                destination[prefix + name] = value if keep_vars else \
+                    value.detach().clone()
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata,
                               strict, missing_keys, unexpected_keys,
@@ -127,6 +154,19 @@ class CalibratableDetectorMixin:
         # a checkpoint's prior is in the model's class order
         if value is not None:
             self._pending_prior = None
+            self.__dict__.pop('_pending_support_source', None)
+        saved = [state_dict.pop(prefix + n, None) for n in self._SUPPORT_KEYS]
+        if value is not None and \
+                tuple(getattr(value, 'shape', ())) == tuple(self.prior.shape):
+            k = self.num_classes
+            if all(t is not None for t in saved):
+                for name, t in zip(self._SUPPORT_KEYS, saved):
+                    check_support(t, 1, k, f'checkpoint {prefix}{name}', t)
+                self._set_support(saved)
+            elif not torch.equal(
+                    torch.as_tensor(value).to(self.prior), self.prior):
+                # another prior than the one whose support is known here
+                self._set_support(None)
         super()._load_from_state_dict(state_dict, prefix, local_metadata,
                                       strict, missing_keys, unexpected_keys,
                                       error_msgs)
@@ -170,10 +210,15 @@ class CalibratableDetectorMixin:
                 raise ValueError(
                     f'model.data_preprocessor.batch_augments[{i}]: {exc}'
                 ) from exc
+        source = self.__dict__.pop('_pending_support_source', None)
+        support = None if source is None else self.resolve_prior_support(
+            source, classes)
         if matrix is not None:
             with torch.no_grad():
                 self.prior.copy_(torch.from_numpy(matrix))
             self._cali_cache = None
+        if support is not None:
+            self._set_support(support)
         self._pending_prior = None
         for sampler, sampler_matrix in samplers:
             if sampler_matrix is not None:
