@@ -107,28 +107,53 @@ class ExportWrapper(nn.Module):
         input_shape (tuple[int, int]): ``(H, W)`` of the graph's input.
         prior_input (bool): the prior is the graph's second input; else
             the model's own (deployment or folded) prior applies.
+        support_input (bool): the prior's support and class shares are
+            the third and fourth inputs (a support-aware CaliFormer; a row
+            of zeros: no support).
     """
 
-    def __init__(self, model: nn.Module, input_shape: Tuple[int, int],
-                 prior_input: bool) -> None:
+    def __init__(self,
+                 model: nn.Module,
+                 input_shape: Tuple[int, int],
+                 prior_input: bool,
+                 support_input: bool = False) -> None:
         super().__init__()
         self.model = model
         self.input_shape = tuple(int(v) for v in input_shape)
         self.prior_input = prior_input
+        self.support_input = support_input
         # the model's mode: torch.onnx.export restores the wrapper's mode
         # afterwards, recursively (a new module's would be training)
         self.training = model.training
 
     def forward(self,
                 input: Tensor,
-                prior: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                prior: Optional[Tensor] = None,
+                support: Optional[Tensor] = None,
+                marginals: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         sample = input_sample(*self.input_shape)
         if self.prior_input:
             sample.prior = prior
+        if self.support_input:
+            sample.prior_support = support
+            sample.prior_marginals = marginals
         result = self.model.predict(input, [sample], rescale=False)[0]
         pred = result.pred_instances
         dets = torch.cat([pred.bboxes, pred.scores[:, None]], dim=1)
         return dets, pred.labels
+
+
+def deployment_support(model: nn.Module) -> Tuple[Optional[Tensor], ...]:
+    """The model's deployment (support, marginals), or ``(None, None)``."""
+    if hasattr(model, 'deployment_support'):
+        return model.deployment_support()
+    return None, None
+
+
+def export_support_input(model: nn.Module, prior_input: bool) -> bool:
+    """Whether a prior-input graph also takes the prior's support (a
+    support-aware CaliFormer, experimental)."""
+    return bool(prior_input and getattr(model, 'reads_prior_support', False))
 
 
 def model_export_meta(model: nn.Module, input_shape: Tuple[int, int],
@@ -144,7 +169,9 @@ def model_export_meta(model: nn.Module, input_shape: Tuple[int, int],
         dict: ``classes``, ``input_shape``, ``mean``, ``std``,
         ``bgr_to_rgb``, ``prior_input``, ``num_classes``, ``prior`` (the
         deployment prior of a prior-input graph, the folded one
-        otherwise), ``model`` (its type).
+        otherwise), ``model`` (its type), ``support_input`` and the
+        deployment prior's ``prior_support`` / ``prior_marginals`` (lists,
+        or ``None``: no support).
     """
     from ..priors.prior_source import model_classes
     pre = model.data_preprocessor
@@ -165,7 +192,13 @@ def model_export_meta(model: nn.Module, input_shape: Tuple[int, int],
         bgr_to_rgb=bool(getattr(pre, '_channel_conversion', False)),
         prior_input=bool(prior_input),
         folded=getattr(model, 'folded_prior', None) is not None,
-        prior=None if prior is None else np.asarray(prior).tolist())
+        prior=None if prior is None else np.asarray(prior).tolist(),
+        support_input=export_support_input(model, prior_input),
+        **{
+            name: None if value is None else value.detach().cpu().tolist()
+            for name, value in zip(('prior_support', 'prior_marginals'),
+                                   deployment_support(model))
+        })
 
 
 def export_onnx(model: nn.Module,
@@ -199,7 +232,9 @@ def export_onnx(model: nn.Module,
                          'export it without a prior input')
     model = model.eval()
     height, width = (int(v) for v in input_shape)
-    wrapper = ExportWrapper(model, (height, width), prior_input)
+    support_input = export_support_input(model, prior_input)
+    wrapper = ExportWrapper(model, (height, width), prior_input,
+                            support_input)
     device = next(model.parameters()).device
     image = torch.zeros(1, 3, height, width, device=device)
     args: tuple = (image, )
@@ -208,6 +243,13 @@ def export_onnx(model: nn.Module,
         args += (torch.as_tensor(
             model.get_prior(), dtype=torch.float32, device=device), )
         names.append('prior')
+    if support_input:
+        k = int(model.bbox_head.num_classes)
+        support, marginals = deployment_support(model)
+        args += tuple(
+            torch.ones(k, device=device) if t is None else t.to(device)
+            for t in (support, marginals))
+        names += ['prior_support', 'prior_marginals']
     elif hasattr(model, 'deployment_cali_vectors'):
         with torch.no_grad():
             model.deployment_cali_vectors()  # a constant of the graph

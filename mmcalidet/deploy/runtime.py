@@ -7,7 +7,7 @@ metadata (:func:`~mmcalidet.deploy.export.export_onnx`).
 """
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -71,6 +71,47 @@ class OnnxDetector:
         stored = self.meta.get('prior')
         self.default_prior = None if stored is None else np.asarray(
             stored, dtype=np.float32)
+        #: the graph also takes the prior's support (experimental)
+        self.support_input = bool(self.meta.get('support_input', False))
+        self.default_support = None
+        if self.meta.get('prior_support') is not None:
+            self.default_support = tuple(
+                np.asarray(self.meta[name], dtype=np.float32)
+                for name in ('prior_support', 'prior_marginals'))
+
+    def resolve_support(
+            self,
+            prior: Any = None) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """The (support, class shares) a run-time prior comes with, for a
+        graph that takes them: the exported deployment prior's for
+        ``None``, what a prior file or dict records
+        (:mod:`mmcalidet.priors.file_support`), else none (the graph then
+        gets zeros: no support).
+
+        Args:
+            prior: as :meth:`resolve_prior`'s.
+
+        Returns:
+            tuple[np.ndarray, np.ndarray] | None: (K,) n and (K,) p.
+        """
+        if not self.support_input:
+            return None
+        if prior is None:
+            return self.default_support
+        if not isinstance(prior, (str, os.PathLike, dict)):
+            return None
+        from ..priors.file_support import support_from_meta
+        from ..priors.prior_source import (describe_prior_source,
+                                           load_prior_source)
+        _, meta = load_prior_source(
+            prior,
+            classes=self.classes,
+            num_classes=self.num_classes,
+            return_meta=True)
+        found = support_from_meta(meta, self.classes,
+                                  describe_prior_source(prior))
+        return None if found is None else tuple(
+            t.astype(np.float32) for t in found)
 
     def resolve_prior(self, prior: Any = None) -> Optional[np.ndarray]:
         """Validate a run-time prior before ONNX Runtime runs.
@@ -144,7 +185,8 @@ class OnnxDetector:
 
     def run_input(self,
                   tensor: np.ndarray,
-                  prior: Optional[np.ndarray] = None) -> tuple:
+                  prior: Optional[np.ndarray] = None,
+                  support: Optional[Tuple[Any, Any]] = None) -> tuple:
         """The graph's raw outputs for an input tensor and a prior.
 
         The prior gets the checks of :meth:`resolve_prior` (shape, NaN,
@@ -155,6 +197,9 @@ class OnnxDetector:
         Args:
             tensor (np.ndarray): the input (:meth:`preprocess`).
             prior: see :meth:`resolve_prior`.
+            support (tuple, optional): a graph with a support input: the
+                prior's (support, class shares), (K,) each; default
+                :meth:`resolve_support` of ``prior``.
 
         Returns:
             tuple[np.ndarray, np.ndarray]: ``dets`` (N, 5) and ``labels``.
@@ -168,14 +213,44 @@ class OnnxDetector:
             raise ValueError(f'the input must have the shape {shape}, got '
                              f'{tuple(tensor.shape)}')
         check_finite_array(tensor, 'the input tensor')
-        return self._run(tensor.astype(np.float32, copy=False),
-                         self.resolve_prior(prior))
+        matrix = self.resolve_prior(prior)
+        if support is None:
+            support = self.resolve_support(prior)
+        elif self.support_input:
+            support = self._check_support(support)
+        return self._run(tensor.astype(np.float32, copy=False), matrix,
+                         support)
 
-    def _run(self, tensor: np.ndarray, prior: Optional[np.ndarray]) -> tuple:
-        """:meth:`run_input` on a checked input and resolved prior."""
+    def _check_support(self, support: Tuple[Any, Any]) -> tuple:
+        """A given (support, class shares): (K,) each, finite, n >= 0 and
+        shares in [0, 1]."""
+        out = []
+        for name, value in zip(('support', 'class shares'), support):
+            value = np.asarray(value, dtype=np.float32)
+            if value.shape != (self.num_classes, ):
+                raise ValueError(f'the {name} must have shape '
+                                 f'({self.num_classes},), got {value.shape}')
+            check_finite_array(value, f'the {name}')
+            if (value < 0).any():
+                raise ValueError(f'the {name} must be >= 0')
+            out.append(value)
+        if (out[1] > 1).any():
+            raise ValueError('the class shares must lie in [0, 1]')
+        return tuple(out)
+
+    def _run(self,
+             tensor: np.ndarray,
+             prior: Optional[np.ndarray],
+             support: Optional[tuple] = None) -> tuple:
+        """:meth:`run_input` on a checked input and resolved prior (and
+        support: ``None`` feeds zeros, no support)."""
         feeds = {'input': tensor}
         if self.prior_input:
             feeds['prior'] = self.default_prior if prior is None else prior
+        if self.support_input:
+            zeros = np.zeros(self.num_classes, dtype=np.float32)
+            feeds['prior_support'], feeds['prior_marginals'] = \
+                support if support is not None else (zeros, zeros)
         dets, labels = self.session.run(None, feeds)
         return dets, labels
 
@@ -197,12 +272,13 @@ class OnnxDetector:
         """
         check_float('score_thr', score_thr, 0, 1)
         matrix = self.resolve_prior(prior)
+        support = self.resolve_support(prior)
         single = isinstance(images, (str, os.PathLike, np.ndarray))
         results = []
         for image in ([images] if single else list(images)):
             tensor, (h_scale, w_scale), (orig_h, orig_w) = \
                 self.preprocess(image)
-            dets, labels = self._run(tensor, matrix)
+            dets, labels = self._run(tensor, matrix, support)
             boxes = dets[:, :4] / np.array(
                 [w_scale, h_scale, w_scale, h_scale], np.float32)
             boxes[:, 0::2] = boxes[:, 0::2].clip(0, orig_w)

@@ -71,8 +71,10 @@ def verify_onnx(onnx_file: str,
     detector = OnnxDetector(onnx_file)
     model = model.eval()
     wrapper = ExportWrapper(model, detector.meta['input_shape'],
-                            detector.prior_input)
+                            detector.prior_input, detector.support_input)
     matrices = [detector.resolve_prior(p) for p in priors]
+    # a graph with a support input: each prior's, zeros (none) for a matrix
+    supports = [detector.resolve_support(p) for p in priors]
     report = dict(
         images=len(images),
         priors=len(matrices),
@@ -87,12 +89,18 @@ def verify_onnx(onnx_file: str,
         tensor = torch.from_numpy(array).to(device)
         queries = query_boxes(model, tensor)
         scores: List[np.ndarray] = []
-        for matrix in matrices:
-            dets, labels = detector.run_input(array, matrix)
+        for matrix, support in zip(matrices, supports):
+            dets, labels = detector.run_input(array, matrix, support)
             prior = None if matrix is None else torch.from_numpy(matrix).to(
                 device)
+            extra = ()
+            if detector.support_input:
+                zeros = np.zeros(detector.num_classes, np.float32)
+                extra = tuple(
+                    torch.from_numpy(t).to(device)
+                    for t in (support or (zeros, zeros)))
             with torch.no_grad():
-                ref_dets, ref_labels = wrapper(tensor, prior)
+                ref_dets, ref_labels = wrapper(tensor, prior, *extra)
             ref_dets = ref_dets.cpu().numpy()
             report['max_box_diff'] = max(
                 report['max_box_diff'],

@@ -101,6 +101,24 @@ def test_support_features_reach_v_prime_once_trained():
     assert not torch.equal(few, many)
 
 
+def test_a_zero_support_row_is_no_support():
+    """n = 0 everywhere (measured on no image, e.g. an ONNX support input
+    of zeros) gives the V' without a support, row by row in a batch."""
+    on = build(seed=7, support_features=True, lift_bias=True)
+    with torch.no_grad():
+        on.support_proj.weight.fill_(0.5)
+        on.support_proj.bias.fill_(0.3)
+        on.lift_scale.fill_(1.0)
+    prior, support, share = random_site(8)
+    without = on(prior)
+    torch.testing.assert_close(on(prior, torch.zeros(K), share), without)
+    batch = on(
+        torch.stack([prior, prior]), torch.stack([torch.zeros(K), support]),
+        torch.stack([share, share]))
+    torch.testing.assert_close(batch[0], without)
+    assert not torch.allclose(batch[1], without)
+
+
 def test_permuting_classes_permutes_v_prime():
     model = build(seed=9, support_features=True, lift_bias=True)
     with torch.no_grad():

@@ -165,7 +165,8 @@ class CaliFormer(BaseModule):
             priors (Tensor): (K, K) or (B, K, K) relation matrices.
             support (Tensor, optional): (K,) or (B, K) images each class
                 column was measured on (an image prior: 1). Only read with
-                ``support_features`` or ``lift_bias``; ``None``: today's V'.
+                ``support_features`` or ``lift_bias``; ``None`` (or a row
+                of zeros: measured on no image): today's V'.
             marginals (Tensor, optional): (K,) or (B, K) each class's share
                 of those images, in [0, 1].
 
@@ -209,7 +210,10 @@ class CaliFormer(BaseModule):
         bias = bias.repeat_interleave(self.num_heads, dim=0)
         nodes = self.nodes.unsqueeze(0).expand(priors.shape[0], -1, -1)
         if self.use_support_features and support is not None:
-            nodes = nodes + self.support_proj(
+            # a prior measured on no image (n = 0 everywhere) has no
+            # support: its V' is the one without (a graph input of zeros)
+            measured = (support > 0).any(-1).to(nodes.dtype)[:, None, None]
+            nodes = nodes + measured * self.support_proj(
                 support_features(support, marginals))
         out = self.encoder(
             query=nodes, query_pos=None, key_padding_mask=None, attn_mask=bias)

@@ -80,8 +80,10 @@ def shrunk_lift(priors: Tensor, support: Tensor, marginals: Tensor,
     """
     lift = torch.log((priors + shrink) / (marginals.unsqueeze(-1) + shrink))
     observed = (support * marginals) > 0
-    eye = torch.eye(priors.shape[-1], dtype=torch.bool, device=priors.device)
-    keep = observed.unsqueeze(-2) & ~eye
+    # a float eye: ONNX Runtime has no boolean EyeLike
+    off_diagonal = torch.eye(
+        priors.shape[-1], dtype=priors.dtype, device=priors.device) == 0
+    keep = observed.unsqueeze(-2) & off_diagonal
     return torch.where(keep, lift, torch.zeros_like(lift))
 
 

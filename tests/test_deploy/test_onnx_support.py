@@ -1,0 +1,96 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""ONNX export of a support-aware CaliFormer (experimental): the prior's
+support and class shares are graph inputs beside the prior, fed from the
+prior file's record at run time (zeros: no support), and ONNX Runtime
+agrees with PyTorch under priors with and without a support."""
+import os.path as osp
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from mmdet.datasets import CocoDataset
+
+from mmcalidet.deploy import OnnxDetector, export_onnx, verify_onnx
+from mmcalidet.priors import save_prior
+from mmcalidet.testing import build_detector, data_root, random_prior
+
+# exports a detector and runs ONNX Runtime: the slow tier
+pytestmark = pytest.mark.slow
+
+K = 80
+SHAPE = (128, 128)
+CLASSES = list(CocoDataset.METAINFO['classes'])
+IMAGE = osp.join(data_root(), 'coco-mini', 'images', 'val2017',
+                 '000000005001.jpg')
+
+
+@pytest.fixture(scope='module')
+def exported(tmp_path_factory):
+    """(model, onnx file, a prior file recording its support)."""
+    from mmcalidet.testing import get_config
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
+    model = build_detector(
+        'calidet/calidet_dino_tiny_coco-mini.py',
+        seed=0,
+        bbox_head=dict(
+            cfg.model.bbox_head,
+            califormer=dict(
+                cfg.model.bbox_head.califormer,
+                support_features=True,
+                lift_bias=True,
+                zero_init_output=False))).eval()
+    former = model.bbox_head.califormer
+    with torch.no_grad():  # the zero-initialised branches, made to matter
+        former.support_proj.weight.normal_(std=1.0)
+        former.lift_scale.fill_(2.0)
+    folder = tmp_path_factory.mktemp('onnx_support')
+    site = str(folder / 'site.json')
+    save_prior(site, random_prior(7, K), CLASSES, num_images=32,
+               images_per_class={c: i % 9 for i, c in enumerate(CLASSES)})
+    out = str(folder / 'support.onnx')
+    export_onnx(model, out, SHAPE, prior_input=True)
+    return model, out, site
+
+
+def test_the_graph_takes_the_support_beside_the_prior(exported):
+    model, out, _ = exported
+    inputs = {
+        i.name: [d.dim_value for d in i.type.tensor_type.shape.dim]
+        for i in onnx.load(out).graph.input
+    }
+    assert inputs == dict(
+        input=[1, 3, *SHAPE], prior=[K, K], prior_support=[K],
+        prior_marginals=[K])
+    detector = OnnxDetector(out)
+    assert detector.support_input
+    # the exported deployment prior is E_t with its file's support
+    np.testing.assert_allclose(detector.default_support[0],
+                               model.prior_support.numpy())
+
+
+def test_onnx_runtime_agrees_with_pytorch_with_and_without_support(
+        exported):
+    model, out, site = exported
+    # E_t with its support, a prior file with its own, a bare matrix (none)
+    report = verify_onnx(
+        out, model, [IMAGE], [None, site, random_prior(7, K)], atol=1e-4)
+    assert report['ok'], report['failures']
+    detector = OnnxDetector(out)
+    n, share = detector.resolve_support(site)
+    assert n.tolist() == [32.0] * K and share[1] == pytest.approx(1 / 32)
+    array, _, _ = detector.preprocess(IMAGE)
+    from_file = detector.run_input(array, site)[0]
+    bare = detector.run_input(array, detector.resolve_prior(site))[0]
+    assert not np.allclose(from_file[:, 4], bare[:, 4]), \
+        'the support input reaches the scores'
+
+
+def test_a_bad_support_is_refused_before_onnx_runtime_runs(exported):
+    _, out, site = exported
+    detector = OnnxDetector(out)
+    array, _, _ = detector.preprocess(IMAGE)
+    with pytest.raises(ValueError, match='support must have shape'):
+        detector.run_input(array, site, (np.ones(K - 1), np.zeros(K)))
+    with pytest.raises(ValueError, match='class shares must lie in'):
+        detector.run_input(array, site, (np.ones(K), np.full(K, 2.0)))
