@@ -28,7 +28,7 @@ simulated sites of the training data (projects/context_shift/README.md):
 there ``gain`` moved off E_t on noise and lost on one site of four.
 """
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -147,6 +147,10 @@ class SitePriorFit:
             (annotations of classes the model does not have) and
             ``images_without_labels`` (images that count only as
             negatives), where not 0; also in the prior file.
+        support (tuple, optional): the fitted prior's (support, class
+            shares) as it was scored, for a support-aware CaliFormer
+            (E_t's for alpha 0, :func:`register_site_support` otherwise);
+            ``None``: none.
     """
     prior: np.ndarray
     estimate: np.ndarray
@@ -160,10 +164,33 @@ class SitePriorFit:
     table: List[Dict] = field(default_factory=list)
     accept: str = DEFAULT_ACCEPT
     dropped: Dict[str, int] = field(default_factory=dict)
+    support: Optional[Tuple[np.ndarray, np.ndarray]] = None
 
-    def meta(self) -> Dict:
-        """The keys a fitted prior file records (``save_prior(**meta)``)."""
+    def meta(self, classes: Optional[Sequence[str]] = None) -> Dict:
+        """The keys a fitted prior file records (``save_prior(**meta)``).
+
+        Args:
+            classes (Sequence[str], optional): the class names; with a
+                ``support``, the file also records it (``support_images``
+                and ``images_per_class``, the class shares times it), so
+                that loading the file gives the prior the support it was
+                fitted with.
+
+        Returns:
+            dict: the keys.
+        """
+        extra = {}
+        if self.support is not None and classes:
+            n, share = self.support
+            total = float(np.max(n))
+            extra = dict(
+                support_images=total,
+                images_per_class={
+                    c: round(float(p) * total, 6)
+                    for c, p in zip(classes, share)
+                })
         return dict(
+            **extra,
             source='fit_site_prior',
             num_images=self.num_images,
             alpha=self.alpha,
@@ -370,6 +397,7 @@ def fit_site_prior(rescorer: Rescorer,
         train_prior.copy()
     if alpha:
         register_site_support(rescorer, train_prior, prior, labels, alpha)
+    support_of = getattr(rescorer, 'support_of', None)
     return SitePriorFit(
         prior=prior,
         estimate=estimate,
@@ -382,7 +410,8 @@ def fit_site_prior(rescorer: Rescorer,
         folds=folds,
         table=table,
         accept=accept,
-        dropped=dropped)
+        dropped=dropped,
+        support=None if support_of is None else support_of(prior))
 
 
 def mean_interval(values: Sequence[float],

@@ -31,8 +31,9 @@ def support_from_meta(
         where (str): the prior's name, for errors.
 
     Returns:
-        tuple[np.ndarray, np.ndarray] | None: (K,) n = ``num_images`` for
-        every column and (K,) p = ``images_per_class[c] / num_images``;
+        tuple[np.ndarray, np.ndarray] | None: (K,) n = ``num_images`` (or
+        ``support_images`` where the file has it) for every column and
+        (K,) p = ``images_per_class[c] / n``;
         ``None`` when the file records no support (no ``images_per_class``
         by class name, no ``num_images``, or no class names to match them).
 
@@ -43,7 +44,9 @@ def support_from_meta(
     """
     meta = meta or {}
     counts = meta.get('images_per_class')
-    total = meta.get('num_images')
+    # a fitted prior records the support it was scored with apart from the
+    # images it was fitted on (fit_site_prior: E_t's for alpha 0)
+    total = meta.get('support_images', meta.get('num_images'))
     if not isinstance(counts, dict) or total is None or not classes:
         return None
     # names match as the matrix's do: exactly, else up to case and '_'

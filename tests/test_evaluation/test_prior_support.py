@@ -236,3 +236,30 @@ def test_a_site_prior_from_labelled_images_gets_their_support(with_support):
     np.testing.assert_array_equal(n, np.full(K, 5.0))
     np.testing.assert_allclose(p, train_p + 0.5 * (site_p - train_p),
                                atol=1e-6)
+
+
+def test_a_fitted_prior_file_records_the_support_it_was_scored_with(
+        tmp_path):
+    """alpha 0 gives E_t back, with E_t's support (not the n labelled
+    images'): support_images keeps it apart from num_images."""
+    from mmcalidet.evaluation.site_prior import SitePriorFit
+    from mmcalidet.priors import load_prior, save_prior
+    from mmcalidet.priors.file_support import support_from_meta
+    classes = [f'c{i}' for i in range(4)]
+    prior = batch_prior(4, [[0, 1], [2]])
+    support = (np.full(4, 2000.0), np.array([0.5, 0.25, 0.125, 0.0]))
+    fit = SitePriorFit(prior=prior, estimate=prior, alpha=0.0,
+                       absent='train', num_images=32, gain=0.0, low=0.0,
+                       high=0.0, folds=4, support=support)
+    path = str(tmp_path / 'fitted.json')
+    save_prior(path, prior, classes, **fit.meta(classes))
+    _, meta = load_prior(path, return_meta=True)
+    assert meta['num_images'] == 32 and meta['support_images'] == 2000
+    n, share = support_from_meta(meta, classes)
+    np.testing.assert_array_equal(n, support[0])
+    np.testing.assert_allclose(share, support[1])
+    # without a support (a model that reads none) the file records none
+    bare = SitePriorFit(prior=prior, estimate=prior, alpha=0.0,
+                        absent='train', num_images=32, gain=0.0, low=0.0,
+                        high=0.0, folds=4)
+    assert 'images_per_class' not in bare.meta(classes)

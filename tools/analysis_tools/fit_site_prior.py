@@ -142,7 +142,11 @@ def main(argv=None) -> int:
     main_fit = fits[methods[0].name]
     from mmcalidet.priors import save_prior
     save_prior(
-        args.out, main_fit.prior, setup.classes, decimals=6, **main_fit.meta())
+        args.out,
+        main_fit.prior,
+        setup.classes,
+        decimals=6,
+        **main_fit.meta(setup.classes))
     table = markdown_table(rows, [('method', 'method', ''),
                                   ('alpha', 'alpha', '.2f'),
                                   ('absent', 'absent columns', ''),
