@@ -36,6 +36,10 @@ class OnnxDetector:
             ``prior_input``, ``prior`` ...).
         classes (list[str] | None): class names, by label.
     """
+    #: a graph without the support inputs (older exports, and a detector
+    #: whose CaliFormer reads no support) takes none
+    support_input: bool = False
+    default_support: Optional[Tuple[np.ndarray, np.ndarray]] = None
 
     def __init__(self,
                  onnx_file: str,
