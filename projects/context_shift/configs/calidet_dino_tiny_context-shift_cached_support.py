@@ -1,4 +1,6 @@
-# A support-aware prior (a relation-reading candidate, not the default): every
+# The support-aware prior, the 10-class benchmark's calibrator (chosen over
+# the presence-trained calidet_dino_tiny_context-shift_cached.py by the rule
+# of the project README, "Relation-reading candidates"): every
 # prior comes with its support n (the images each class column was measured
 # on: 1 for an image's E_x, the site size for E_b(n)) and each class's share
 # of those images. The CaliFormer's class nodes read [log(1 + n), share]

@@ -14,10 +14,12 @@ baselines on the plain DINO). Run from the repository root with it on
 
 Full: 3000 DINO iterations, then the CaliDINO's CaliFormer learns from the
 final DINO's cached decoder outputs for 10,000 updates (the trunk stays
-the DINO's; ``configs/*_cached.py``). ``--quick``: 900 DINO iterations and
-3,000 updates, no subset table. ``--calidet-init finetune`` fine-tunes the
-whole CaliDINO from the final DINO instead (the paper's recipe,
-``--finetune-iters``), ``same-budget|scratch`` start it otherwise.
+the DINO's; ``configs/*_cached_support.py`` on 10 classes,
+``configs/*_many-class_cached.py`` on 40). ``--quick``: 900 DINO
+iterations and 3,000 updates, no subset table. ``--calidet-init
+finetune`` fine-tunes the whole CaliDINO from the final DINO instead (the
+paper's recipe, ``--finetune-iters``), ``same-budget|scratch`` start it
+otherwise.
 ``--variant many-class`` runs the 40-class data. Steps already done are
 reused: the data folder, and a work folder holding the last checkpoint of
 a training with the same model, optimizer, schedule and init
@@ -108,10 +110,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         'trainings side by side')
     parser.add_argument(
         '--calibrator-config',
-        help='the calibrator config of --calidet-init cached (default the '
-        'variant\'s configs/context_shift/calidet_dino_tiny_context-shift'
-        '[_many-class]_cached.py), e.g. the paper\'s recipe, '
-        'calidet_dino_tiny_context-shift_cached_paper.py')
+        help='the calibrator config of --calidet-init cached (default: on '
+        '10 classes the support-aware prior, projects/context_shift/'
+        'configs/calidet_dino_tiny_context-shift_cached_support.py; on 40 '
+        'calidet_dino_tiny_context-shift_many-class_cached.py), e.g. the '
+        'presence-trained recipe, calidet_dino_tiny_context-shift_cached.py'
+        ', or the paper\'s, calidet_dino_tiny_context-shift_cached_paper.py'
+        )
     parser.add_argument(
         '--retrain', action='store_true', help='train even if done')
     parser.add_argument(
