@@ -20,11 +20,15 @@ from mmengine.optim import build_optim_wrapper
 from mmcalidet.testing import PROJECT_ROOT, build_detector, get_config
 
 CONFIG_ROOT = osp.join(PROJECT_ROOT, 'configs')
-# the package's configs and the projects' (named relative to configs/)
+# the package's configs, the projects' and their experiments' (named
+# relative to configs/)
 CONFIGS = sorted(
     osp.relpath(path, CONFIG_ROOT)
     for path in glob.glob(osp.join(CONFIG_ROOT, '*', '*.py')) +
-    glob.glob(osp.join(PROJECT_ROOT, 'projects', '*', 'configs', '*.py'))
+    glob.glob(osp.join(PROJECT_ROOT, 'projects', '*', 'configs', '*.py')) +
+    glob.glob(
+        osp.join(PROJECT_ROOT, 'projects', '*', 'experiments', '*',
+                 'calidet_*.py'))
     if not path.startswith(osp.join(CONFIG_ROOT, '_base_', '')))
 FRAGMENTS = sorted(
     osp.relpath(path, CONFIG_ROOT) for path in glob.glob(
@@ -39,6 +43,8 @@ def test_every_config_is_found():
     assert 'calidet/calidet_dino_tiny_coco-mini.py' in CONFIGS
     assert '../projects/context_shift/configs/' \
         'calidet_dino_tiny_context-shift.py' in CONFIGS
+    assert '../projects/context_shift/experiments/site_simulation/' \
+        'calidet_dino_tiny_context-shift_cached_site.py' in CONFIGS
     assert not any(name.startswith('_base_') for name in CONFIGS)
     assert {
         '_base_/calidet.py', '_base_/calidet_deformable-detr.py',

@@ -1,5 +1,5 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""projects/context_shift/tools/calibrator_curve.py on the tiny coco-mini
+"""projects/context_shift/experiments/calibrator_curve.py on the tiny coco-mini
 models: one training with snapshots, each evaluated on the DINO's cache."""
 import json
 import os.path as osp
@@ -11,7 +11,7 @@ from mmengine.runner import save_checkpoint
 from mmcalidet.testing import PROJECT_ROOT, build_detector, run_tool
 from projects.context_shift.context_shift import training
 
-TOOL = 'projects/context_shift/tools/calibrator_curve.py'
+TOOL = 'projects/context_shift/experiments/calibrator_curve.py'
 CACHED = 'configs/calidet/calidet_dino_tiny_coco-mini_cached.py'
 DINO = 'configs/calidet/dino_tiny_coco-mini.py'
 

@@ -78,7 +78,7 @@ def parse_args(argv=None):
         help='a folder for choosing a training recipe: the val split is '
         'simulated sites (defined from the training labels) on '
         '8 x --num-val-per-site new images of the training mixture, not '
-        'the deployment sites (context_shift.site_simulation.'
+        'the deployment sites (context_shift.simulated_sites.'
         'make_validation_data)')
     parser.add_argument('--overwrite', action='store_true')
     parser.add_argument('--no-progress', action='store_true')
@@ -128,7 +128,7 @@ def main(argv=None):
         progress=not args.no_progress, variant=args.variant,
         hue_jitter=args.hue_jitter)
     if args.validation_sites:
-        from projects.context_shift.context_shift.site_simulation import \
+        from projects.context_shift.context_shift.simulated_sites import \
             make_validation_data
         meta = make_validation_data(
             args.out, seed=args.seed,

@@ -160,7 +160,7 @@ def prior_signal(label_lists: Sequence[np.ndarray],
             ]))
     plain = np.repeat(e_t[None], draws, axis=0)
     add('E_t + noise', add_noise(plain, noise_std, rng), plain)
-    from projects.context_shift.context_shift.site_simulation import \
+    from projects.context_shift.context_shift.simulated_sites import \
         SimulatedSites
     sites = SimulatedSites(label_lists, num_classes, min_images=1)
     add('E_sim (tilted site)',

@@ -12,7 +12,7 @@ drop, AP(E_t) against the DINO, and ``prior_sensitivity`` readings.
 
     export PYTHONPATH=$PWD:$PYTHONPATH  # from the repository root
     C=projects/context_shift/configs
-    python projects/context_shift/tools/calibrator_curve.py \
+    python projects/context_shift/experiments/calibrator_curve.py \
         $C/calidet_dino_tiny_context-shift_cached.py \
         --dino-config $C/dino_tiny_context-shift.py \
         --dino-checkpoint work_dirs/context_shift/dino/iter_3000.pth \
@@ -91,7 +91,7 @@ def write_config(args: argparse.Namespace, updates: Sequence[int]) -> str:
     cache_dir = args.cache_dir or osp.join(
         osp.dirname(osp.abspath(args.dino_checkpoint)), 'decoder_cache_train')
     text = '\n'.join([
-        '# written by projects/context_shift/tools/calibrator_curve.py',
+        '# written by projects/context_shift/experiments/calibrator_curve.py',
         f'_base_ = {osp.abspath(args.config)!r}',
         f'load_from = {osp.abspath(args.dino_checkpoint)!r}',
         'train_dataloader = dict(dataset=dict(',
@@ -281,8 +281,8 @@ def main(argv=None) -> int:
     title = (f'Prior response against CaliFormer updates: '
              f'{osp.basename(args.config)} '
              f'{" ".join(args.cfg_options)}').strip()
-    command = 'python projects/context_shift/tools/calibrator_curve.py ' + \
-        ' '.join(argv)
+    command = ('python projects/context_shift/experiments/'
+               'calibrator_curve.py ' + ' '.join(argv))
     from mmcalidet.utils.file_io import atomic_write
     with atomic_write(osp.join(out_dir, 'curve.md')) as f:
         f.write(markdown(result, title, command))

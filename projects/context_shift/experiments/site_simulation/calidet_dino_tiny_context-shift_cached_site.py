@@ -1,7 +1,8 @@
-# Site-simulated training of the cached calibrator (a recipe of this
-# project, context_shift/site_simulation.py): half the batches come from a
-# simulated deployment site (the training images with or without one class,
-# or a random tilt of the class mixture), all of a batch's images from it;
+# Site-simulated training of the cached calibrator (a rejected recipe of
+# this project, experiments/site_simulation/recipe.py): half the batches
+# come from a simulated deployment site (the training images with or
+# without one class, or a random tilt of the class mixture), all of a
+# batch's images from it;
 # the sampler adds a fourth mode to the paper's E_x / E_b / E_t, the
 # statistics of the population the batch was drawn from (the site's E_site,
 # E_t for a batch of the whole set). Everything else is the default recipe
@@ -9,16 +10,16 @@
 #
 #   export PYTHONPATH=$PWD:$PYTHONPATH
 #   python tools/train.py \
-#       projects/context_shift/configs/calidet_dino_tiny_context-shift_cached_site.py \
+#       projects/context_shift/experiments/site_simulation/calidet_dino_tiny_context-shift_cached_site.py \
 #       --work-dir work_dirs/context_shift/calidet_cached_site
-_base_ = ['./calidet_dino_tiny_context-shift_cached.py']
+_base_ = ['../../configs/calidet_dino_tiny_context-shift_cached.py']
 # the CPU's deformable attention as one dense product on these small
 # maps (mmcalidet/models/layers/dense_deform_attn.py)
 custom_imports = dict(
     imports=[
         'mmcalidet',
         'mmcalidet.engine.checkpoint_hooks',
-        'projects.context_shift.context_shift.site_simulation',
+        'projects.context_shift.experiments.site_simulation.recipe',
         'mmcalidet.models.layers.enable_dense_deform_attn'
     ],
     allow_failed_imports=False)

@@ -1,13 +1,10 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""Site-simulated training: a batch drawn from a simulated deployment site,
-paired with that site's statistics as its prior.
+"""Simulated deployment sites of a labelled image set, and the
+recipe-selection (validation) sites built from them.
 
 A deployment site is a population whose class relations differ from the
-training set's. The paper's edge sampling never shows the calibrator such a
-population: its dense priors are E_t (the whole set) or E_b of a random
-batch, which are both estimates of E_t. Here a share of the batches come
-from a *simulated site*, a subpopulation of the training set defined by
-its labels only:
+training set's. A *simulated site* is a subpopulation of a labelled image
+set defined by its labels only:
 
 - ``('with', c)``: the images that show class ``c``;
 - ``('without', c)``: the images that do not;
@@ -15,36 +12,21 @@ its labels only:
   re-sampled with weight ``exp(sum of z_c over the image's classes)``,
   ``z ~ N(0, tilt_std^2)`` per class.
 
-The batch's images all come from the site and each carries the site's
-statistics E_site (over all its images) as ``site_prior``, so the prior
-always describes the population the batch was drawn from. The
-``SiteEdgeSampler`` gives E_site as one more mode beside the paper's E_x,
-E_b and E_t (a batch of the whole set gets E_t in that mode: the whole set
-is its population).
-
-Three parts, composed in a config::
-
-    train_dataloader = dict(
-        dataset=dict(type='SiteSimulatedDataset', dataset=<the dataset>),
-        batch_sampler=dict(type='SiteBatchSampler', site_prob=0.5))
-    model = dict(data_preprocessor=dict(batch_augments=[
-        dict(type='SiteEdgeSampler',
-             mode_probs=dict(sample=1, batch=1, dataset=1, site=1))]))
+:class:`SimulatedSites` gives their members and statistics;
+:func:`validation_sites` and :func:`make_validation_data` build the
+recipe-selection folder (``tools/make_data.py --validation-sites``), and
+``tools/prior_signal.py`` draws tilted sites. The rejected site-simulated
+training recipe built on them is in
+``projects/context_shift/experiments/site_simulation/``.
 """
 import math
 from collections import OrderedDict
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
-from mmdet.registry import DATA_SAMPLERS, DATASETS, MODELS
-from mmengine.dist import get_dist_info
-from torch.utils.data import BatchSampler, Dataset, Sampler
 
-from mmcalidet.models.data_preprocessors import EdgeSampler
-from mmcalidet.models.data_preprocessors.edge_sampler import MODES
 from mmcalidet.priors import batch_prior
 
-#: the kinds of simulated site
 SITE_KINDS = ('with', 'without', 'tilt')
 
 SiteKey = Tuple[str, int]
@@ -198,183 +180,6 @@ class SimulatedSites:
         return np.sort(
             rng.choice(
                 num, size=size, replace=False, p=weights / weights.sum()))
-
-
-@DATASETS.register_module()
-class SiteSimulatedDataset(Dataset):
-    """A dataset whose items may come from a simulated site.
-
-    An ``int`` index is the wrapped dataset's item; a ``(index, site)``
-    pair (what :class:`SiteBatchSampler` yields) is that item with the
-    site's statistics as ``site_prior`` (K x K float32) and its key as
-    ``site`` in the data sample's metainfo. A site is defined by its key,
-    so every data-loading worker gives the same statistics.
-
-    Args:
-        dataset (Dataset | dict): the training set, or its config.
-        num_classes (int, optional): K; default: the number of the
-            dataset's ``classes``.
-        **site_cfg: :class:`SimulatedSites` options (``kinds``,
-            ``min_images``, ``tilt_std``, ``tilt_fraction``).
-    """
-
-    def __init__(self,
-                 dataset: Union[Dataset, Dict],
-                 num_classes: Optional[int] = None,
-                 **site_cfg) -> None:
-        self.dataset = DATASETS.build(dataset) if isinstance(dataset,
-                                                             dict) else dataset
-        if num_classes is None:
-            classes = self.metainfo.get('classes')
-            if not classes:
-                raise ValueError('SiteSimulatedDataset: give num_classes; '
-                                 'the dataset names no classes')
-            num_classes = len(classes)
-        self.sites = SimulatedSites(
-            dataset_label_lists(self.dataset), num_classes, **site_cfg)
-
-    @property
-    def metainfo(self) -> Dict:
-        """The wrapped dataset's metainfo."""
-        return dict(getattr(self.dataset, 'metainfo', {}) or {})
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, item: Union[int, Tuple[int, SiteKey]]) -> Dict:
-        if isinstance(item, (tuple, list)):
-            index, key = item
-            data = self.dataset[int(index)]
-            data['data_samples'].set_metainfo(
-                dict(
-                    site_prior=self.sites.statistics(key),
-                    site=f'{key[0]} {key[1]}'))
-            return data
-        return self.dataset[item]
-
-
-@DATA_SAMPLERS.register_module()
-class SiteBatchSampler(BatchSampler):
-    """Batches of the wrapped sampler, a share of them replaced by a batch
-    of one simulated site.
-
-    With probability ``site_prob`` a batch draws a site of the
-    :class:`SiteSimulatedDataset` and ``batch_size`` of its images
-    (without replacement, or with it when the site is smaller), else it is
-    the next ``batch_size`` indices of ``sampler`` (mmengine's
-    ``DefaultSampler`` or ``InfiniteSampler``, whose shuffling it keeps).
-
-    Args:
-        sampler (Sampler): the index sampler; its ``dataset`` must be a
-            :class:`SiteSimulatedDataset`.
-        batch_size (int): images per batch.
-        drop_last (bool): drop the last short batch of a finite sampler.
-        site_prob (float): the share of site batches.
-        seed (int, optional): seed of the site draws; default: the
-            sampler's ``seed`` (the run's, the same on every rank), each
-            rank drawing its own sites from ``seed + rank``.
-    """
-
-    def __init__(self,
-                 sampler: Sampler,
-                 batch_size: int,
-                 drop_last: bool = False,
-                 site_prob: float = 0.5,
-                 seed: Optional[int] = None) -> None:
-        super().__init__(sampler, batch_size, drop_last)
-        dataset = getattr(sampler, 'dataset', None)
-        if not isinstance(dataset, SiteSimulatedDataset):
-            raise TypeError(
-                'SiteBatchSampler needs the dataset wrapped in '
-                'SiteSimulatedDataset, got '
-                f'{type(dataset).__name__ if dataset is not None else None}')
-        if not 0 <= site_prob <= 1:
-            raise ValueError(
-                f'SiteBatchSampler: site_prob must be in [0, 1], got '
-                f'{site_prob}')
-        self.sites = dataset.sites
-        self.site_prob = float(site_prob)
-        if seed is None:
-            seed = getattr(sampler, 'seed', 0) or 0
-        rank, _ = get_dist_info()
-        self.seed = int(seed) + rank
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Draw other sites in another epoch (mmengine calls it)."""
-        self.epoch = int(epoch)
-        if hasattr(self.sampler, 'set_epoch'):
-            self.sampler.set_epoch(epoch)
-
-    def site_batch(self, rng: np.random.Generator) -> List[Tuple]:
-        """One batch of a site drawn from ``rng``."""
-        key = self.sites.draw_key(rng)
-        members = self.sites.members(key)
-        chosen = rng.choice(
-            members,
-            size=self.batch_size,
-            replace=len(members) < self.batch_size)
-        return [(int(i), key) for i in chosen]
-
-    def __iter__(self) -> Iterator[List]:
-        rng = np.random.default_rng([self.seed, self.epoch])
-        batch = []
-        for index in self.sampler:
-            batch.append(int(index))
-            if len(batch) == self.batch_size:
-                yield self.site_batch(rng) \
-                    if rng.random() < self.site_prob else batch
-                batch = []
-        if batch and not self.drop_last:
-            yield batch
-
-
-@MODELS.register_module()
-class SiteEdgeSampler(EdgeSampler):
-    """The EdgeSampler with one more mode, ``'site'``: the statistics of
-    the population the batch was drawn from, i.e. a site batch's
-    ``site_prior`` (from :class:`SiteSimulatedDataset`) and E_t for a batch
-    of the whole training set.
-
-    Args:
-        **kwargs: :class:`~mmcalidet.models.data_preprocessors.EdgeSampler`
-            arguments; ``mode_probs`` may name ``'site'``. Only the
-            ``'local'`` batch scope (each rank's batch is one site).
-    """
-
-    KNOWN_MODES = dict(
-        MODES, site='E_site of the simulated site the batch comes from')
-    NEED_PRIOR = ('dataset', 'site')
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        if self.batch_scope != 'local':
-            raise ValueError('SiteEdgeSampler: only batch_scope="local" '
-                             '(each rank draws its own site)')
-        self._sites: List[Tuple[Optional[str], Optional[np.ndarray]]] = []
-
-    def forward(self, inputs, data_samples):
-        """The EdgeSampler's, reading each sample's site and
-        ``site_prior``."""
-        self._sites = [(ds.metainfo.get('site'), ds.metainfo.get('site_prior'))
-                       for ds in data_samples]
-        return super().forward(inputs, data_samples)
-
-    def _distinct_priors(
-            self, mode: str,
-            label_lists: List[np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
-        if mode != 'site':
-            return super()._distinct_priors(mode, label_lists)
-        # one prior (and one noise draw) per site in the batch
-        priors, index, seen = [], [], {}
-        for site, site_prior in self._sites:
-            if site not in seen:
-                seen[site] = len(priors)
-                priors.append(
-                    self.dataset_prior if site_prior is
-                    None else np.asarray(site_prior, dtype=np.float64))
-            index.append(seen[site])
-        return np.stack(priors), np.asarray(index, dtype=np.int64)
 
 
 #: the simulated sites of a recipe-selection set, in the order they are
