@@ -55,48 +55,65 @@ from mmcalidet.utils.log_level import log_to_file
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """The benchmark's options, grouped by what they set.
+
+    Args:
+        argv (list[str], optional): the arguments (default: sys.argv).
+
+    Returns:
+        argparse.Namespace: the parsed options.
+    """
     parser = argparse.ArgumentParser(
         description='Context-shift benchmark: generate, train, evaluate')
+    data = parser.add_argument_group('data')
+    training = parser.add_argument_group('training')
+    calibrator = parser.add_argument_group(
+        'calibrator', 'the CaliDINO: its start and its calibrator recipe')
+    rows = parser.add_argument_group(
+        'evaluation and deployment rows',
+        'post-hoc corrections and priors fitted on labelled site images')
+    self_cal = parser.add_argument_group('self-calibration')
+    output = parser.add_argument_group('output')
     parser.add_argument(
         '--quick',
         action='store_true',
         help='the short version (the DINO 900 iterations, then 3,000 '
         'calibrator updates or a 300-iteration fine-tune; no subset table)')
-    parser.add_argument(
+    data.add_argument(
         '--variant',
         choices=tuple(VARIANTS),
         default='digits',
         help='the data: 10 digit classes, or 40 digit x colour classes '
         'with COCO-like sparsity (2-4 classes per image)')
-    parser.add_argument(
+    data.add_argument(
         '--data',
         help='benchmark data folder (generated when missing; default '
         'data/context_shift or data/context_shift_many-class)')
-    parser.add_argument('--seed', type=int, default=0, help='data seed')
-    parser.add_argument(
+    data.add_argument('--seed', type=int, default=0, help='data seed')
+    output.add_argument(
         '--work-dir',
         help='training folder (default work_dirs/context_shift, '
         'work_dirs/context_shift_quick with --quick)')
-    parser.add_argument(
+    output.add_argument(
         '--out-dir', help='results folder (default <work-dir>/results)')
-    parser.add_argument(
+    training.add_argument(
         '--dino-iters', type=positive_int, help='plain DINO iterations')
-    parser.add_argument(
+    training.add_argument(
         '--finetune-iters',
         type=positive_int,
         help='CaliDINO fine-tune iterations (see --calidet-init)')
-    parser.add_argument(
+    calibrator.add_argument(
         '--calibrator-updates',
         type=positive_int,
         help='CaliFormer updates on cached decoder outputs (--calidet-init '
         'cached)')
-    parser.add_argument(
+    training.add_argument(
         '--decay-at',
         type=finite_float(0, 1, low_open=True),
         default=5 / 6,
         help='lr x0.1 at this fraction of the DINO schedule (the paper: '
         '5 of 6 epochs)')
-    parser.add_argument(
+    calibrator.add_argument(
         '--calidet-init',
         choices=('cached', 'finetune', 'same-budget', 'scratch'),
         default='cached',
@@ -108,7 +125,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         'the DINO at dino-iters - finetune-iters and runs the rest of its '
         'schedule; scratch: it trains the DINO schedule from scratch, both '
         'trainings side by side')
-    parser.add_argument(
+    calibrator.add_argument(
         '--calibrator-config',
         help='the calibrator config of --calidet-init cached (default: on '
         '10 classes the support-aware prior, projects/context_shift/'
@@ -117,16 +134,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         'presence-trained recipe, calidet_dino_tiny_context-shift_cached.py'
         ', or the paper\'s, calidet_dino_tiny_context-shift_cached_paper.py'
         )
-    parser.add_argument(
+    training.add_argument(
         '--retrain', action='store_true', help='train even if done')
-    parser.add_argument(
+    training.add_argument(
         '--train-only', action='store_true', help='stop after training')
-    parser.add_argument(
+    self_cal.add_argument(
         '--self-cal-iters',
         type=non_negative_int,
         default=10,
         help='self-calibration iterations per site')
-    parser.add_argument(
+    rows.add_argument(
         '--fit-labelled',
         type=positive_int,
         nargs='+',
@@ -135,20 +152,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='deployment rows: labelled images of a site the raw and the '
         'fitted site prior are estimated from (32; several: a row each, '
         'e.g. 8 32 128)')
-    parser.add_argument(
+    rows.add_argument(
         '--fit-repeats',
         type=non_negative_int,
         default=10,
         help='deployment rows: random draws of those images per site (10; '
         '0: no deployment rows)')
-    parser.add_argument(
+    rows.add_argument(
         '--fit-accept',
         choices=ACCEPT,
         default=DEFAULT_ACCEPT,
         help='deployment rows: when the fitted prior leaves E_t ("interval", '
         'the default: the low end of its cross-validated gain\'s bootstrap '
         'interval is above 0; "gain": the gain is)')
-    parser.add_argument(
+    self_cal.add_argument(
         '--self-cal-radius',
         type=trust_radius,
         nargs='+',
@@ -157,7 +174,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='self-calibration trust region: keep E_c within this mean '
         f'absolute distance of E_t (default {DEFAULT_TRUST_RADIUS}); "none": '
         'no limit, the paper\'s; several: a row each')
-    parser.add_argument(
+    self_cal.add_argument(
         '--online-radius',
         type=trust_radius,
         nargs='+',
@@ -166,25 +183,25 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='online self-calibration rows: the calibrator\'s trust radius '
         f'(default {DEFAULT_TRUST_RADIUS}); "none": no limit; several: a row '
         'each')
-    parser.add_argument(
+    self_cal.add_argument(
         '--score-thr',
         type=unit_float,
         default=0.3,
         help='self-calibration score threshold, in [0, 1]')
-    parser.add_argument(
+    training.add_argument(
         '--cfg-options',
         nargs='+',
         default=[],
         metavar='KEY=VALUE',
         help='more config overrides for both trainings')
-    parser.add_argument(
+    calibrator.add_argument(
         '--calidet-options',
         nargs='+',
         default=[],
         metavar='KEY=VALUE',
         help='config overrides for the CaliDINO only (ablations, e.g. '
         'model.bbox_head.loss_loma.loss_weight=20)')
-    parser.add_argument(
+    rows.add_argument(
         '--posthoc',
         nargs='*',
         choices=CORRECTIONS,
@@ -193,13 +210,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         '(default: ' + ' and '.join(CORRECTION_NAMES[c] for c in CORRECTIONS) +
         '; no value: the plain DINO alone). Each costs about a third of '
         'the evaluation')
-    parser.add_argument(
+    training.add_argument(
         '--dino-work-dir',
         help='the plain DINO training to use (trained there if missing; '
         'default <work-dir>/dino): ablations of the CaliDINO share one')
-    parser.add_argument(
+    output.add_argument(
         '--no-progress', action='store_true', help='no progress bars')
-    parser.add_argument(
+    output.add_argument(
         '--profile',
         action='store_true',
         help='also write profile.md to the output folder: the time of each '
