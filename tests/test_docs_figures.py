@@ -188,7 +188,8 @@ def test_ap_figures_are_table_cells_and_prose_phrases():
         '',
         '| | E0 | E_x | time |',
         '|---|---|---|---|',
-        '| **CaliDINO** (3,000 updates) | 51.4 | +64.3 (60.1-66.2) | 4.6 min |',
+        '| **CaliDINO** (3,000 updates) | 51.4 | +64.3 (60.1-66.2) '
+        '| 4.6 min |',
         '| | 52.0 | 2.5 ms | 1.5 |',
         '',
         '| method | epsilon | AP |',
@@ -250,7 +251,8 @@ def test_no_ap_figure_appears_in_two_markdown_files():
     assert 'docs/results.md' in files and 'configs/calidet/README.md' in files
     found = clashes(files=files)
     assert not found, (
-        'an AP figure has one home: the paper\'s in configs/calidet/README.md, '
+        'an AP figure has one home: the paper\'s in '
+        'configs/calidet/README.md, '
         'the ones measured here in docs/results.md; link to it instead:\n' +
         '\n'.join(found))
 
