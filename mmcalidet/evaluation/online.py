@@ -29,6 +29,7 @@ import numpy as np
 from ..priors import validate_prior
 from .self_calibration import (DEFAULT_SCORE_THR, DEFAULT_TRUST_RADIUS,
                                calibration_step, check_self_calibration_args,
+                               deployment_support_arrays,
                                prediction_statistics, within_trust_region)
 
 
@@ -89,11 +90,8 @@ class OnlineSelfCalibrator:
         if init_prior is None and model is not None and \
                 hasattr(model, 'get_prior'):
             init_prior = model.get_prior()
-            if init_support is None and hasattr(model, 'deployment_support'):
-                found = model.deployment_support()
-                if all(t is not None for t in found):
-                    init_support = tuple(
-                        t.detach().cpu().numpy() for t in found)
+            if init_support is None:
+                init_support = deployment_support_arrays(model)
         #: the start prior's (support, marginals), kept by every E_c
         self.init_support = None if init_support is None else tuple(
             np.asarray(t, dtype=np.float64).copy() for t in init_support)

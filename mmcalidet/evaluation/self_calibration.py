@@ -222,6 +222,16 @@ class SelfCalibrationResult:
     start_predictions: List[InstanceData] = field(default_factory=list)
 
 
+def deployment_support_arrays(model) -> Optional[Tuple[Any, Any]]:
+    """A CaliDet model's deployment (support, marginals) as arrays, or
+    ``None`` where it has none (the default start support of E_c)."""
+    found = model.deployment_support() if hasattr(
+        model, 'deployment_support') else (None, None)
+    if any(t is None for t in found):
+        return None
+    return tuple(t.detach().cpu().numpy() for t in found)
+
+
 def self_calibrate(model,
                    images,
                    eta: float = DEFAULT_ETA,
@@ -301,10 +311,8 @@ def self_calibrate(model,
             raise ValueError('pass init_prior (E_t) for a model without a '
                              'deployment prior')
         init_prior = model.get_prior()
-        if init_support is None and hasattr(model, 'deployment_support'):
-            found = model.deployment_support()
-            if all(t is not None for t in found):
-                init_support = tuple(t.detach().cpu().numpy() for t in found)
+        if init_support is None:
+            init_support = deployment_support_arrays(model)
     prior = validate_prior(init_prior, num_classes=k)
     if init_support is not None:
         rescorer.register_support(prior, *init_support)
