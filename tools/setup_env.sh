@@ -248,6 +248,27 @@ sys.exit(0 if ext and all(f.locate().is_file() for f in ext) else 1)
 PYEOF
 }
 
+# compile_bytecode PY SITE STAMP: byte-compile SITE's packages with PY once
+# per set of installed distributions (STAMP holds the set it was done for).
+# uv installs no bytecode, and an interpreter that may not write it
+# (PYTHONDONTWRITEBYTECODE, a read-only venv) compiles torch, mmcv and mmdet
+# from source at every start: about 10 s more for each process (a tool, a
+# test worker, a data worker). About 30 s on 2 cores, once; package test
+# folders are never imported and are skipped. A file the interpreter
+# cannot compile (torch's Python 3.12 samples) is reported in the log and
+# left out, as import would.
+compile_bytecode() {
+    local py="$1" site="$2" stamp="$3" dists
+    dists="$(cd "$site" && ls -d ./*.dist-info 2>/dev/null | sort | tr '\n' ' ')"
+    if [ "$(cat "$stamp" 2>/dev/null)" = "$dists" ]; then
+        return 0
+    fi
+    log "compiling the installed packages to bytecode"
+    "$py" -m compileall -q -j 0 -x '[/\\]tests[/\\]' "$site" \
+        >>"${SETUP_LOG:-/dev/null}" 2>&1 || true
+    printf '%s' "$dists" >"$stamp"
+}
+
 # sourced: the functions only
 if [ "${BASH_SOURCE[0]}" != "$0" ]; then
     return 0
@@ -480,4 +501,6 @@ if ! have mmengine 0.10.7 || ! have mmdet 3.3.0 || ! have opencv-python 4.14.0.9
     log "installing mmengine, mmdet and runtime requirements"
     install_q -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
 fi
+# 6. Bytecode for the installed packages (see compile_bytecode).
+compile_bytecode "$PY" "$SITE" "$VENV/.bytecode-stamp"
 log "environment ready: $VENV"
