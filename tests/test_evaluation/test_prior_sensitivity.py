@@ -4,8 +4,6 @@ prior_sensitivity.py."""
 import json
 import os.path as osp
 import runpy
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,7 +18,7 @@ from mmcalidet.evaluation.sensitivity import prior_sensitivity
 from mmcalidet.models import CaliFormer
 from mmcalidet.models.dense_heads.calibrated_cls import CalibratedClsMixin
 from mmcalidet.priors import flat_prior, flip_prior, sample_prior
-from mmcalidet.testing import PROJECT_ROOT, get_config
+from mmcalidet.testing import PROJECT_ROOT, get_config, run_tool_in_process
 
 K, D = 6, 16
 TOOL = osp.join(PROJECT_ROOT, 'tools', 'analysis_tools',
@@ -187,11 +185,7 @@ def test_tool_prints_the_table_and_writes_json(checkpoints, tmp_path,
 @pytest.mark.slow
 def test_tool_errors_name_the_problem(checkpoints, monkeypatch):
     monkeypatch.chdir(PROJECT_ROOT)
-    res = subprocess.run([sys.executable, TOOL, DINO, checkpoints[1]],
-                         cwd=PROJECT_ROOT,
-                         capture_output=True,
-                         text=True,
-                         timeout=300)
+    res = run_tool_in_process(TOOL, DINO, checkpoints[1])
     assert res.returncode == 1
     assert 'not a calibratable detector' in res.stderr
     main = runpy.run_path(TOOL, run_name='tool')['main']

@@ -21,6 +21,7 @@ from mmcalidet.evaluation import (CocoEvaluator, OnlineSelfCalibrator,
 from mmcalidet.evaluation.baselines import CooccurrenceRescoring
 from mmcalidet.evaluation.tool_options import add_model_args
 from mmcalidet.priors import flat_prior
+from mmcalidet.testing import run_tool_in_process
 from mmcalidet.utils.validation import (check_finite_array, check_float,
                                         check_int)
 
@@ -324,11 +325,11 @@ def test_a_cache_of_non_finite_hidden_states_is_refused_naming_the_file(
 
 
 @pytest.mark.slow
-def test_the_cache_check_tool_names_the_non_finite_file(tmp_path, run_tool):
+def test_the_cache_check_tool_names_the_non_finite_file(tmp_path):
     folder = nan_cache(tmp_path)
     hidden_file = osp.join(folder, 'hidden.npy')
-    proc = run_tool('tools/analysis_tools/cache_decoder_outputs.py',
-                    '--check', folder)
+    proc = run_tool_in_process(
+        'tools/analysis_tools/cache_decoder_outputs.py', '--check', folder)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert 'valid' not in proc.stdout
     assert proc.stderr.strip().splitlines()[-1].startswith(
@@ -408,14 +409,14 @@ def test_a_file_that_is_not_onnx_is_refused_in_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_the_onnx_demo_refuses_a_file_that_is_not_onnx_in_one_line(
-        tmp_path, run_tool):
+        tmp_path):
     bogus = tmp_path / 'model.onnx'
     bogus.write_text('not an onnx file')
     image = osp.join(tmp_path, 'x.png')
     import mmcv
     mmcv.imwrite(np.zeros((8, 8, 3), np.uint8), image)
-    proc = run_tool('tools/deployment/onnx_demo.py', image, str(bogus),
-                    '--out-dir', str(tmp_path / 'out'))
+    proc = run_tool_in_process('tools/deployment/onnx_demo.py', image,
+                               str(bogus), '--out-dir', str(tmp_path / 'out'))
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and 'is not an ONNX model' in lines[0], \
@@ -489,11 +490,11 @@ def test_image_demo_writes_the_good_images_of_a_folder(tmp_path, run_tool):
 #    38-line traceback, and a work_dir made
 @pytest.mark.slow
 def test_training_on_a_torn_cache_is_one_line_and_no_work_dir(
-        tmp_path, run_tool):
+        tmp_path):
     from mmcalidet.testing import PROJECT_ROOT, damage_cache_file
     folder = nan_cache(tmp_path)
     hidden = damage_cache_file(folder, 'hidden.npy', 'truncate')
-    proc = run_tool(
+    proc = run_tool_in_process(
         'tools/train.py',
         osp.join(PROJECT_ROOT, 'configs', 'calidet',
                  'calidet_dino_tiny_coco-mini_cached.py'), '--cfg-options',
@@ -511,13 +512,13 @@ def test_training_on_a_torn_cache_is_one_line_and_no_work_dir(
 # 10. tools/test.py --prior bad.json made work_dirs/<config>/<time>/ first
 @pytest.mark.slow
 def test_test_py_refuses_a_bad_prior_before_making_a_work_dir(
-        tmp_path, run_tool):
+        tmp_path):
     from mmcalidet.testing import PROJECT_ROOT
     bad = tmp_path / 'bad.json'
     bad.write_text('{"matrix": [[1.0, ')
     checkpoint = tmp_path / 'x.pth'
     checkpoint.write_bytes(b'not read before the prior is checked')
-    proc = run_tool(
+    proc = run_tool_in_process(
         'tools/test.py',
         osp.join(PROJECT_ROOT, 'configs', 'calidet',
                  'calidet_dino_tiny_coco-mini.py'), str(checkpoint),

@@ -7,7 +7,6 @@ import importlib.util
 import os
 import os.path as osp
 import re
-import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -23,7 +22,8 @@ from mmengine.runner import Runner, save_checkpoint
 from mmcalidet.engine.checkpoint_hooks import (AtomicCheckpointHook,
                                                AtomicLocalBackend,
                                                CheckpointCompatHook)
-from mmcalidet.testing import PROJECT_ROOT, data_root, get_config
+from mmcalidet.testing import (PROJECT_ROOT, data_root, get_config,
+                               run_tool_in_process)
 from mmcalidet.utils.checkpoint_compat import (CheckpointMismatchError,
                                                check_checkpoint)
 
@@ -385,17 +385,9 @@ def test_test_tool_says_in_one_line_that_a_checkpoint_is_unreadable(
     else:
         with open(path, 'wb') as f:
             f.write(content)
-    res = subprocess.run([
-        sys.executable, 'tools/test.py',
-        'configs/calidet/calidet_dino_tiny_coco-mini.py', path,
-        '--work-dir',
-        str(tmp_path / 'work')
-    ],
-                         cwd=PROJECT_ROOT,
-                         capture_output=True,
-                         text=True,
-                         timeout=300,
-                         env=dict(os.environ, MMCALIDET_DATA=data_root()))
+    res = run_tool_in_process(
+        'tools/test.py', 'configs/calidet/calidet_dino_tiny_coco-mini.py',
+        path, '--work-dir', str(tmp_path / 'work'))
     assert res.returncode == 1
     assert 'Traceback' not in res.stderr
     expected = {

@@ -19,7 +19,8 @@ from mmengine.registry import init_default_scope
 from mmengine.runner import save_checkpoint
 
 from mmcalidet.priors import load_prior
-from mmcalidet.testing import PROJECT_ROOT, get_config, set_known_scores
+from mmcalidet.testing import (PROJECT_ROOT, get_config, run_tool_in_process,
+                               set_known_scores)
 
 CALI = 'configs/calidet/calidet_dino_tiny_coco-mini.py'
 DINO = 'configs/calidet/dino_tiny_coco-mini.py'
@@ -218,10 +219,10 @@ def test_eval_subsets_and_self_calibrate(checkpoints, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_errors_exit_with_one_line(run_tool, tmp_path):
-    proc = run_tool('tools/analysis_tools/eval_priors.py', CALI,
-                    str(tmp_path / 'missing.pth'), '--out-dir', str(tmp_path),
-                    '--device', 'cpu')
+def test_errors_exit_with_one_line(tmp_path):
+    proc = run_tool_in_process('tools/analysis_tools/eval_priors.py', CALI,
+                               str(tmp_path / 'missing.pth'), '--out-dir',
+                               str(tmp_path), '--device', 'cpu')
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith('eval_priors.py: error: checkpoint not found')

@@ -21,7 +21,8 @@ from PIL import Image
 
 from mmcalidet.priors import default_prior_path, load_prior, save_prior
 from mmcalidet.priors.edit import apply_edits
-from mmcalidet.testing import PROJECT_ROOT, data_root, get_config
+from mmcalidet.testing import (PROJECT_ROOT, data_root, get_config,
+                               run_tool_in_process)
 
 TOOL = 'tools/demo/image_demo.py'
 CONFIG = 'calidet/calidet_dino_tiny_coco-mini.py'
@@ -111,8 +112,7 @@ def test_demo_rejects_an_unknown_class_before_running(checkpoint, tmp_path):
 
 
 @pytest.mark.slow
-def test_demo_refuses_a_checkpoint_of_other_classes(checkpoint, tmp_path,
-                                                    run_tool):
+def test_demo_refuses_a_checkpoint_of_other_classes(checkpoint, tmp_path):
     """mmdet would load it with random classification layers (only logging
     the size mismatches), and the demo would then fail on a class index."""
     state = torch.load(checkpoint)['state_dict']
@@ -125,7 +125,9 @@ def test_demo_refuses_a_checkpoint_of_other_classes(checkpoint, tmp_path,
     save_checkpoint(
         dict(state_dict=state, meta=dict(dataset_meta=dict(
             classes=CLASSES[:20]))), path)
-    res = run_tool(TOOL, *demo_args(path, '--out-dir', str(tmp_path / 'o')))
+    res = run_tool_in_process(TOOL,
+                              *demo_args(path, '--out-dir',
+                                         str(tmp_path / 'o')))
     assert res.returncode == 1
     assert 'Traceback' not in res.stderr
     # one line naming the checkpoint and both class counts

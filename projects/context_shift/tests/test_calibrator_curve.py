@@ -8,7 +8,8 @@ import runpy
 import pytest
 from mmengine.runner import save_checkpoint
 
-from mmcalidet.testing import PROJECT_ROOT, build_detector, run_tool
+from mmcalidet.testing import (PROJECT_ROOT, build_detector, run_tool,
+                               run_tool_in_process)
 from projects.context_shift.context_shift import training
 
 TOOL = 'projects/context_shift/experiments/calibrator_curve.py'
@@ -93,9 +94,8 @@ def test_summary_figures_and_order_verdict():
 
 @pytest.mark.slow
 def test_missing_files_are_one_line_errors(tmp_path):
-    code, out = run([
-        CACHED, '--dino-config', DINO, '--dino-checkpoint',
-        str(tmp_path / 'none.pth'), '--updates', '1', '--work-dir',
-        str(tmp_path)
-    ])
+    proc = run_tool_in_process(TOOL, CACHED, '--dino-config', DINO,
+                               '--dino-checkpoint', str(tmp_path / 'none.pth'),
+                               '--updates', '1', '--work-dir', str(tmp_path))
+    code, out = proc.returncode, proc.stdout + proc.stderr
     assert code == 1 and 'not found' in out and 'Traceback' not in out

@@ -12,7 +12,7 @@ import pytest
 
 from mmcalidet.priors import batch_prior, flat_prior, load_prior
 from mmcalidet.priors.label_io import read_coco_labels
-from mmcalidet.testing import PROJECT_ROOT
+from mmcalidet.testing import PROJECT_ROOT, run_tool_in_process
 from projects.context_shift.context_shift.data import (
     CLASSES, DEFAULT_SCENES, MANY_CLASS_SCENES, expected_site_statistics,
     label_statistics, load_digits_split, make_context_shift, variant_classes)
@@ -210,7 +210,7 @@ def test_annotations_and_priors_agree(tmp_path):
 
 
 @pytest.mark.slow
-def test_existing_folder_and_bad_scene_model(tmp_path, run_tool, capsys):
+def test_existing_folder_and_bad_scene_model(tmp_path, capsys):
     out = tmp_path / 'cs'
     out.mkdir()
     (out / 'keep.txt').write_text('x')
@@ -231,7 +231,7 @@ def test_existing_folder_and_bad_scene_model(tmp_path, run_tool, capsys):
         '64', '--digit-size', '8', '12', '--no-progress'
     ]
     # from the command line: exit status 1 and the reason
-    res = run_tool(MAKE_DATA, *small)
+    res = run_tool_in_process(MAKE_DATA, *small)
     assert res.returncode == 1 and 'exists' in res.stderr
     # the options reach the generator (in this process: the start-up is
     # the run above's)
