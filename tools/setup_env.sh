@@ -248,24 +248,48 @@ sys.exit(0 if ext and all(f.locate().is_file() for f in ext) else 1)
 PYEOF
 }
 
-# compile_bytecode PY SITE STAMP: byte-compile SITE's packages with PY once
-# per set of installed distributions (STAMP holds the set it was done for).
-# uv installs no bytecode, and an interpreter that may not write it
+# compile_bytecode PY SITE STAMP [CACHE]: byte-compile SITE's packages with PY
+# once per set of installed distributions (STAMP holds the set it was done
+# for). uv installs no bytecode, and an interpreter that may not write it
 # (PYTHONDONTWRITEBYTECODE, a read-only venv) compiles torch, mmcv and mmdet
 # from source at every start: about 10 s more for each process (a tool, a
-# test worker, a data worker). About 30 s on 2 cores, once; package test
-# folders are never imported and are skipped. A file the interpreter
-# cannot compile (torch's Python 3.12 samples) is reported in the log and
-# left out, as import would.
+# test worker). Compiling takes 20-30 s on 2 cores, so the result is kept in
+# CACHE/bytecode/<python and distributions>.tar and a fresh venv with the
+# same distributions unpacks it in a second. uv links each file from its
+# own cache, so the sources keep their times, and Python checks each .pyc
+# against its source's time and size before it uses it: a .pyc that does
+# not match is ignored, never run. Package test folders are skipped; a file
+# the interpreter cannot compile (torch's Python 3.12 samples) is reported
+# in the log and left out, as import would.
 compile_bytecode() {
-    local py="$1" site="$2" stamp="$3" dists
+    local py="$1" site="$2" stamp="$3" cache="${4:-}" dists key tar tmp
     dists="$(cd "$site" && ls -d ./*.dist-info 2>/dev/null | sort | tr '\n' ' ')"
     if [ "$(cat "$stamp" 2>/dev/null)" = "$dists" ]; then
         return 0
     fi
-    log "compiling the installed packages to bytecode"
-    "$py" -m compileall -q -j 0 -x '[/\\]tests[/\\]' "$site" \
-        >>"${SETUP_LOG:-/dev/null}" 2>&1 || true
+    if [ -n "$cache" ]; then
+        key="$({ "$py" -c 'import sys; print(sys.version)'; echo "$dists"; } \
+            | sha256sum | cut -c1-16)"
+        tar="$cache/bytecode/$key.tar"
+    fi
+    if [ -n "$cache" ] && [ -f "$tar" ] && tar -xf "$tar" -C "$site" 2>/dev/null
+    then
+        log "reused the packages' bytecode from $tar"
+    else
+        log "compiling the installed packages to bytecode"
+        "$py" -m compileall -q -j 0 -x '[/\\]tests[/\\]' "$site" \
+            >>"${SETUP_LOG:-/dev/null}" 2>&1 || true
+        # kept for the next venv (the package's own link is not followed);
+        # a rename: other runs see the whole file or none
+        if [ -n "$cache" ] && mkdir -p "$cache/bytecode" \
+                && tmp="$(mktemp "$cache/bytecode/.part.XXXXXX")"; then
+            if ! { (cd "$site" && find . -name '*.pyc' -path '*/__pycache__/*' \
+                    | tar -cf "$tmp" -T -) && chmod 644 "$tmp" \
+                    && mv "$tmp" "$tar"; }; then
+                rm -f "$tmp"
+            fi
+        fi
+    fi
     printf '%s' "$dists" >"$stamp"
 }
 
@@ -502,5 +526,5 @@ if ! have mmengine 0.10.7 || ! have mmdet 3.3.0 || ! have opencv-python 4.14.0.9
     install_q -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
 fi
 # 6. Bytecode for the installed packages (see compile_bytecode).
-compile_bytecode "$PY" "$SITE" "$VENV/.bytecode-stamp"
+compile_bytecode "$PY" "$SITE" "$VENV/.bytecode-stamp" "$CACHE"
 log "environment ready: $VENV"

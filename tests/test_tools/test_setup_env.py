@@ -258,3 +258,43 @@ def test_this_environment_has_its_bytecode():
         pytest.skip('not the venv that tools/setup_env.sh made')
     for module in (torch, mmdet, mmengine):
         assert osp.isfile(importlib.util.cache_from_source(module.__file__))
+
+
+def test_a_fresh_venv_unpacks_the_bytecode_of_the_same_distributions(
+        tmp_path):
+    """The second venv with the same distributions (uv links the same
+    files) takes the first one's bytecode from the cache, and Python runs
+    it."""
+    first, second, cache = (tmp_path / 'first', tmp_path / 'second',
+                            tmp_path / 'cache')
+    (first / 'pkg').mkdir(parents=True)
+    (first / 'pkg' / '__init__.py').write_text('X = 1\n')
+    (first / 'pkg-1.0.dist-info').mkdir()
+    shutil.copytree(first, second)  # the sources keep their times
+
+    def run(site):
+        return subprocess.run([
+            BASH, '-c', f'source "{SCRIPT}" && compile_bytecode '
+            f'"{sys.executable}" "{site}" "{site}/stamp" "{cache}"'
+        ],
+                              capture_output=True,
+                              text=True,
+                              check=True).stderr
+
+    assert 'compiling' in run(first)
+    assert len(list((cache / 'bytecode').glob('*.tar'))) == 1
+    assert 'reused the packages\' bytecode' in run(second)
+    pyc = second / 'pkg' / '__pycache__'
+    assert [p.name.split('.')[0] for p in pyc.iterdir()] == ['__init__']
+    # Python runs it: a source of the same size and time is not read again
+    source = second / 'pkg' / '__init__.py'
+    times = (source.stat().st_atime, source.stat().st_mtime)
+    source.write_text('X = 2\n')
+    os.utime(source, times)
+    x = subprocess.run(
+        [sys.executable, '-B', '-c', 'import pkg; print(pkg.X)'],
+        cwd=second,
+        capture_output=True,
+        text=True,
+        check=True).stdout.strip()
+    assert x == '1'
