@@ -1,8 +1,8 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """mmengine components registered in mmdet's ``LOOPS`` / ``HOOKS``: the
 evaluation protocol's test loops (``loops.py``), online self-calibration
-(``self_calibration_hook.py``), safe checkpointing
-(``checkpoint_hooks.py``), the seed a resumed run restores
+(``self_calibration_hook.py``), safe checkpointing (``checkpoint_hooks.py``
+imports its three hooks, one module each), the seed a resumed run restores
 (``run_seed.py``) and snapshots at chosen iterations
 (``snapshot_hook.py``)."""
 from .calibrator_optim import CalibratorOptimWrapperConstructor

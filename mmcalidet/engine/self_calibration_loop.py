@@ -1,0 +1,95 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""``SelfCalibrationTestLoop``: self-calibration on subsets (see
+``loops.py``)."""
+import os.path as osp
+from typing import Dict, List, Optional
+
+from mmdet.registry import LOOPS
+
+from ..evaluation import (cache_evaluator, calibration_subsets, markdown_table,
+                          self_calibrate_partitions)
+from ..utils.validation import check_int
+from .cached_test_loop import CachedTestLoop
+
+
+@LOOPS.register_module()
+class SelfCalibrationTestLoop(CachedTestLoop):
+    """Self-calibration (Algo. 1) on random subsets of the test set.
+
+    Metrics: ``selfcal/<metric>@0`` (E_t), ``selfcal/<metric>@last`` and
+    ``selfcal/gain``; the averaged history goes to
+    ``<log_dir>/self_calibration.json`` and its curves to
+    ``self_calibration.png``.
+
+    Args:
+        subset_size (int): images per subset (0: the whole test set).
+        num_images (int, optional): images used (default all).
+        seed (int): split seed.
+        iters, eta, score_thr, tol: see
+            :func:`mmcalidet.evaluation.self_calibrate`.
+        **kwargs: see :class:`CachedTestLoop`.
+    """
+
+    def __init__(self,
+                 runner,
+                 dataloader,
+                 evaluator,
+                 subset_size: int = 0,
+                 num_images: Optional[int] = None,
+                 seed: int = 0,
+                 iters: int = 20,
+                 eta: float = 4.0,
+                 score_thr: Optional[float] = None,
+                 tol: float = 1e-3,
+                 **kwargs) -> None:
+        from ..evaluation import DEFAULT_SCORE_THR
+        from ..evaluation.self_calibration import check_self_calibration_args
+        check_self_calibration_args(
+            iters=iters,
+            eta=eta,
+            score_thr=DEFAULT_SCORE_THR if score_thr is None else score_thr,
+            tol=tol)
+        check_int('subset_size', subset_size, 0)
+        check_int('num_images', num_images, 1, allow_none=True)
+        super().__init__(runner, dataloader, evaluator, **kwargs)
+        self.subset_size = int(subset_size)
+        self.num_images = num_images
+        self.seed = seed
+        self.options = dict(
+            iters=iters,
+            eta=eta,
+            score_thr=DEFAULT_SCORE_THR if score_thr is None else score_thr,
+            tol=tol)
+
+    def evaluate_cache(self, cache) -> Dict:
+        from ..evaluation.report import write_report
+        from ..visualization import plot_self_calibration
+        options = self.options
+        out = self_calibrate_partitions(
+            self.detector,
+            cache,
+            calibration_subsets(
+                len(cache), self.subset_size, self.num_images, self.seed),
+            evaluate=cache_evaluator(self.coco_evaluator()),
+            progress=False,
+            init_prior=self.e_t,
+            batch_size=self.rescore_batch_size,
+            **options)
+        mean: List[Dict] = out['mean']
+        log_dir = self.runner.log_dir
+        write_report(
+            log_dir, 'self_calibration', 'Self-calibration',
+            [(None,
+              markdown_table(mean, [('iter', 'iter', ''), ('AP', 'AP', 'pct'),
+                                    ('step_mae', 'step MAE', '.4f'),
+                                    ('step_max', 'step MAX', '.4f')]))],
+            dict(options=options, history=mean))
+        plot_self_calibration(mean, osp.join(log_dir, 'self_calibration.png'))
+        return {
+            'selfcal/AP@0': mean[0]['AP'],
+            'selfcal/AP@last': mean[-1]['AP'],
+            'selfcal/gain': mean[-1]['AP'] - mean[0]['AP'],
+            'selfcal/iters': len(mean) - 1,
+            'selfcal/subsets': len(out['subsets']),
+            'selfcal/score_thr': options['score_thr'],
+        }
