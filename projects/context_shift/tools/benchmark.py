@@ -54,66 +54,71 @@ from mmcalidet.utils.cli import (finite_float, non_negative_int, positive_int,
 from mmcalidet.utils.log_level import log_to_file
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    """The benchmark's options, grouped by what they set.
+def _add_data_options(group: argparse._ArgumentGroup) -> None:
+    """The data: its variant, folder and seed.
 
     Args:
-        argv (list[str], optional): the arguments (default: sys.argv).
-
-    Returns:
-        argparse.Namespace: the parsed options.
+        group: the parser's argument group to add the options to.
     """
-    parser = argparse.ArgumentParser(
-        description='Context-shift benchmark: generate, train, evaluate')
-    data = parser.add_argument_group('data')
-    training = parser.add_argument_group('training')
-    calibrator = parser.add_argument_group(
-        'calibrator', 'the CaliDINO: its start and its calibrator recipe')
-    rows = parser.add_argument_group(
-        'evaluation and deployment rows',
-        'post-hoc corrections and priors fitted on labelled site images')
-    self_cal = parser.add_argument_group('self-calibration')
-    output = parser.add_argument_group('output')
-    parser.add_argument(
-        '--quick',
-        action='store_true',
-        help='the short version (the DINO 900 iterations, then 3,000 '
-        'calibrator updates or a 300-iteration fine-tune; no subset table)')
-    data.add_argument(
+    group.add_argument(
         '--variant',
         choices=tuple(VARIANTS),
         default='digits',
         help='the data: 10 digit classes, or 40 digit x colour classes '
         'with COCO-like sparsity (2-4 classes per image)')
-    data.add_argument(
+    group.add_argument(
         '--data',
         help='benchmark data folder (generated when missing; default '
         'data/context_shift or data/context_shift_many-class)')
-    data.add_argument('--seed', type=int, default=0, help='data seed')
-    output.add_argument(
-        '--work-dir',
-        help='training folder (default work_dirs/context_shift, '
-        'work_dirs/context_shift_quick with --quick)')
-    output.add_argument(
-        '--out-dir', help='results folder (default <work-dir>/results)')
-    training.add_argument(
+    group.add_argument('--seed', type=int, default=0, help='data seed')
+
+
+def _add_training_options(group: argparse._ArgumentGroup) -> None:
+    """The DINO's training: its schedule, overrides and folder.
+
+    Args:
+        group: the parser's argument group to add the options to.
+    """
+    group.add_argument(
         '--dino-iters', type=positive_int, help='plain DINO iterations')
-    training.add_argument(
+    group.add_argument(
         '--finetune-iters',
         type=positive_int,
         help='CaliDINO fine-tune iterations (see --calidet-init)')
-    calibrator.add_argument(
-        '--calibrator-updates',
-        type=positive_int,
-        help='CaliFormer updates on cached decoder outputs (--calidet-init '
-        'cached)')
-    training.add_argument(
+    group.add_argument(
         '--decay-at',
         type=finite_float(0, 1, low_open=True),
         default=5 / 6,
         help='lr x0.1 at this fraction of the DINO schedule (the paper: '
         '5 of 6 epochs)')
-    calibrator.add_argument(
+    group.add_argument(
+        '--retrain', action='store_true', help='train even if done')
+    group.add_argument(
+        '--train-only', action='store_true', help='stop after training')
+    group.add_argument(
+        '--cfg-options',
+        nargs='+',
+        default=[],
+        metavar='KEY=VALUE',
+        help='more config overrides for both trainings')
+    group.add_argument(
+        '--dino-work-dir',
+        help='the plain DINO training to use (trained there if missing; '
+        'default <work-dir>/dino): ablations of the CaliDINO share one')
+
+
+def _add_calibrator_options(group: argparse._ArgumentGroup) -> None:
+    """The CaliDINO: its start and its calibrator recipe.
+
+    Args:
+        group: the parser's argument group to add the options to.
+    """
+    group.add_argument(
+        '--calibrator-updates',
+        type=positive_int,
+        help='CaliFormer updates on cached decoder outputs (--calidet-init '
+        'cached)')
+    group.add_argument(
         '--calidet-init',
         choices=('cached', 'finetune', 'same-budget', 'scratch'),
         default='cached',
@@ -125,7 +130,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         'the DINO at dino-iters - finetune-iters and runs the rest of its '
         'schedule; scratch: it trains the DINO schedule from scratch, both '
         'trainings side by side')
-    calibrator.add_argument(
+    group.add_argument(
         '--calibrator-config',
         help='the calibrator config of --calidet-init cached (default: on '
         '10 classes the support-aware prior, projects/context_shift/'
@@ -134,16 +139,23 @@ def parse_args(argv=None) -> argparse.Namespace:
         'presence-trained recipe, calidet_dino_tiny_context-shift_cached.py'
         ', or the paper\'s, calidet_dino_tiny_context-shift_cached_paper.py'
         )
-    training.add_argument(
-        '--retrain', action='store_true', help='train even if done')
-    training.add_argument(
-        '--train-only', action='store_true', help='stop after training')
-    self_cal.add_argument(
-        '--self-cal-iters',
-        type=non_negative_int,
-        default=10,
-        help='self-calibration iterations per site')
-    rows.add_argument(
+    group.add_argument(
+        '--calidet-options',
+        nargs='+',
+        default=[],
+        metavar='KEY=VALUE',
+        help='config overrides for the CaliDINO only (ablations, e.g. '
+        'model.bbox_head.loss_loma.loss_weight=20)')
+
+
+def _add_row_options(group: argparse._ArgumentGroup) -> None:
+    """The evaluation and deployment rows: post-hoc corrections and priors
+    fitted on labelled site images.
+
+    Args:
+        group: the parser's argument group to add the options to.
+    """
+    group.add_argument(
         '--fit-labelled',
         type=positive_int,
         nargs='+',
@@ -152,56 +164,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='deployment rows: labelled images of a site the raw and the '
         'fitted site prior are estimated from (32; several: a row each, '
         'e.g. 8 32 128)')
-    rows.add_argument(
+    group.add_argument(
         '--fit-repeats',
         type=non_negative_int,
         default=10,
         help='deployment rows: random draws of those images per site (10; '
         '0: no deployment rows)')
-    rows.add_argument(
+    group.add_argument(
         '--fit-accept',
         choices=ACCEPT,
         default=DEFAULT_ACCEPT,
         help='deployment rows: when the fitted prior leaves E_t ("interval", '
         'the default: the low end of its cross-validated gain\'s bootstrap '
         'interval is above 0; "gain": the gain is)')
-    self_cal.add_argument(
-        '--self-cal-radius',
-        type=trust_radius,
-        nargs='+',
-        default=[DEFAULT_TRUST_RADIUS],
-        metavar='R',
-        help='self-calibration trust region: keep E_c within this mean '
-        f'absolute distance of E_t (default {DEFAULT_TRUST_RADIUS}); "none": '
-        'no limit, the paper\'s; several: a row each')
-    self_cal.add_argument(
-        '--online-radius',
-        type=trust_radius,
-        nargs='+',
-        default=[DEFAULT_TRUST_RADIUS],
-        metavar='R',
-        help='online self-calibration rows: the calibrator\'s trust radius '
-        f'(default {DEFAULT_TRUST_RADIUS}); "none": no limit; several: a row '
-        'each')
-    self_cal.add_argument(
-        '--score-thr',
-        type=unit_float,
-        default=0.3,
-        help='self-calibration score threshold, in [0, 1]')
-    training.add_argument(
-        '--cfg-options',
-        nargs='+',
-        default=[],
-        metavar='KEY=VALUE',
-        help='more config overrides for both trainings')
-    calibrator.add_argument(
-        '--calidet-options',
-        nargs='+',
-        default=[],
-        metavar='KEY=VALUE',
-        help='config overrides for the CaliDINO only (ablations, e.g. '
-        'model.bbox_head.loss_loma.loss_weight=20)')
-    rows.add_argument(
+    group.add_argument(
         '--posthoc',
         nargs='*',
         choices=CORRECTIONS,
@@ -210,19 +186,95 @@ def parse_args(argv=None) -> argparse.Namespace:
         '(default: ' + ' and '.join(CORRECTION_NAMES[c] for c in CORRECTIONS) +
         '; no value: the plain DINO alone). Each costs about a third of '
         'the evaluation')
-    training.add_argument(
-        '--dino-work-dir',
-        help='the plain DINO training to use (trained there if missing; '
-        'default <work-dir>/dino): ablations of the CaliDINO share one')
-    output.add_argument(
+
+
+def _add_self_calibration_options(group: argparse._ArgumentGroup) -> None:
+    """Self-calibration, batch and online.
+
+    Args:
+        group: the parser's argument group to add the options to.
+    """
+    group.add_argument(
+        '--self-cal-iters',
+        type=non_negative_int,
+        default=10,
+        help='self-calibration iterations per site')
+    group.add_argument(
+        '--self-cal-radius',
+        type=trust_radius,
+        nargs='+',
+        default=[DEFAULT_TRUST_RADIUS],
+        metavar='R',
+        help='self-calibration trust region: keep E_c within this mean '
+        f'absolute distance of E_t (default {DEFAULT_TRUST_RADIUS}); "none": '
+        'no limit, the paper\'s; several: a row each')
+    group.add_argument(
+        '--online-radius',
+        type=trust_radius,
+        nargs='+',
+        default=[DEFAULT_TRUST_RADIUS],
+        metavar='R',
+        help='online self-calibration rows: the calibrator\'s trust radius '
+        f'(default {DEFAULT_TRUST_RADIUS}); "none": no limit; several: a row '
+        'each')
+    group.add_argument(
+        '--score-thr',
+        type=unit_float,
+        default=0.3,
+        help='self-calibration score threshold, in [0, 1]')
+
+
+def _add_output_options(group: argparse._ArgumentGroup) -> None:
+    """Where the results go, progress bars and the profile.
+
+    Args:
+        group: the parser's argument group to add the options to.
+    """
+    group.add_argument(
+        '--work-dir',
+        help='training folder (default work_dirs/context_shift, '
+        'work_dirs/context_shift_quick with --quick)')
+    group.add_argument(
+        '--out-dir', help='results folder (default <work-dir>/results)')
+    group.add_argument(
         '--no-progress', action='store_true', help='no progress bars')
-    output.add_argument(
+    group.add_argument(
         '--profile',
         action='store_true',
         help='also write profile.md to the output folder: the time of each '
         'stage and table, and the costliest functions of the evaluation '
         '(cProfile); benchmarks/bench_train_step.py --profile gives those '
         'of a training iteration')
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The benchmark's options, grouped by what they set.
+
+    Args:
+        argv (list[str], optional): the arguments (default: sys.argv).
+
+    Returns:
+        argparse.Namespace: the parsed options.
+    """
+    parser = argparse.ArgumentParser(
+        description='Context-shift benchmark: generate, train, evaluate')
+    parser.add_argument(
+        '--quick',
+        action='store_true',
+        help='the short version (the DINO 900 iterations, then 3,000 '
+        'calibrator updates or a 300-iteration fine-tune; no subset table)')
+    _add_data_options(parser.add_argument_group('data'))
+    _add_training_options(parser.add_argument_group('training'))
+    _add_calibrator_options(
+        parser.add_argument_group(
+            'calibrator', 'the CaliDINO: its start and its calibrator recipe'))
+    _add_row_options(
+        parser.add_argument_group(
+            'evaluation and deployment rows',
+            'post-hoc corrections and priors fitted on labelled site images'))
+    _add_self_calibration_options(
+        parser.add_argument_group('self-calibration'))
+    _add_output_options(parser.add_argument_group('output'))
     return parser.parse_args(argv)
 
 
