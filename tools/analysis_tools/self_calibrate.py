@@ -15,6 +15,7 @@ and ``.png`` (one curve per size, threshold and method).
 import argparse
 import os.path as osp
 import time
+from typing import Dict, List, Tuple
 
 from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                   DEFAULT_TRUST_RADIUS, cache_evaluator,
@@ -88,16 +89,45 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    out_dir = ensure_out_dir(args.out_dir)
-    start = time.perf_counter()
-    setup = eval_setup(args)
-    methods = [m for m in setup.methods if m.takes_prior]
-    if not methods:
-        raise ValueError('no detector takes a prior: pass a CaliDet '
-                         'checkpoint or post-hoc corrections')
-    cached = time.perf_counter()
+def summary_row(method: str, size: int, thr: float, out: Dict) -> Dict:
+    """The summary table's row of one method, subset size and threshold.
+
+    Args:
+        method (str): the method's name.
+        size (int): images per subset.
+        thr (float): the score threshold.
+        out (dict): what ``self_calibrate_partitions`` returned.
+
+    Returns:
+        dict: the row (AP at the start and the end, the gain, convergence).
+    """
+    mean = out['mean']
+    return dict(
+        method=method,
+        size=size,
+        score_thr=thr,
+        subsets=len(out['subsets']),
+        iters=len(mean) - 1,
+        converged=sum(r.converged for r in out['results']),
+        AP_start=mean[0].get('AP'),
+        AP_end=mean[-1].get('AP'),
+        gain=mean[-1].get('AP', float('nan')) -
+        mean[0].get('AP', float('nan')),
+        step_max_end=mean[-1]['step_max'])
+
+
+def calibrate_all(setup, methods: List, args: argparse.Namespace) -> Tuple:
+    """Self-calibrate every method on every subset size and threshold.
+
+    Args:
+        setup (EvalSetup): the cached evaluation set-up.
+        methods (list): the methods that take a prior.
+        args (argparse.Namespace): the tool's options.
+
+    Returns:
+        tuple: the curves by label, the per-iteration rows, the summary rows
+        and the first method's first calibrated prior.
+    """
     evaluate = cache_evaluator(setup.evaluator)
     curves, rows, summary, final = {}, [], [], None
     # every method shares the main model's images (EvalSetup checks it)
@@ -125,30 +155,29 @@ def main(argv=None) -> int:
                     batch_size=args.rescore_batch_size,
                     eval_interval=args.eval_interval,
                     trust_radius=args.trust_radius)
-                mean = out['mean']
                 n = len(out['subsets'][0])
                 label = f'{method.name}, size {n}' + (
                     f', thr {thr:g}' if len(args.score_thrs) > 1 else '')
-                curves[label] = mean
-                for rec in mean:
+                curves[label] = out['mean']
+                for rec in out['mean']:
                     rows.append(
                         dict(method=method.name, size=n, score_thr=thr, **rec))
-                summary.append(
-                    dict(
-                        method=method.name,
-                        size=n,
-                        score_thr=thr,
-                        subsets=len(out['subsets']),
-                        iters=len(mean) - 1,
-                        converged=sum(r.converged for r in out['results']),
-                        AP_start=mean[0].get('AP'),
-                        AP_end=mean[-1].get('AP'),
-                        gain=mean[-1].get('AP', float('nan')) -
-                        mean[0].get('AP', float('nan')),
-                        step_max_end=mean[-1]['step_max']))
+                summary.append(summary_row(method.name, n, thr, out))
                 if method is methods[0] and final is None:
                     final = out['results'][0].prior
-    done = time.perf_counter()
+    return curves, rows, summary, final
+
+
+def tables(summary: List[Dict], rows: List[Dict]) -> Tuple[str, str]:
+    """The summary and the per-iteration Markdown tables.
+
+    Args:
+        summary (list[dict]): :func:`summary_row`'s rows.
+        rows (list[dict]): one row per method, size, threshold, iteration.
+
+    Returns:
+        tuple[str, str]: the two tables.
+    """
     summary_table = markdown_table(
         summary, [('method', 'method', ''), ('size', 'subset size', ''),
                   ('score_thr', 'score thr', 'g'), ('subsets', 'subsets', ''),
@@ -164,6 +193,22 @@ def main(argv=None) -> int:
                                         ('step_mae', 'step MAE', '.5f'),
                                         ('step_max', 'step MAX', '.5f'),
                                         ('num_present', 'classes/img', '.2f')])
+    return summary_table, curve_table
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out_dir = ensure_out_dir(args.out_dir)
+    start = time.perf_counter()
+    setup = eval_setup(args)
+    methods = [m for m in setup.methods if m.takes_prior]
+    if not methods:
+        raise ValueError('no detector takes a prior: pass a CaliDet '
+                         'checkpoint or post-hoc corrections')
+    cached = time.perf_counter()
+    curves, rows, summary, final = calibrate_all(setup, methods, args)
+    done = time.perf_counter()
+    summary_table, curve_table = tables(summary, rows)
     options = dict(
         eta=args.eta,
         iters=args.iters,
