@@ -32,6 +32,7 @@ import argparse
 import os.path as osp
 import sys
 import time
+from typing import Dict, List, Tuple
 
 import torch
 from mmdet.registry import MODELS
@@ -39,10 +40,10 @@ from mmengine.registry import init_default_scope
 from mmengine.runner import Runner, load_checkpoint
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+from mmcalidet.decoder_cache import weights_fingerprint
 from mmcalidet.evaluation import (CocoEvaluator, Rescorer, build_priors,
                                   cache_evaluator, cache_hidden_states,
                                   evaluate_priors, self_calibrate)
-from mmcalidet.decoder_cache import weights_fingerprint
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.testing import get_config
 from mmcalidet.utils.log_level import quiet_mmengine
@@ -80,12 +81,16 @@ def one_pass(model, loader, evaluator):
     return evaluator.evaluate(ids, preds), preds
 
 
-def main() -> None:
-    args = parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    quiet_mmengine()
-    init_default_scope('mmdet')
+def build_model_and_data(args: argparse.Namespace) -> Tuple:
+    """The config's test loader, its model (checkpoint loaded, eval mode)
+    and its COCO evaluator.
+
+    Args:
+        args (argparse.Namespace): the benchmark's options.
+
+    Returns:
+        tuple: the model, the loader and the evaluator.
+    """
     cfg = get_config(args.config)
     if args.max_images:
         cfg.test_dataloader.dataset.indices = args.max_images
@@ -103,15 +108,32 @@ def main() -> None:
         load_checkpoint(model, args.checkpoint, map_location='cpu')
     model.dataset_meta = dict(loader.dataset.metainfo)
     model = model.to(args.device).eval()
-    evaluator = CocoEvaluator(cfg.test_evaluator.ann_file, classes)
+    return model, loader, CocoEvaluator(cfg.test_evaluator.ann_file, classes)
+
+
+def time_repeats(model, loader, evaluator: CocoEvaluator,
+                 repeats: int) -> Tuple[Dict[str, List[float]], object, List]:
+    """Time, ``repeats`` times each: a full evaluation pass, a 6-prior
+    sweep on a fresh cache, and 20 self-calibration iterations without and
+    with an AP each.
+
+    Args:
+        model: the CaliDet model.
+        loader: its test loader.
+        evaluator (CocoEvaluator): the loader's annotations.
+        repeats (int): how often each is timed.
+
+    Returns:
+        tuple: the times by key, the last cache and the full pass's
+        predictions.
+    """
     evaluate = cache_evaluator(evaluator)
     train_prior = model.get_prior()
-
     with torch.no_grad():  # warm-up (first-call allocations)
         model.test_step(next(iter(loader)))
 
     times = dict(pass_=[], sweep=[], selfcal=[], selfcal_ap=[])
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         t0 = time.perf_counter()
         _, full = one_pass(model, loader, evaluator)
         times['pass_'].append(time.perf_counter() - t0)
@@ -136,6 +158,18 @@ def main() -> None:
                 evaluate=(lambda preds: evaluate(cache, preds))
                 if with_ap else None)
             times[key].append(time.perf_counter() - t0)
+    return times, cache, full
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    quiet_mmengine()
+    init_default_scope('mmdet')
+    model, loader, evaluator = build_model_and_data(args)
+    train_prior = model.get_prior()
+    times, cache, full = time_repeats(model, loader, evaluator, args.repeats)
 
     cached = Rescorer(model, cache).predict(train_prior)
     same = all(

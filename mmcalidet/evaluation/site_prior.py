@@ -252,6 +252,133 @@ def check_alphas(alphas: Sequence[float], positive: bool = True) -> None:
                          f'{alphas}')
 
 
+def _site_labels(evaluator: CocoEvaluator, cache,
+                 indices: List[int]) -> Tuple[List, List, Dict]:
+    """The labels and image ids of a site's images, and what of their
+    annotations the model's classes leave out (logged).
+
+    Args:
+        evaluator (CocoEvaluator): the site's annotations.
+        cache: the decoder cache of the site's images.
+        indices (list[int]): the labelled images' positions in the cache.
+
+    Returns:
+        tuple: the label lists, the image ids and the counts dropped
+        (``unknown_class``, ``images_without_labels``, where not 0).
+    """
+    n = len(indices)
+    all_labels, all_ids = cache.gt_label_lists(), cache.img_ids()
+    labels = [all_labels[i] for i in indices]
+    img_ids = [all_ids[i] for i in indices]
+    counts = site_annotation_counts(evaluator, img_ids, labels)
+    if counts['used'] == 0:
+        raise ValueError(
+            f'the {n} site images hold no annotation of the model\'s '
+            f'classes to fit a prior on ({counts["annotations"]} '
+            f'annotations found, {counts["unknown_class"]} of classes the '
+            'model does not have)')
+    dropped = {
+        key: counts[key]
+        for key in ('unknown_class', 'images_without_labels') if counts[key]
+    }
+    if counts['unknown_class']:
+        from mmengine.logging import print_log
+        print_log(
+            f'fit_site_prior: {counts["unknown_class"]} of '
+            f'{counts["annotations"]} site annotations are of classes the '
+            'model does not have and are left out; '
+            f'{counts["images_without_labels"]} of {n} images hold none of '
+            'its classes',
+            logger='current',
+            level=30)
+    return labels, img_ids, dropped
+
+
+def _cross_fitted_predictions(rescorer: Rescorer, train_prior: np.ndarray,
+                              labels: List, indices: List[int],
+                              parts: List[np.ndarray], absent: Sequence[str],
+                              alphas: Sequence[float]) -> Dict:
+    """Each image's detections under each candidate prior estimated from
+    the other folds' labels.
+
+    Args:
+        rescorer (Rescorer): scores the site's cached images under a prior.
+        train_prior (np.ndarray): E_t.
+        labels (list): the site images' label lists.
+        indices (list[int]): their positions in the cache.
+        parts (list[np.ndarray]): the folds (positions in ``labels``).
+        absent (Sequence[str]): the estimate's forms.
+        alphas (Sequence[float]): the shrinkage strengths.
+
+    Returns:
+        dict: (form, alpha) -> one detection list per image.
+    """
+    n = len(labels)
+    candidates = [(form, float(a)) for form in absent for a in alphas]
+    # cross-fitted predictions: image -> candidate -> detections
+    predictions = {c: [None] * n for c in candidates}
+    for part in parts:
+        held_out = set(part.tolist())
+        rest = [labels[i] for i in range(n) if i not in held_out]
+        fold_indices = [indices[i] for i in part]
+        estimates = {}
+        for form in absent:
+            estimate = site_estimate(rest, train_prior, form)
+            # where the other folds show every class, the forms agree:
+            # their candidates' predictions are the same, scored once
+            same = next((f for f, e in estimates.items()
+                         if np.array_equal(e, estimate)), None)
+            estimates[form] = estimate
+            for alpha in alphas:
+                if same is not None:
+                    preds = [predictions[(same, float(alpha))][i]
+                             for i in part]
+                else:
+                    candidate = shrink(train_prior, estimate, alpha)
+                    register_site_support(rescorer, train_prior, candidate,
+                                          rest, alpha)
+                    preds = rescorer.predict(candidate, fold_indices)
+                for i, pred in zip(part, preds):
+                    predictions[(form, float(alpha))][i] = pred
+    return predictions
+
+
+def _candidate_gains(evaluator: CocoEvaluator, img_ids: List,
+                     predictions: Dict, candidates: List[Tuple],
+                     base) -> Tuple[Dict, List[Dict]]:
+    """Each candidate's per-image matches and its AP gain over E_t.
+
+    Args:
+        evaluator (CocoEvaluator): the site's annotations.
+        img_ids (list): the site images' ids.
+        predictions (dict): :func:`_cross_fitted_predictions`'s.
+        candidates (list[tuple]): the (form, alpha) pairs, in order.
+        base: E_t's per-image matches.
+
+    Returns:
+        tuple: the matches by candidate and the table of gains.
+
+    Raises:
+        ValueError: a gain that is not finite.
+    """
+    base_ap = base.ap()
+    matches, table = {}, []
+    for cand in candidates:
+        # a candidate with the same predictions as one before (the forms
+        # agree in every fold) has its matches
+        same = next((c for c in matches if all(
+            a is b for a, b in zip(predictions[c], predictions[cand]))), None)
+        matches[cand] = matches[same] if same is not None else \
+            evaluator.image_matches(img_ids, predictions[cand])
+        gain = 100 * (matches[cand].ap() - base_ap)
+        if not np.isfinite(gain):
+            raise ValueError(
+                f'the AP gain of candidate {cand} is {gain}: the site\'s '
+                'cached hidden states or annotations give no finite AP')
+        table.append(dict(absent=cand[0], alpha=cand[1], gain=gain))
+    return matches, table
+
+
 def fit_site_prior(rescorer: Rescorer,
                    evaluator: CocoEvaluator,
                    train_prior: np.ndarray,
@@ -311,75 +438,16 @@ def fit_site_prior(rescorer: Rescorer,
         raise ValueError("accept='interval' needs resamples > 0")
     folds = max(2, min(int(folds), n))
     train_prior = np.asarray(train_prior, dtype=np.float64)
-    all_labels, all_ids = cache.gt_label_lists(), cache.img_ids()
-    labels = [all_labels[i] for i in indices]
-    img_ids = [all_ids[i] for i in indices]
-    counts = site_annotation_counts(evaluator, img_ids, labels)
-    if counts['used'] == 0:
-        raise ValueError(
-            f'the {n} site images hold no annotation of the model\'s '
-            f'classes to fit a prior on ({counts["annotations"]} '
-            f'annotations found, {counts["unknown_class"]} of classes the '
-            'model does not have)')
-    dropped = {
-        key: counts[key]
-        for key in ('unknown_class', 'images_without_labels') if counts[key]
-    }
-    if counts['unknown_class']:
-        from mmengine.logging import print_log
-        print_log(
-            f'fit_site_prior: {counts["unknown_class"]} of '
-            f'{counts["annotations"]} site annotations are of classes the '
-            'model does not have and are left out; '
-            f'{counts["images_without_labels"]} of {n} images hold none of '
-            'its classes',
-            logger='current',
-            level=30)
+    labels, img_ids, dropped = _site_labels(evaluator, cache, indices)
     order = np.random.default_rng(seed).permutation(n)
     parts = np.array_split(order, folds)
     candidates = [(form, float(a)) for form in absent for a in alphas]
-    # cross-fitted predictions: image -> candidate -> detections
-    predictions = {c: [None] * n for c in candidates}
-    for part in parts:
-        held_out = set(part.tolist())
-        rest = [labels[i] for i in range(n) if i not in held_out]
-        fold_indices = [indices[i] for i in part]
-        estimates = {}
-        for form in absent:
-            estimate = site_estimate(rest, train_prior, form)
-            # where the other folds show every class, the forms agree:
-            # their candidates' predictions are the same, scored once
-            same = next((f for f, e in estimates.items()
-                         if np.array_equal(e, estimate)), None)
-            estimates[form] = estimate
-            for alpha in alphas:
-                if same is not None:
-                    preds = [predictions[(same, float(alpha))][i]
-                             for i in part]
-                else:
-                    candidate = shrink(train_prior, estimate, alpha)
-                    register_site_support(rescorer, train_prior, candidate,
-                                          rest, alpha)
-                    preds = rescorer.predict(candidate, fold_indices)
-                for i, pred in zip(part, preds):
-                    predictions[(form, float(alpha))][i] = pred
+    predictions = _cross_fitted_predictions(rescorer, train_prior, labels,
+                                            indices, parts, absent, alphas)
     base = evaluator.image_matches(img_ids,
                                    rescorer.predict(train_prior, indices))
-    base_ap = base.ap()
-    matches, table = {}, []
-    for cand in candidates:
-        # a candidate with the same predictions as one before (the forms
-        # agree in every fold) has its matches
-        same = next((c for c in matches if all(
-            a is b for a, b in zip(predictions[c], predictions[cand]))), None)
-        matches[cand] = matches[same] if same is not None else \
-            evaluator.image_matches(img_ids, predictions[cand])
-        gain = 100 * (matches[cand].ap() - base_ap)
-        if not np.isfinite(gain):
-            raise ValueError(
-                f'the AP gain of candidate {cand} is {gain}: the site\'s '
-                'cached hidden states or annotations give no finite AP')
-        table.append(dict(absent=cand[0], alpha=cand[1], gain=gain))
+    matches, table = _candidate_gains(evaluator, img_ids, predictions,
+                                      candidates, base)
     best = max(table, key=lambda row: (row['gain'], -row['alpha']))
     interval = None  # the best candidate's, when it gains
     if best['gain'] > 0:
