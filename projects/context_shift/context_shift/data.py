@@ -40,13 +40,12 @@ Two variants (``variant=``):
 import colorsys
 import copy
 import fnmatch
-import json
-import os
-import os.path as osp
-import shutil
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import (Dict, Iterator, List, NamedTuple, Optional, Sequence,
+                    Tuple, Union)
 
 import numpy as np
+
+from .data_writer import BenchmarkWriter, label_statistics
 
 CLASSES = ('zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven',
            'eight', 'nine')
@@ -514,50 +513,231 @@ class StyledSceneRenderer(SceneRenderer):
         return (rgb * 255).round().astype(np.uint8), boxes
 
 
-def label_statistics(label_lists: Sequence[Sequence[int]],
-                     num_classes: int) -> Dict:
-    """Per-image class statistics of a split (how COCO-like it is).
+class SplitJob(NamedTuple):
+    """One split for the generator to make: ``train`` or a val site.
 
-    The column j of an image's E_x differs from the flat E0 exactly when
-    class j is in the image, so the share of E_x's columns off E0 is the
-    image's number of classes over K (COCO train2017: 2.9 / 80, 3.7 %).
+    Attributes:
+        key (str): ``train`` or ``val_<site>`` (names the split's
+            annotation file and image files).
+        folder (str): its image folder under ``images/`` (``train`` or
+            ``val``).
+        count (int): its number of images.
+        mixture (dict): scene type -> weight.
+        tables (dict): scene type -> normalised class weights.
+        scans (Sequence[np.ndarray]): the digit scans by digit (train or
+            val appearances).
+    """
+    key: str
+    folder: str
+    count: int
+    mixture: Dict[str, float]
+    tables: Dict[str, np.ndarray]
+    scans: Sequence[np.ndarray]
+
+
+def _scene_tables(
+    scenes: Dict, classes: Sequence[str], objects: Tuple[int, int],
+    variant: str
+) -> Tuple[Dict[str, np.ndarray], Dict[str, Dict[str, np.ndarray]]]:
+    """The normalised class table of every scene type, for training and
+    for each site (a site's own scene types added to the shared ones).
 
     Args:
-        label_lists (Sequence[Sequence[int]]): class indices per image.
-        num_classes (int): K.
+        scenes (dict): the checked scene model.
+        classes (Sequence[str]): the class names.
+        objects (tuple[int, int]): min / max objects per image.
+        variant (str): one of :data:`VARIANTS`.
 
     Returns:
-        dict: ``images``, ``objects_per_image`` (mean),
-        ``classes_per_image`` (mean number of distinct classes),
-        ``classes_per_image_range`` ([min, max]) and
-        ``ex_columns_off_e0`` (mean share of E_x's columns that differ
-        from E0).
+        tuple[dict, dict]: scene type -> table; site -> (scene type ->
+        table).
+
+    Raises:
+        ValueError: many-class: a table with fewer classes than the most
+            objects of an image (its objects have distinct classes).
     """
-    objects = np.array([len(labels) for labels in label_lists], np.float64)
-    distinct = np.array([len(set(labels)) for labels in label_lists],
-                        np.float64)
-    if not len(objects):
-        raise ValueError('label_statistics needs at least one image')
-    return dict(
-        images=len(objects),
-        objects_per_image=round(float(objects.mean()), 4),
-        classes_per_image=round(float(distinct.mean()), 4),
-        classes_per_image_range=[int(distinct.min()), int(distinct.max())],
-        ex_columns_off_e0=round(float(distinct.mean()) / num_classes, 4))
+    tables = {
+        name: _table_weights(table, classes, f'scene type {name!r}')
+        for name, table in scenes['scene_types'].items()
+    }
+    site_tables = {
+        site: dict(tables, **{
+            name: _table_weights(table, classes, f'scene type {name!r}')
+            for name, table in spec.get('scene_types', {}).items()
+        })
+        for site, spec in scenes['sites'].items()
+    }
+    if variant == 'many-class':
+        # distinct classes per image: every table needs enough of them
+        for where, known in [('train', tables)] + list(site_tables.items()):
+            for name, table in known.items():
+                if np.count_nonzero(table) < objects[1]:
+                    raise ValueError(
+                        f'scene type {name!r} ({where}) has '
+                        f'{np.count_nonzero(table)} classes, fewer than '
+                        f'the {objects[1]} distinct objects an image may '
+                        'hold')
+    return tables, site_tables
 
 
-def _coco_dict(images: List[Dict], anns: List[Dict],
-               classes: Sequence[str] = CLASSES,
-               supercategories: Optional[Sequence[str]] = None) -> Dict:
-    if supercategories is None:
-        supercategories = ['digit'] * len(classes)
-    return dict(
-        images=images,
-        annotations=anns,
-        categories=[
-            dict(id=k + 1, name=name, supercategory=sup)
-            for k, (name, sup) in enumerate(zip(classes, supercategories))
-        ])
+def _split_jobs(scenes: Dict, tables: Dict[str, np.ndarray],
+                site_tables: Dict[str, Dict[str, np.ndarray]],
+                train_scans: Sequence[np.ndarray],
+                val_scans: Sequence[np.ndarray], num_train: int,
+                num_val_per_site: int) -> List[SplitJob]:
+    """The splits to make, in the order their images are drawn: train,
+    then every site of the scene model.
+
+    Args:
+        scenes (dict): the checked scene model.
+        tables (dict): the training scene types' tables.
+        site_tables (dict): site -> its scene types' tables.
+        train_scans (Sequence[np.ndarray]): the train appearances.
+        val_scans (Sequence[np.ndarray]): the val appearances.
+        num_train (int): train images.
+        num_val_per_site (int): val images per site.
+
+    Returns:
+        list[SplitJob]: one per split.
+    """
+    jobs = [
+        SplitJob('train', 'train', num_train, scenes['train_mixture'],
+                 tables, train_scans)
+    ]
+    for site, spec in scenes['sites'].items():
+        jobs.append(
+            SplitJob(f'val_{site}', 'val', num_val_per_site,
+                     spec['mixture'], site_tables[site], val_scans))
+    return jobs
+
+
+def sample_scenes(job: SplitJob, renderer: SceneRenderer,
+                  rng: np.random.Generator) -> Iterator[Tuple[str, List[int]]]:
+    """Draw the scene type and the object classes of each image of a
+    split.
+
+    Lazy, one image at a time: the renderer draws the image's appearances,
+    sizes and positions from the same generator, so an image's draws
+    must follow the rendering of the image before (a seed's data depends
+    on this order).
+
+    Args:
+        job (SplitJob): the split.
+        renderer (SceneRenderer): draws the classes from a scene type's
+            table (:meth:`SceneRenderer.draw_labels`).
+        rng (np.random.Generator): the random source (the renderer's).
+
+    Yields:
+        tuple[str, list[int]]: the scene type and the class of each
+        object.
+    """
+    names = list(job.mixture)
+    weights = _normalise(list(job.mixture.values()), job.key)
+    for _ in range(job.count):
+        scene = names[int(rng.choice(len(names), p=weights))]
+        yield scene, renderer.draw_labels(job.tables[scene])
+
+
+def _make_renderer(variant: str, scenes: Dict, classes: Sequence[str],
+                   rng: np.random.Generator, img_size: int,
+                   digit_size: Tuple[int, int], objects: Tuple[int, int],
+                   noise_std: float, hue_jitter: Optional[float]
+                   ) -> Tuple[SceneRenderer, Optional[float]]:
+    """The variant's renderer.
+
+    Args:
+        variant (str): one of :data:`VARIANTS`.
+        scenes (dict): the checked scene model (its ``styles`` give the
+            many-class variant's hues).
+        classes (Sequence[str]): the class names.
+        rng (np.random.Generator): the random source.
+        img_size (int): image side.
+        digit_size (tuple[int, int]): min / max digit side.
+        objects (tuple[int, int]): min / max objects per image.
+        noise_std (float): pixel noise std (0-1 scale).
+        hue_jitter (float, optional): many-class only: std of each
+            object's hue around its style's; default the variant's.
+
+    Returns:
+        tuple: the renderer (:class:`SceneRenderer` or
+        :class:`StyledSceneRenderer`) and the hue jitter it uses (None for
+        ``digits``).
+    """
+    if variant == 'digits':
+        return SceneRenderer(img_size, tuple(digit_size), objects,
+                             noise_std, rng), hue_jitter
+    hue_jitter = VARIANT_DEFAULTS[variant]['hue_jitter'] \
+        if hue_jitter is None else float(hue_jitter)
+    num_classes = len(classes)
+    styles = list(scenes['styles'])
+    renderer = StyledSceneRenderer(
+        img_size, tuple(digit_size), objects, noise_std, rng,
+        class_digits=[k % len(CLASSES) for k in range(num_classes)],
+        class_hues=[
+            float(scenes['styles'][styles[k // len(CLASSES)]])
+            for k in range(num_classes)
+        ],
+        hue_jitter=hue_jitter)
+    return renderer, hue_jitter
+
+
+def _class_relations(
+        variant: str, scenes: Dict, classes: Sequence[str]
+) -> Tuple[List[List[int]], Optional[List[str]]]:
+    """The look-alike class pairs and the COCO supercategories.
+
+    Args:
+        variant (str): one of :data:`VARIANTS`.
+        scenes (dict): the checked scene model.
+        classes (Sequence[str]): the class names.
+
+    Returns:
+        tuple: the look-alike pairs (class indices; many-class: the same
+        digit in two look-alike styles) and the supercategory of each
+        class (None for ``digits``: all ``digit``; many-class: the digit).
+    """
+    if variant == 'digits':
+        return [list(p) for p in LOOKALIKES], None
+    lookalikes = [[
+        classes.index(f'{digit}_{a}'),
+        classes.index(f'{digit}_{b}')
+    ] for a, b in scenes.get('lookalikes', []) for digit in CLASSES]
+    supercategories = [
+        CLASSES[k % len(CLASSES)] for k in range(len(classes))
+    ]
+    return lookalikes, supercategories
+
+
+def _render_splits(jobs: Sequence[SplitJob], renderer: SceneRenderer,
+                   rng: np.random.Generator, writer: BenchmarkWriter,
+                   progress: bool) -> None:
+    """Render the images of every split, as :func:`sample_scenes` draws
+    them, and hand each to the writer.
+
+    Args:
+        jobs (Sequence[SplitJob]): the splits, in drawing order.
+        renderer (SceneRenderer): draws the images.
+        rng (np.random.Generator): the random source (the renderer's).
+        writer (BenchmarkWriter): saves the images and their records.
+        progress (bool): show a progress bar.
+    """
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=sum(job.count for job in jobs),
+                   desc='rendering scenes', unit=' images')
+    try:
+        for job in jobs:
+            writer.start_split(job.key, job.folder)
+            for scene, labels in sample_scenes(job, renderer, rng):
+                pixels, boxes = renderer.render(labels, job.scans)
+                writer.add_image(job.key, job.folder, scene, labels, pixels,
+                                 boxes)
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def make_context_shift(out_dir: str,
@@ -576,7 +756,10 @@ def make_context_shift(out_dir: str,
     """Write the benchmark (images, COCO annotations, priors) to a folder.
 
     The folder is written under a temporary name and renamed at the end:
-    an interrupted run leaves no half-written benchmark.
+    an interrupted run leaves no half-written benchmark. Each image's scene
+    type and classes are drawn by :func:`sample_scenes`, the image by the
+    variant's renderer (:func:`_render_splits`), and the files are written
+    by :class:`~.data_writer.BenchmarkWriter`.
 
     Args:
         out_dir (str): the folder to create.
@@ -602,9 +785,6 @@ def make_context_shift(out_dir: str,
         per-image class statistics of every split and the epsilon of
         every site's prior against E_t).
     """
-    from PIL import Image
-
-    from mmcalidet.priors import batch_prior, prior_mae, save_prior
     defaults = VARIANT_DEFAULTS[_check_variant(variant)]
     scenes = check_scene_model(
         copy.deepcopy(scenes or defaults['scenes']), variant)
@@ -614,180 +794,28 @@ def make_context_shift(out_dir: str,
     if variant == 'digits' and hue_jitter is not None:
         raise ValueError('hue_jitter (--hue-jitter) belongs to the many-class '
                          'variant (--variant many-class)')
-    tables = {
-        name: _table_weights(table, classes, f'scene type {name!r}')
-        for name, table in scenes['scene_types'].items()
-    }
-    site_tables = {
-        site: dict(tables, **{
-            name: _table_weights(table, classes, f'scene type {name!r}')
-            for name, table in spec.get('scene_types', {}).items()
-        })
-        for site, spec in scenes['sites'].items()
-    }
-    if variant == 'many-class':
-        # distinct classes per image: every table needs enough of them
-        for where, known in [('train', tables)] + list(site_tables.items()):
-            for name, table in known.items():
-                if np.count_nonzero(table) < objects[1]:
-                    raise ValueError(
-                        f'scene type {name!r} ({where}) has '
-                        f'{np.count_nonzero(table)} classes, fewer than '
-                        f'the {objects[1]} distinct objects an image may '
-                        'hold')
-    out_dir = osp.abspath(out_dir)
-    if osp.exists(out_dir) and not overwrite:
-        raise ValueError(f'{out_dir} exists (pass overwrite=True / '
-                         '--overwrite to replace it)')
-    tmp = out_dir + '.partial'
-    if osp.exists(tmp):
-        shutil.rmtree(tmp)
+    tables, site_tables = _scene_tables(scenes, classes, objects, variant)
+    writer = BenchmarkWriter(out_dir, classes, img_size, overwrite)
     rng = np.random.default_rng(seed)
     train_scans, val_scans = load_digits_split(seed=seed)
-    if variant == 'digits':
-        renderer = SceneRenderer(img_size, tuple(digit_size), objects,
-                                 noise_std, rng)
-        lookalikes = [list(p) for p in LOOKALIKES]
-        supercategories = None
-    else:
-        hue_jitter = defaults['hue_jitter'] if hue_jitter is None \
-            else float(hue_jitter)
-        styles = list(scenes['styles'])
-        renderer = StyledSceneRenderer(
-            img_size, tuple(digit_size), objects, noise_std, rng,
-            class_digits=[k % len(CLASSES) for k in range(num_classes)],
-            class_hues=[
-                float(scenes['styles'][styles[k // len(CLASSES)]])
-                for k in range(num_classes)
-            ],
-            hue_jitter=hue_jitter)
-        # the same digit in two look-alike styles
-        lookalikes = [[
-            classes.index(f'{digit}_{a}'),
-            classes.index(f'{digit}_{b}')
-        ] for a, b in scenes.get('lookalikes', []) for digit in CLASSES]
-        supercategories = [CLASSES[k % len(CLASSES)]
-                           for k in range(num_classes)]
-    jobs = [('train', None, num_train)] + [
-        ('val', site, num_val_per_site) for site in scenes['sites']
-    ]
-    total = sum(n for _, _, n in jobs)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=total, desc='rendering scenes', unit=' images')
-    splits: Dict[str, Dict] = {}
-    try:
-        for split, site, count in jobs:
-            if split == 'train':
-                types = tables
-                mixture = scenes['train_mixture']
-                scans, key, folder = train_scans, 'train', 'train'
-            else:
-                spec = scenes['sites'][site]
-                types = site_tables[site]
-                mixture = spec['mixture']
-                scans, key, folder = val_scans, f'val_{site}', 'val'
-            names = list(mixture)
-            weights = _normalise(list(mixture.values()), key)
-            os.makedirs(osp.join(tmp, 'images', folder), exist_ok=True)
-            images, anns, label_lists = [], [], []
-            for k in range(count):
-                scene = names[int(rng.choice(len(names), p=weights))]
-                labels = renderer.draw_labels(types[scene])
-                pixels, boxes = renderer.render(labels, scans)
-                stem = f'{key}_{k:06d}'
-                file_name = f'{folder}/{stem}.png'
-                Image.fromarray(pixels).save(
-                    osp.join(tmp, 'images', file_name))
-                img_id = len(images) + 1
-                images.append(
-                    dict(id=img_id, file_name=file_name, width=img_size,
-                         height=img_size, scene_type=scene))
-                for c, box in zip(labels, boxes):
-                    anns.append(
-                        dict(id=len(anns) + 1, image_id=img_id,
-                             category_id=c + 1, bbox=box,
-                             area=box[2] * box[3], iscrowd=0))
-                label_lists.append(labels)
-                if bar is not None:
-                    bar.update(1)
-            splits[key] = dict(images=images, anns=anns, labels=label_lists)
-    finally:
-        if bar is not None:
-            bar.close()
-    os.makedirs(osp.join(tmp, 'annotations'))
-    os.makedirs(osp.join(tmp, 'priors'))
-    e_t = batch_prior(num_classes, splits['train']['labels'])
-    # images per class: the post-hoc marginal re-weighting baseline needs
-    # the training class frequencies beside E_t
-    present = np.zeros(num_classes, np.int64)
-    for labels in splits['train']['labels']:
-        present[np.unique(np.asarray(labels, np.int64))] += 1
-    save_prior(
-        osp.join(tmp, 'priors', 'E_t.json'), e_t, classes,
-        source='context-shift train', num_images=num_train,
-        images_per_class={c: int(n) for c, n in zip(classes, present)})
+    renderer, hue_jitter = _make_renderer(variant, scenes, classes, rng,
+                                          img_size, digit_size, objects,
+                                          noise_std, hue_jitter)
+    lookalikes, supercategories = _class_relations(variant, scenes, classes)
+    jobs = _split_jobs(scenes, tables, site_tables, train_scans, val_scans,
+                       num_train, num_val_per_site)
+    _render_splits(jobs, renderer, rng, writer, progress)
+    e_t = writer.write_train_prior(num_train)
     meta = dict(
         seed=seed, num_train=num_train, num_val_per_site=num_val_per_site,
         img_size=img_size, digit_size=list(digit_size),
         objects=list(objects), noise_std=noise_std, scenes=scenes,
         classes=list(classes), lookalikes=lookalikes, epsilon={},
         variant=variant, num_classes=num_classes,
-        statistics=dict(train=label_statistics(splits['train']['labels'],
-                                               num_classes)))
+        statistics=dict(train=label_statistics(
+            writer.splits['train']['labels'], num_classes)))
     if variant == 'many-class':
         meta['hue_jitter'] = hue_jitter
-    all_val_images, all_val_anns = [], []
-    for key, data in splits.items():
-        with open(osp.join(tmp, 'annotations', f'instances_{key}.json'),
-                  'w') as f:
-            json.dump(
-                _coco_dict(data['images'], data['anns'], classes,
-                           supercategories), f)
-        if key == 'train':
-            continue
-        site = key[len('val_'):]
-        meta['statistics'][key] = label_statistics(data['labels'],
-                                                   num_classes)
-        e_site = batch_prior(num_classes, data['labels'])
-        save_prior(
-            osp.join(tmp, 'priors', f'E_{site}.json'), e_site, classes,
-            source=f'context-shift val site {site}',
-            num_images=len(data['labels']))
-        meta['epsilon'][site] = prior_mae(e_site, e_t)
-        offset_img, offset_ann = len(all_val_images), len(all_val_anns)
-        for img in data['images']:
-            all_val_images.append(dict(img, id=img['id'] + offset_img,
-                                       site=site))
-        for ann in data['anns']:
-            all_val_anns.append(
-                dict(ann, id=ann['id'] + offset_ann,
-                     image_id=ann['image_id'] + offset_img))
-    with open(osp.join(tmp, 'annotations', 'instances_val.json'), 'w') as f:
-        json.dump(
-            _coco_dict(all_val_images, all_val_anns, classes,
-                       supercategories), f)
-    val_labels = [
-        lab for key, d in splits.items() if key != 'train'
-        for lab in d['labels']
-    ]
-    e_v = batch_prior(num_classes, val_labels)
-    save_prior(osp.join(tmp, 'priors', 'E_v.json'), e_v, classes,
-               source='context-shift val (all sites)')
-    meta['epsilon']['all_sites'] = prior_mae(e_v, e_t)
-    meta['statistics']['val'] = label_statistics(val_labels, num_classes)
-    with open(osp.join(tmp, 'classes.txt'), 'w') as f:
-        f.write('\n'.join(classes) + '\n')
-    with open(osp.join(tmp, 'meta.json'), 'w') as f:
-        json.dump(meta, f, indent=1)
-    if osp.exists(out_dir):
-        old = out_dir + '.old'
-        if osp.exists(old):
-            shutil.rmtree(old)
-        os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, out_dir)
+    writer.write_splits(meta, e_t, supercategories)
+    writer.commit(meta)
     return meta
