@@ -34,8 +34,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from mmcalidet.testing import (demo_batch, get_config,  # noqa: E402
-                               train_steps)
+from mmcalidet.testing import demo_batch, get_config, train_steps  # noqa: E402
 
 CONFIG = 'calidet/calidet_dino_tiny_coco-mini.py'
 #: what the parity check tolerates (float32, TF32 off)

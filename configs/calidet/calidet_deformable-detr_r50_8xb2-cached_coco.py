@@ -10,11 +10,13 @@
 #
 #   # 1. the cache (one pass of the baseline; GPUs make it in minutes)
 #   python tools/analysis_tools/cache_decoder_outputs.py \
-#       mmdet::deformable_detr/deformable-detr_r50_16xb2-50e_coco.py DDETR.pth \
+#       mmdet::deformable_detr/deformable-detr_r50_16xb2-50e_coco.py \
+#       DDETR.pth \
 #       --out data/coco/ddetr_decoder_cache_train --num-images 20000 \
 #       --dtype float16 --device cuda
 #   # 2. the calibrator
-#   python tools/train.py configs/calidet/calidet_deformable-detr_r50_8xb2-cached_coco.py \
+#   python tools/train.py \
+#       configs/calidet/calidet_deformable-detr_r50_8xb2-cached_coco.py \
 #       --cfg-options load_from=DDETR.pth
 #
 # Cache size: 6 layers x 300 queries x (256 + 4) values per image, 0.94 MB

@@ -2,7 +2,8 @@
 # calibrated on cached decoder outputs of a trained tiny Deformable DETR
 # (deformable-detr_tiny_coco-mini.py): only the CaliFormer learns, as in
 # calidet_dino_tiny_coco-mini_cached.py. Set the Deformable DETR:
-#   python tools/train.py configs/calidet/calidet_deformable-detr_tiny_coco-mini_cached.py \
+#   python tools/train.py \
+#       configs/calidet/calidet_deformable-detr_tiny_coco-mini_cached.py \
 #       --cfg-options load_from=DDETR.pth
 # load_from names the baseline once: tools/train.py makes the decoder cache
 # from it (the dataset's source.checkpoint) and refuses two detectors.

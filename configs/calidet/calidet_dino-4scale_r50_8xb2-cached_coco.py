@@ -14,7 +14,8 @@
 #       --out data/coco/decoder_cache_train --num-images 20000 \
 #       --dtype float16 --device cuda
 #   # 2. the calibrator
-#   python tools/train.py configs/calidet/calidet_dino-4scale_r50_8xb2-cached_coco.py \
+#   python tools/train.py \
+#       configs/calidet/calidet_dino-4scale_r50_8xb2-cached_coco.py \
 #       --cfg-options load_from=DINO.pth
 #
 # Cache size: 6 layers x 900 queries x (256 + 4) values per image, 2.8 MB

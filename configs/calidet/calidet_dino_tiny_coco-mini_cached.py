@@ -2,7 +2,8 @@
 # decoder outputs of a trained tiny DINO (dino_tiny_coco-mini.py): only the
 # CaliFormer learns (see projects/context_shift/configs/
 # calidet_dino_tiny_context-shift_cached.py for the recipe). Set the DINO:
-#   python tools/train.py configs/calidet/calidet_dino_tiny_coco-mini_cached.py \
+#   python tools/train.py \
+#       configs/calidet/calidet_dino_tiny_coco-mini_cached.py \
 #       --cfg-options load_from=DINO.pth
 # load_from names the baseline once: tools/train.py makes the decoder cache
 # from it (the dataset's source.checkpoint) and refuses two detectors.

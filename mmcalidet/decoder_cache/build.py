@@ -10,8 +10,7 @@ once per image and keep the decoder outputs (:class:`DecoderCache`).
   set).
 """
 import os.path as osp
-from typing import (Callable, Dict, Iterable, Iterator, List, Optional,
-                    Sequence)
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import numpy as np
 import torch

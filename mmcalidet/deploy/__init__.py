@@ -5,7 +5,7 @@ detector (``export``), ONNX Runtime inference with run-time priors
 
 onnx and onnxruntime are the optional ``deploy`` extra
 (``pip install -e .[deploy]``); they are imported when used."""
-from .export import (ExportWrapper, export_onnx, fold_prior, read_export_meta)
+from .export import ExportWrapper, export_onnx, fold_prior, read_export_meta
 from .runtime import OnnxDetector
 from .verify import verify_onnx
 

@@ -71,8 +71,8 @@ def bad_checkpoints(checkpoint, tmp_path_factory):
     message after the path)}``, made from ``checkpoint`` by editing tensors
     (no other model is built)."""
     from mmcalidet.utils.checkpoint import CheckpointReadError
-    from mmcalidet.utils.checkpoint_compat import (
-        CheckpointMismatchError, InvalidCheckpointPriorError)
+    from mmcalidet.utils.checkpoint_compat import (CheckpointMismatchError,
+                                                   InvalidCheckpointPriorError)
     folder = tmp_path_factory.mktemp('bad_ckpt')
     full = torch.load(checkpoint[0], map_location='cpu')
     state = full['state_dict']

@@ -15,10 +15,10 @@ from mmdet.structures import DetDataSample
 from mmengine.structures import InstanceData
 
 from mmcalidet.decoder_cache import (CacheError, DecoderCache,
-                                     DecoderCacheWriter, check_cache,
-                                     open_or_make, remove_stale_folders,
-                                     stale_reasons)
+                                     DecoderCacheWriter, check_cache)
 from mmcalidet.decoder_cache import npy as npy_module
+from mmcalidet.decoder_cache import (open_or_make, remove_stale_folders,
+                                     stale_reasons)
 from mmcalidet.testing import captured_log, damage_cache_file
 
 L, B, Q, D = 3, 2, 5, 8

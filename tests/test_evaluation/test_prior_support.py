@@ -218,8 +218,7 @@ def test_online_calibrator_injects_the_start_support(with_support):
 def test_a_site_prior_from_labelled_images_gets_their_support(with_support):
     """fit_site_prior's candidates and deployment_gains' raw prior: n =
     the labelled images, the shares moved with the prior from E_t's."""
-    from mmcalidet.evaluation.site_prior import (register_site_support,
-                                                 shrink)
+    from mmcalidet.evaluation.site_prior import register_site_support, shrink
     model, _, cache = with_support
     rescorer = Rescorer(model, cache)
     train, lists = site_prior_and_support()

@@ -26,8 +26,8 @@ import argparse
 import contextlib
 import io
 import os.path as osp
-import warnings
 import time
+import warnings
 from typing import List
 
 from mmengine.config import Config, DictAction

@@ -36,8 +36,8 @@ try:
 except ImportError as exc:  # not run from the root with it on PYTHONPATH
     sys.exit(f'make_data.py: error: {exc}; run it from the repository root '
              'with export PYTHONPATH=$PWD:$PYTHONPATH')
-from mmcalidet.utils.cli import (finite_float, non_negative_int,
-                                 positive_int, run_tool)
+from mmcalidet.utils.cli import (finite_float, non_negative_int, positive_int,
+                                 run_tool)
 from mmcalidet.utils.file_io import load_json
 
 
