@@ -11,13 +11,9 @@ parent's hook method has returned, i.e. after (2) and (3); (3) checked
 before the next run resumes (an empty or dangling ``last_checkpoint`` is
 pointed at the newest complete checkpoint).
 
-Configs use it with (the module is imported explicitly, or through
-``mmcalidet.engine.checkpoint_hooks``, which imports the three checkpoint
-hooks)::
+A config registers it by importing ``mmcalidet.engine.checkpoint_hooks``
+(see there) and uses it with::
 
-    custom_imports = dict(
-        imports=['mmcalidet', 'mmcalidet.engine.checkpoint_hooks'],
-        allow_failed_imports=False)
     default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
 """
 import contextlib

@@ -3,13 +3,9 @@
 what of it does not fit the model (another class count, a plain
 detector's checkpoint in a CaliDet model or the reverse).
 
-Configs use it with (the module is imported explicitly, or through
-``mmcalidet.engine.checkpoint_hooks``, which imports the three checkpoint
-hooks)::
+A config registers it by importing ``mmcalidet.engine.checkpoint_hooks``
+(see there) and uses it with::
 
-    custom_imports = dict(
-        imports=['mmcalidet', 'mmcalidet.engine.checkpoint_hooks'],
-        allow_failed_imports=False)
     custom_hooks = [dict(type='CheckpointCompatHook')]
 """
 import logging

@@ -7,13 +7,9 @@ denoising queries, dropout). Seeding every batch fetch and every
 iteration from ``(run seed, iteration)`` makes a resumed run repeat
 it.
 
-Configs use it with (the module is imported explicitly, or through
-``mmcalidet.engine.checkpoint_hooks``, which imports the three checkpoint
-hooks)::
+A config registers it by importing ``mmcalidet.engine.checkpoint_hooks``
+(see there) and uses it with::
 
-    custom_imports = dict(
-        imports=['mmcalidet', 'mmcalidet.engine.checkpoint_hooks'],
-        allow_failed_imports=False)
     custom_hooks = [dict(type='IterationSeedHook')]
 """
 import random
