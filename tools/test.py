@@ -30,6 +30,7 @@ from mmcalidet.utils.checkpoint import (check_checkpoint_readable,
                                         name_checkpoint)
 from mmcalidet.utils.checkpoint_compat import CheckpointError
 from mmcalidet.utils.cli import run_tool, tool_error
+from mmcalidet.utils.config_text import cache_config_formatting
 from mmcalidet.utils.cpu_dist import init_cpu_distributed
 
 
@@ -71,6 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    cache_config_formatting()  # mmengine formats the config 3+ times
     if '://' not in args.checkpoint:
         # a missing, empty or non-regular local checkpoint fails here, in
         # one line, before the datasets and the model are built (the

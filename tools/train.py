@@ -51,6 +51,7 @@ from mmcalidet.priors.prior_source import load_prior_source
 from mmcalidet.utils.checkpoint import name_checkpoint
 from mmcalidet.utils.checkpoint_compat import CheckpointError
 from mmcalidet.utils.cli import run_tool, tool_error
+from mmcalidet.utils.config_text import cache_config_formatting
 from mmcalidet.utils.cpu_dist import init_cpu_distributed
 
 
@@ -237,6 +238,7 @@ def check_existing_cache(cfg) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    cache_config_formatting()  # mmengine formats the config 5+ times
     cfg = Config.fromfile(args.config)
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
