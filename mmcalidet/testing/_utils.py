@@ -135,6 +135,49 @@ def run_tool_in_process(
                                        out.getvalue(), err.getvalue())
 
 
+def random_label_lists(num: int = 200,
+                       seed: int = 0,
+                       num_classes: int = 5) -> List[np.ndarray]:
+    """Image-level label lists of 0-3 distinct classes each.
+
+    Args:
+        num (int): images.
+        seed (int): the generator's seed.
+        num_classes (int): K.
+
+    Returns:
+        list[np.ndarray]: one array of class indices per image.
+    """
+    rng = np.random.default_rng(seed)
+    return [
+        rng.choice(num_classes, size=rng.integers(0, 4), replace=False)
+        for _ in range(num)
+    ]
+
+
+def brute_force_prior(label_lists: Sequence[np.ndarray],
+                      num_classes: int = 5) -> np.ndarray:
+    """E[i, j] = #(images with i and j) / #(images with j), 0.5 in a column
+    of an absent class, 1 on the diagonal (the paper's reference code),
+    by loops: the reference the fast statistics are tested against.
+
+    Args:
+        label_lists (Sequence[np.ndarray]): class indices per image.
+        num_classes (int): K.
+
+    Returns:
+        np.ndarray: the K x K prior.
+    """
+    prior = np.full((num_classes, num_classes), 0.5)
+    for j in range(num_classes):
+        with_j = [set(x.tolist()) for x in label_lists if j in x]
+        for i in range(num_classes):
+            if with_j:
+                prior[i, j] = sum(i in s for s in with_j) / len(with_j)
+    np.fill_diagonal(prior, 1.0)
+    return prior
+
+
 def get_config(name: str, prior: Optional[str] = None) -> Config:
     """Load ``configs/<name>`` with the data folder of :func:`data_root`.
 

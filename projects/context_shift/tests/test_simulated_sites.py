@@ -3,10 +3,12 @@
 the recipe-selection (validation) sites follow their rules."""
 import os.path as osp
 import re
+from functools import partial
 
 import numpy as np
 import pytest
 
+from mmcalidet import testing
 from projects.context_shift.context_shift.simulated_sites import (
     VALIDATION_SITES, SimulatedSites, make_validation_data, pair_tilt_weights,
     validation_sites)
@@ -18,25 +20,9 @@ ROOT = osp.dirname(
     osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 
-def random_label_lists(num=200, seed=0):
-    rng = np.random.default_rng(seed)
-    return [
-        rng.choice(K, size=rng.integers(0, 4), replace=False)
-        for _ in range(num)
-    ]
-
-
-def brute_force_prior(label_lists):
-    """E[i, j] = #(images with i and j) / #(images with j), 0.5 in a column
-    of an absent class, 1 on the diagonal (the paper's reference code)."""
-    prior = np.full((K, K), 0.5)
-    for j in range(K):
-        with_j = [set(x.tolist()) for x in label_lists if j in x]
-        for i in range(K):
-            if with_j:
-                prior[i, j] = sum(i in s for s in with_j) / len(with_j)
-    np.fill_diagonal(prior, 1.0)
-    return prior
+#: the shared helpers with this file's K
+random_label_lists = partial(testing.random_label_lists, num_classes=K)
+brute_force_prior = partial(testing.brute_force_prior, num_classes=K)
 
 
 def test_sites_are_the_subpopulations_their_keys_name():

@@ -3,6 +3,7 @@
 a site batch's images all come from its site and carry its statistics, and
 the SiteEdgeSampler gives them as the batch's prior."""
 import os.path as osp
+from functools import partial
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from mmdet.structures import DetDataSample
 from mmengine.dataset import DefaultSampler
 from mmengine.structures import InstanceData
 
+from mmcalidet import testing
 from mmcalidet.models.data_preprocessors import EdgeSampler
 from projects.context_shift.context_shift.training import cache_dataset_key
 from projects.context_shift.experiments.site_simulation.recipe import (
@@ -25,25 +27,9 @@ SITE_CONFIG = osp.join(ROOT, 'projects', 'context_shift', 'experiments',
                        'calidet_dino_tiny_context-shift_cached_site.py')
 
 
-def random_label_lists(num=200, seed=0):
-    rng = np.random.default_rng(seed)
-    return [
-        rng.choice(K, size=rng.integers(0, 4), replace=False)
-        for _ in range(num)
-    ]
-
-
-def brute_force_prior(label_lists):
-    """E[i, j] = #(images with i and j) / #(images with j), 0.5 in a column
-    of an absent class, 1 on the diagonal (the paper's reference code)."""
-    prior = np.full((K, K), 0.5)
-    for j in range(K):
-        with_j = [set(x.tolist()) for x in label_lists if j in x]
-        for i in range(K):
-            if with_j:
-                prior[i, j] = sum(i in s for s in with_j) / len(with_j)
-    np.fill_diagonal(prior, 1.0)
-    return prior
+#: the shared helpers with this file's K
+random_label_lists = partial(testing.random_label_lists, num_classes=K)
+brute_force_prior = partial(testing.brute_force_prior, num_classes=K)
 
 
 class LabelDataset(torch.utils.data.Dataset):
