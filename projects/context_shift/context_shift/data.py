@@ -45,6 +45,7 @@ from typing import (Dict, Iterator, List, NamedTuple, Optional, Sequence,
 
 import numpy as np
 
+from mmcalidet.utils.progress import progress_bar
 from .data_writer import BenchmarkWriter, label_statistics
 
 CLASSES = ('zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven',
@@ -721,23 +722,19 @@ def _render_splits(jobs: Sequence[SplitJob], renderer: SceneRenderer,
         writer (BenchmarkWriter): saves the images and their records.
         progress (bool): show a progress bar.
     """
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=sum(job.count for job in jobs),
-                   desc='rendering scenes', unit=' images')
-    try:
+    with progress_bar(
+            desc='rendering scenes',
+            enabled=progress,
+            total=sum(job.count for job in jobs),
+            unit=' images',
+            leave=True) as bar:
         for job in jobs:
             writer.start_split(job.key, job.folder)
             for scene, labels in sample_scenes(job, renderer, rng):
                 pixels, boxes = renderer.render(labels, job.scans)
                 writer.add_image(job.key, job.folder, scene, labels, pixels,
                                  boxes)
-                if bar is not None:
-                    bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
+                bar.update(1)
 
 
 def make_context_shift(out_dir: str,
