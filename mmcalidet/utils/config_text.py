@@ -22,8 +22,14 @@ def cache_config_formatting(maxsize: int = 8) -> Callable:
 
     Returns:
         callable: the formatter mmengine now calls.
+
+    Raises:
+        ValueError: ``maxsize`` is not an integer >= 1.
     """
     from mmengine.config import config as config_module
+
+    from .validation import check_int
+    maxsize = check_int('maxsize', maxsize, 1)
     format_code = config_module.FormatCode
     if getattr(format_code, '_mmcalidet_cached', False):
         return format_code

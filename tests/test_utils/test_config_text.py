@@ -1,5 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """cache_config_formatting: the same config text, one yapf pass."""
+import pytest
 from mmengine.config import Config
 from mmengine.config import config as config_module
 
@@ -31,3 +32,9 @@ def test_one_yapf_pass_per_text_and_the_same_text(monkeypatch):
     assert len(calls) == 2 and 'max_iters=7' in text
     monkeypatch.setattr(config_module, 'FormatCode', original)
     assert cfg.pretty_text == text
+
+
+@pytest.mark.parametrize('maxsize', [0, -1, 2.5, float('nan'), float('inf')])
+def test_a_bad_cache_size_is_refused(maxsize):
+    with pytest.raises(ValueError, match='^maxsize must be an integer'):
+        cache_config_formatting(maxsize)
