@@ -45,7 +45,8 @@ VARIANTS = {
 SCHEDULES = dict(full=(3000, 1000, 10000), quick=(900, 300, 3000))
 
 #: the config parts that decide what a training produces
-TRAINING_KEYS = ('model', 'optim_wrapper', 'param_scheduler', 'load_from')
+TRAINING_KEYS = ('model', 'optim_wrapper', 'param_scheduler', 'load_from',
+                 'randomness')
 
 
 def training_settings(config: str,
@@ -441,6 +442,9 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
     dino_dir = args.dino_work_dir or osp.join(work_dir, 'dino')
     cali_dir = osp.join(work_dir, 'calidet')
     common = ['default_hooks.logger.interval=50'] + list(args.cfg_options)
+    # both trainings seeded (before the user's overrides, which may reset
+    # it): the same command trains the same models
+    seeded = [f'randomness.seed={args.train_seed}']
 
     def training(*a, **kw) -> Training:
         return Training(*a, progress=not args.no_progress, **kw)
@@ -457,9 +461,9 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
         'same-budget' else sched['dino']
     dino_opts = opts(sched['dino'], sched['decay'], interval) + [
         'default_hooks.checkpoint.max_keep_ckpts=-1'
-    ] + common
+    ] + seeded + common
     cali_opts = opts(sched['calidet'], sched['calidet_decay'],
-                     sched['calidet'])
+                     sched['calidet']) + seeded
     if sched['init'] == 'scratch':
         # the DINO's lr for every part, side by side with the DINO
         cali_opts += [

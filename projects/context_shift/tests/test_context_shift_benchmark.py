@@ -272,6 +272,11 @@ def test_benchmark_trains_again_what_ran_with_other_settings(
     assert out.count('[train] reusing') == 1
     assert 'was trained with other settings (model differs)' in out
     assert len(launched) == 1 and 'model.bbox_head.rho=0.5' in launched[0]
+    # another training seed: both trained again, each seeded with it
+    out = plan(extra_front=['--train-seed', '7'])
+    assert 'was trained with other settings (randomness differs)' in out
+    assert len(launched) == 2
+    assert all('randomness.seed=7' in cmd for cmd in launched)
     # another calibrator config in the same folder: trained with it, not
     # the checkpoint of the default config taken for it
     filled = PAPER

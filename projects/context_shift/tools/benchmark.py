@@ -92,6 +92,13 @@ def _add_training_options(group: argparse._ArgumentGroup) -> None:
         help='lr x0.1 at this fraction of the DINO schedule (the paper: '
         '5 of 6 epochs)')
     group.add_argument(
+        '--train-seed',
+        type=int,
+        default=0,
+        help='the seed of both trainings (randomness.seed): the same '
+        'command trains the same models; another seed measures the '
+        'run-to-run spread on the same data')
+    group.add_argument(
         '--retrain', action='store_true', help='train even if done')
     group.add_argument(
         '--train-only', action='store_true', help='stop after training')
