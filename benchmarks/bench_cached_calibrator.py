@@ -38,7 +38,8 @@ from mmengine.optim import build_optim_wrapper
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 from mmcalidet.evaluation.cache import run_decoder  # noqa: E402
-from mmcalidet.testing import demo_batch, get_config  # noqa: E402
+from mmcalidet.testing import match_config_classes  # noqa: E402
+from mmcalidet.testing import demo_batch, get_config
 
 TARGET = 50.0
 
@@ -76,6 +77,7 @@ def build(cfg, full_cfg):
     torch.manual_seed(0)
     model = MODELS.build(cfg.model)
     model.init_weights()
+    match_config_classes(model, cfg)
     return model, build_optim_wrapper(model, full_cfg.optim_wrapper), \
         build_optim_wrapper(model, cfg.optim_wrapper)
 

@@ -27,7 +27,7 @@ from mmengine.runner import load_checkpoint
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 from mmcalidet.datasets import DecoderCacheDataset  # noqa: E402
-from mmcalidet.testing import get_config  # noqa: E402
+from mmcalidet.testing import get_config, match_config_classes  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -78,6 +78,7 @@ def main() -> None:
             torch.manual_seed(seed)
             model = MODELS.build(model_cfg)
             model.init_weights()
+            match_config_classes(model, cfg)
             load_checkpoint(
                 model, args.dino_checkpoint, map_location='cpu',
                 strict=False, logger='silent')

@@ -30,7 +30,7 @@ from mmengine.dataset import pseudo_collate
 from mmengine.optim import build_optim_wrapper
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from mmcalidet.testing import get_config  # noqa: E402
+from mmcalidet.testing import get_config, match_config_classes  # noqa: E402
 
 TARGETS = dict(train=1.10, infer_cached=1.005, infer_uncached=1.03)
 
@@ -71,6 +71,7 @@ def build(name: str, args: argparse.Namespace, options=None):
     torch.manual_seed(0)
     model = MODELS.build(cfg.model).to(args.device)
     model.init_weights()
+    match_config_classes(model, cfg)
     optim = build_optim_wrapper(model, cfg.optim_wrapper)
     return cfg, model, optim
 

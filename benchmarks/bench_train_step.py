@@ -103,11 +103,14 @@ def build(config: str):
     from mmdet.utils import register_all_modules
     from mmengine.config import Config
     from mmengine.optim import build_optim_wrapper
+
+    from mmcalidet.testing import match_config_classes
     register_all_modules()
     cfg = Config.fromfile(osp.join(ROOT, config))
     torch.manual_seed(0)
     model = MODELS.build(cfg.model)
     model.init_weights()
+    match_config_classes(model, cfg)
     model.train()
     optim = build_optim_wrapper(model, cfg.optim_wrapper)
     backbone = MODELS.build(cfg.model.backbone)

@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from mmcalidet.testing import demo_batch, get_config, train_steps  # noqa: E402
+from mmcalidet.testing import (demo_batch, get_config,  # noqa: E402
+                               match_config_classes, train_steps)
 
 CONFIG = 'calidet/calidet_dino_tiny_coco-mini.py'
 #: what the parity check tolerates (float32, TF32 off)
@@ -60,8 +61,10 @@ def build_model(seed: int) -> torch.nn.Module:
     from mmdet.utils import register_all_modules
     register_all_modules()
     torch.manual_seed(seed)
-    model = MODELS.build(get_config(CONFIG).model)
+    cfg = get_config(CONFIG)
+    model = MODELS.build(cfg.model)
     model.init_weights()
+    match_config_classes(model, cfg)
     return model
 
 

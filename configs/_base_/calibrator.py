@@ -4,7 +4,10 @@
 # lists this beside its CaliDet base and assigns them, e.g.
 #
 #   _base_ = ['./calidet_dino_tiny_coco-mini.py', '../_base_/calibrator.py']
-#   model = dict(data_preprocessor=_base_.calibrator_preprocessor)
+#   model = dict(
+#       type=_base_.calibrator_model_type,
+#       detector=_base_.model.type,
+#       data_preprocessor=_base_.calibrator_preprocessor)
 #   train_dataloader = dict(
 #       _base_.calibrator_dataloader,
 #       dataset=dict(type='DecoderCacheDataset', cache_dir=..., source=...))
@@ -12,6 +15,11 @@
 #   model_wrapper_cfg = _base_.calibrator_model_wrapper_cfg
 #
 # (user guide: docs/user_guides/calibrate.md)
+
+# the model: the CaliDet detector of the config's base, whose loss takes
+# the cached decoder outputs (same modules and checkpoints), e.g.
+#   model = dict(type=_base_.calibrator_model_type, detector='CaliDINO')
+calibrator_model_type = 'CachedCalibration'
 
 # batches cached outputs (and still images, for testing and inference)
 calibrator_preprocessor = dict(type='DecoderCachePreprocessor')

@@ -49,3 +49,10 @@ edge_sampler = dict(
     type='EdgeSampler',
     mode_probs=dict(sample=1.0, batch=1.0, dataset=1.0),
     noise_std=0.16)
+
+# the training dataset's classes reach the model before training, so a named
+# prior (a file or shipped name that records its classes) is reordered to
+# the dataset's class order (mmengine's runner never sets the model's
+# dataset_meta); a CaliDet config adds them to its hooks:
+#   custom_hooks = _base_.custom_hooks + _base_.calidet_custom_hooks
+calidet_custom_hooks = [dict(type='PriorClassesHook')]

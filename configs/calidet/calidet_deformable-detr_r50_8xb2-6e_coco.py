@@ -66,4 +66,5 @@ param_scheduler = [
 # checkpoint); per-iteration seeds, so a resumed run repeats the
 # uninterrupted one
 default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
-custom_hooks = [dict(type='IterationSeedHook')]
+custom_hooks = [dict(type='IterationSeedHook')
+                ] + _base_.calidet_custom_hooks

@@ -28,7 +28,10 @@ _base_ = [
     '../_base_/calibrator.py'
 ]
 
-model = dict(data_preprocessor=_base_.calibrator_preprocessor)
+model = dict(
+    type=_base_.calibrator_model_type,
+    detector=_base_.model.type,
+    data_preprocessor=_base_.calibrator_preprocessor)
 
 train_dataloader = dict(
     _base_.calibrator_dataloader,

@@ -30,3 +30,6 @@ model = dict(
         califormer=califormer,
         rho=_base_.rho,
         loss_loma=_base_.loss_loma))
+
+# matches the named prior to the dataset's classes before training
+custom_hooks = _base_.custom_hooks + _base_.calidet_custom_hooks

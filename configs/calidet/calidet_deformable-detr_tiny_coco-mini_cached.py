@@ -17,6 +17,8 @@ load_from = 'work_dirs/deformable-detr_tiny_coco-mini/iter_400.pth'
 # (docs/user_guides/model.md)
 califormer = dict(_base_.califormer, zero_init_output=True)
 model = dict(
+    type=_base_.calibrator_model_type,
+    detector=_base_.model.type,
     data_preprocessor=_base_.calibrator_preprocessor,
     bbox_head=dict(califormer=califormer))
 

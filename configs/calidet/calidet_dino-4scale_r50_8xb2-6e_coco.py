@@ -61,4 +61,5 @@ param_scheduler = [
 # checkpoint); per-iteration seeds, so a resumed run repeats the
 # uninterrupted one (mmcalidet/engine/checkpoint_hooks.py)
 default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
-custom_hooks = [dict(type='IterationSeedHook')]
+custom_hooks = [dict(type='IterationSeedHook')
+                ] + _base_.calidet_custom_hooks

@@ -2,7 +2,9 @@
 """mmengine components registered in mmdet's ``LOOPS`` / ``HOOKS``: the
 evaluation protocol's test loops (``loops.py``), online self-calibration
 (``self_calibration_hook.py``), safe checkpointing (``checkpoint_hooks.py``
-imports its three hooks, one module each), the seed a resumed run restores
+imports its three hooks, one module each), the training classes that a
+model's named priors are matched to (``prior_classes_hook.py``), the seed
+a resumed run restores
 (``run_seed.py``) and snapshots at chosen iterations
 (``snapshot_hook.py``)."""
 from .calibrator_optim import CalibratorOptimWrapperConstructor
@@ -12,6 +14,7 @@ from .loops import (CachedTestLoop, PriorSweepTestLoop,
                     SelfCalibrationTestLoop, SubsetEvalTestLoop)
 from .merged_groups_optim import (MergedGroupsOptimWrapperConstructor,
                                   merge_param_groups)
+from .prior_classes_hook import PriorClassesHook
 from .run_seed import checkpoint_to_resume, restore_run_seed
 from .self_calibration_hook import OnlineSelfCalibrationHook
 from .snapshot_hook import SnapshotHook
@@ -22,5 +25,5 @@ __all__ = [
     'AtomicCheckpointHook', 'IterationSeedHook', 'CheckpointCompatHook',
     'SnapshotHook', 'CalibratorOptimWrapperConstructor', 'restore_run_seed',
     'checkpoint_to_resume', 'MergedGroupsOptimWrapperConstructor',
-    'merge_param_groups'
+    'merge_param_groups', 'PriorClassesHook'
 ]

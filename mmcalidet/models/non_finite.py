@@ -146,3 +146,40 @@ def non_finite_sources(model: torch.nn.Module,
         ok = bool(torch.isfinite(batch_inputs.detach()).all())
         text += f'; images: {"finite" if ok else "not finite"}'
     return text
+
+
+class NonFiniteLossesMixin:
+    """A detector whose training stops at a non-finite loss, naming the
+    terms, and whose non-finite head outputs name what they were computed
+    from; a base of
+    :class:`~mmcalidet.models.detectors.CalibratableDetectorMixin`."""
+
+    def parse_losses(self, losses: Dict[str, Tensor]) -> tuple:
+        """mmengine's ``parse_losses``, then stop if the total loss is not
+        finite.
+
+        Args:
+            losses (dict[str, Tensor]): the loss terms.
+
+        Returns:
+            tuple[Tensor, dict]: the total loss and the terms to log.
+
+        Raises:
+            NonFiniteError: naming the iteration and the non-finite terms,
+                e.g. ``non-finite loss at iteration 12: loss_cls=nan,
+                d0.loss_cls=nan (the others are finite)``.
+        """
+        loss, log_vars = super().parse_losses(losses)
+        check_finite_losses(loss, log_vars)
+        return loss, log_vars
+
+    def loss(self, batch_inputs, batch_data_samples) -> dict:
+        """The detector's losses; a :class:`NonFiniteError` of the head
+        also names what the forward was computed from: the weights (a
+        diverged run) or the images (a bad input)."""
+        try:
+            return super().loss(batch_inputs, batch_data_samples)
+        except NonFiniteError as error:
+            raise NonFiniteError(
+                f'{error}; {non_finite_sources(self, batch_inputs)}'
+            ) from None

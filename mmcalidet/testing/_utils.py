@@ -427,3 +427,31 @@ def damage_cache_file(folder: str, name: str, how: str) -> str:
     else:
         raise ValueError(f'unknown damage {how!r}')
     return path
+
+
+def match_config_classes(model: torch.nn.Module, cfg) -> torch.nn.Module:
+    """Give a detector built with ``MODELS.build`` its config's dataset
+    classes, as :class:`~mmcalidet.engine.PriorClassesHook` does before a
+    runner trains it (and ``init_detector`` when it sets ``dataset_meta``):
+    a CaliDet model's named priors are reordered to them. The classes are
+    the config's datasets' (``metainfo.classes``), else COCO's for a model
+    of 80 classes (mmdet's default); a plain detector is left alone.
+
+    Args:
+        model (nn.Module): the detector.
+        cfg (Config): its config.
+
+    Returns:
+        nn.Module: ``model``.
+    """
+    from ..apis import config_classes
+    match = getattr(model, 'match_prior_classes', None)
+    if match is None:
+        return model
+    classes = config_classes(cfg)
+    if classes is None and model.num_classes == 80:
+        from mmdet.datasets import CocoDataset
+        classes = list(CocoDataset.METAINFO['classes'])
+    if classes is not None:
+        match(classes)
+    return model

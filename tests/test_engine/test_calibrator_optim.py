@@ -9,7 +9,7 @@ from mmengine.registry import init_default_scope
 from mmcalidet.engine import SnapshotHook
 from mmcalidet.testing import build_detector
 
-CALI = 'calidet/calidet_dino_tiny_coco-mini.py'
+CACHED = 'calidet/calidet_dino_tiny_coco-mini_cached.py'
 OPTIM = dict(
     constructor='CalibratorOptimWrapperConstructor',
     optimizer=dict(type='AdamW', lr=1e-4, weight_decay=1e-4),
@@ -31,7 +31,7 @@ def optimized(optim_wrapper):
 
 @pytest.mark.parametrize('train_cls', [False, True])
 def test_the_optimizer_holds_the_calibrator_only(train_cls):
-    model = build_detector(CALI, cache_train_cls_branches=train_cls)
+    model = build_detector(CACHED, cache_train_cls_branches=train_cls)
     optim = build_optim_wrapper(model, OPTIM)
     head = model.bbox_head
     expected = {id(p) for p in head.califormer.parameters()}
@@ -43,7 +43,7 @@ def test_the_optimizer_holds_the_calibrator_only(train_cls):
 
 
 def test_paramwise_keys_use_the_detectors_names():
-    model = build_detector(CALI)
+    model = build_detector(CACHED)
     cfg = dict(
         OPTIM,
         paramwise_cfg=dict(

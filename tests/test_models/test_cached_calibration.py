@@ -8,6 +8,8 @@ import torch
 from mmdet.models.dense_heads import DeformableDETRHead
 
 from mmcalidet.models.data_preprocessors import is_cached_batch
+from mmcalidet.models.detectors import (CachedCalibrationMixin, CaliDINO,
+                                        cached_head_losses)
 from mmcalidet.priors import label_lists_prior
 from mmcalidet.testing import build_detector, demo_batch, get_config
 
@@ -50,7 +52,7 @@ def test_cached_losses_equal_head_losses_on_images(model):
         expected = DeformableDETRHead.loss_by_feat(
             head, cls, box, None, None, [ds.gt_instances for ds in samples],
             [ds.metainfo for ds in samples])
-        got = head.loss_cached(hidden, boxes, samples, cali, priors)
+        got = cached_head_losses(head, hidden, boxes, samples, cali, priors)
     assert torch.equal(box, boxes)
     for key, value in expected.items():
         torch.testing.assert_close(got[key], value, msg=key)
@@ -120,7 +122,8 @@ def test_calibrator_configs(name):
     cache and keeps its parent's model, so its checkpoints are the
     parent's."""
     cfg = get_config(name)
-    assert cfg.model.type in ('CaliDINO', 'CaliDeformableDETR')
+    assert cfg.model.type == 'CachedCalibration'
+    assert cfg.model.detector in ('CaliDINO', 'CaliDeformableDETR')
     assert cfg.model.data_preprocessor.type == 'DecoderCachePreprocessor'
     sampler, = cfg.model.data_preprocessor.batch_augments
     assert sampler.type == 'EdgeSampler' and sampler.noise_std == 0.16
@@ -137,5 +140,26 @@ def test_calibrator_configs(name):
     assert cfg.model.bbox_head.califormer.zero_init_output is True
     assert _without_init(cfg.model.bbox_head) == \
         _without_init(parent.model.bbox_head)
-    assert cfg.model.type == parent.model.type
+    assert cfg.model.detector == parent.model.type
     assert sampler == parent.model.data_preprocessor.batch_augments[0]
+
+
+def test_cached_calibration_is_the_detector_with_a_cached_loss(model):
+    """The calibrator config's model is the CaliDINO (same parameters and
+    buffers, so the same checkpoints, and the same inference) whose loss
+    takes cached decoder outputs; the CaliDINO's own loss takes images."""
+    assert isinstance(model, CaliDINO)
+    assert isinstance(model, CachedCalibrationMixin)
+    assert type(model).__qualname__ == 'CachedCaliDINO'
+    assert type(model).__name__ == 'CaliDINO'  # as reports name it
+    torch.manual_seed(0)
+    plain = build_detector('calidet/calidet_dino_tiny_coco-mini.py')
+    assert not isinstance(plain, CachedCalibrationMixin)
+    assert set(model.state_dict()) == set(plain.state_dict())
+    # images are refused with a message that names the fix
+    images = model.data_preprocessor(demo_batch(LABELS, size=64), True)
+    with pytest.raises(TypeError, match='cached decoder outputs.*CaliDINO'):
+        model.loss(images['inputs'], images['data_samples'])
+    # one class per detector type, picklable by its name
+    import pickle
+    assert pickle.loads(pickle.dumps(type(model))) is type(model)

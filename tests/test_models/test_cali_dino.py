@@ -10,8 +10,7 @@ from mmdet.utils import register_all_modules
 from mmengine.runner import load_checkpoint, save_checkpoint
 
 from mmcalidet.priors import (default_prior_path, flat_prior, load_prior,
-                              model_classes, sample_prior, save_prior,
-                              training_dataset_classes)
+                              model_classes, sample_prior, save_prior)
 from mmcalidet.testing import (build_detector, captured_log, demo_batch,
                                eval_inputs, get_config)
 from mmcalidet.testing import random_prior as make_random_prior
@@ -431,9 +430,8 @@ def test_checkpoint_priors_are_not_reordered(tmp_path):
 
 @pytest.mark.slow
 def test_training_matches_named_priors_to_the_dataset_classes(tmp_path):
-    # mmengine's runner never sets the model's dataset_meta: a training run
-    # matches the named priors at its first step, from the dataset's meta
-    # that RuntimeInfoHook puts in the message hub
+    # mmengine's runner never sets the model's dataset_meta: the config's
+    # PriorClassesHook matches the named priors before the first step
     from mmengine.runner import Runner
     prior, meta = load_prior(
         default_prior_path('coco2017_train'), return_meta=True)
@@ -466,65 +464,50 @@ def test_training_matches_named_priors_to_the_dataset_classes(tmp_path):
     np.testing.assert_allclose(sampler.dataset_prior, prior)
 
 
-def test_first_training_step_rejects_a_prior_of_other_classes(tmp_path):
-    from mmengine.logging import MessageHub
+def _runner_of(model, classes):
+    """What PriorClassesHook reads of a runner: the model and the training
+    dataset (here wrapped, as a ConcatDataset-like wrapper holds it)."""
+    from types import SimpleNamespace
+    dataset = SimpleNamespace(
+        metainfo={}, dataset=SimpleNamespace(metainfo=dict(classes=classes)))
+    return SimpleNamespace(
+        model=model, train_dataloader=SimpleNamespace(dataset=dataset))
+
+
+def test_prior_classes_hook_matches_or_rejects_named_priors(tmp_path):
+    from mmcalidet.engine import PriorClassesHook
     path = save_prior(
         tmp_path / 'three.json',
-        np.eye(3) * 0.5 + 0.5,
+        np.array([[1.0, 0.2, 0.3], [0.4, 1.0, 0.5], [0.6, 0.7, 1.0]]),
         classes=['bird', 'cat', 'dog'])
     torch.manual_seed(0)
     model = MODELS.build(three_class_config(str(path)).model)
-    hub = MessageHub.get_instance('test_first_training_step')
-    hub.update_info('dataset_meta', dict(classes=['cat', 'dog', 'fish']))
-    hub.update_info('loop_stage', 'train')
+    model.init_weights()  # mmdet leaves some parameters uninitialised
+    sampler = model.data_preprocessor.batch_augments[0]
+    # without the hook (or dataset_meta) a named prior is not trained in
+    # its file's order: the sampler and the detector refuse
+    with pytest.raises(RuntimeError, match=r'three\.json.*PriorClassesHook'):
+        train_steps(model, demo_batch([[0], [1]]), steps=1)
     cfg = three_class_config(str(path))
     cfg.model.data_preprocessor.batch_augments = None
     torch.manual_seed(0)
     detector_only = MODELS.build(cfg.model)
-    try:
-        # the EdgeSampler checks at its first batch
-        with pytest.raises(
-                ValueError, match=r'EdgeSampler.*three\.json.*fish'):
-            train_steps(model, demo_batch([[0], [1]]), steps=1)
-        # the detector at its first loss
-        with pytest.raises(
-                ValueError, match=r"three\.json' \(model\.prior\)"):
-            train_steps(detector_only, demo_batch([[0], [1]]), steps=1)
-    finally:
-        hub.pop_info('loop_stage')
-    # outside a training run the message hub is not read
-    assert training_dataset_classes() is None
-    data = model.data_preprocessor(demo_batch([[0], [1]]), True)
-    assert data['data_samples'][0].prior.shape == (3, 3)
-
-
-def test_a_crashed_run_of_other_classes_is_not_the_training_dataset(tmp_path):
-    """A training run that stopped on an exception leaves its loop stage
-    and dataset in the message hub (``after_train`` never ran): a model of
-    another class count, built and stepped later in the same process, does
-    not take those classes for its own."""
-    from mmengine.logging import MessageHub
-    path = save_prior(
-        tmp_path / 'three.json',
-        np.eye(3) * 0.5 + 0.5,
-        classes=['bird', 'cat', 'dog'])
-    hub = MessageHub.get_instance('test_crashed_run_left_behind')
-    hub.update_info('dataset_meta',
-                    dict(classes=[f'class_{k}' for k in range(80)]))
-    hub.update_info('loop_stage', 'train')
-    try:
-        assert training_dataset_classes(80) is not None
-        assert training_dataset_classes(3) is None
-        torch.manual_seed(0)
-        model = MODELS.build(three_class_config(str(path)).model)
-        # the old reading raised here: class 'bird' is not in the prior...
-        data = model.data_preprocessor(demo_batch([[0], [1]]), True)
-        assert data['data_samples'][0].prior.shape == (3, 3)
-        # ... and the loss's first step would have matched the priors to
-        # the crashed run's classes; both keep the file's order
-        sampler = model.data_preprocessor.batch_augments[0]
-        assert sampler.prior_classes == ['bird', 'cat', 'dog']
-        np.testing.assert_allclose(
-            model.get_prior(), np.eye(3) * 0.5 + 0.5, atol=1e-7)
-    finally:
-        hub.pop_info('loop_stage')
+    with pytest.raises(RuntimeError, match=r'three\.json.*model\.prior'):
+        train_steps(detector_only, demo_batch([[0], [1]]), steps=1)
+    # classes of another count are not this model's: nothing changes
+    PriorClassesHook().before_train(_runner_of(model, ['a', 'b']))
+    assert sampler.prior_classes == ['bird', 'cat', 'dog']
+    # other names: refused, naming the file, and nothing changed
+    with pytest.raises(ValueError, match=r'three\.json.*prior.*fish'):
+        PriorClassesHook().before_train(
+            _runner_of(model, ['cat', 'dog', 'fish']))
+    assert sampler.prior_classes == ['bird', 'cat', 'dog']
+    # the dataset's order: both priors reordered, and training runs
+    PriorClassesHook().before_train(
+        _runner_of(model, ['dog', 'cat', 'bird']))
+    expected = np.array([[1.0, 0.7, 0.6], [0.5, 1.0, 0.4], [0.3, 0.2, 1.0]])
+    np.testing.assert_allclose(model.get_prior(), expected, atol=1e-7)
+    np.testing.assert_allclose(sampler.dataset_prior, expected)
+    train_steps(model, demo_batch([[0], [1]]), steps=1)
+    # a plain detector is left alone
+    PriorClassesHook().before_train(_runner_of(torch.nn.Linear(1, 1), []))

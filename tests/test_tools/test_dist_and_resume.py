@@ -103,8 +103,11 @@ def test_two_processes_agree_and_edges_are_global(tmp_path):
         mode_probs=dict(batch=1.0), noise_std=0.0, batch_scope='global')
     config = probe_config(
         tmp_path / 'dist.py',
-        base, [dict(type='IterationSeedHook'),
-               dict(type='RankDumpHook')],
+        base, [
+            dict(type='IterationSeedHook'),
+            dict(type='PriorClassesHook'),
+            dict(type='RankDumpHook')
+        ],
         model=dict(data_preprocessor=dict(batch_augments=[augment])))
     work_dir = tmp_path / 'work'
     output = finish(
@@ -155,6 +158,7 @@ def test_kill_while_saving_then_resume_equals_uninterrupted(tmp_path):
     whole, killed = tmp_path / 'whole', tmp_path / 'killed'
     killer = probe_config(tmp_path / 'kill.py', base, [
         dict(type='IterationSeedHook'),
+        dict(type='PriorClassesHook'),
         dict(type='KillHook', iteration=4, during_save=True)
     ])
     config = osp.join('configs', base)

@@ -23,8 +23,7 @@ from mmengine.dist import all_gather_object, get_rank, get_world_size
 from torch import Tensor, nn
 
 from ...priors import (batch_prior, counts_to_prior, describe_prior_source,
-                       label_lists_prior, load_prior_source, reorder_prior,
-                       training_dataset_classes)
+                       label_lists_prior, load_prior_source, reorder_prior)
 from ..layers.support_ops import label_support
 
 #: mode name -> the statistics it gives every sample of the mini-batch
@@ -73,11 +72,11 @@ class EdgeSampler(nn.Module):
             matrix. ``None``: the detector's ``prior``. Required (here or in
             the detector) when the ``'dataset'`` mode has a probability.
         classes (Sequence[str], optional): the dataset's class names, to
-            reorder a named prior file. When not given, the sampler takes
-            them at its first training batch from the running training
-            loop (see :func:`~mmcalidet.priors.prior_source.
-            training_dataset_classes`), or a CaliDet detector passes them
-            (:meth:`set_classes`) when its ``dataset_meta`` is set.
+            reorder a named prior file. When not given, its CaliDet
+            detector passes them (:meth:`set_classes`) when they are known:
+            its ``dataset_meta`` set, or before training
+            (:class:`~mmcalidet.engine.PriorClassesHook`); a named prior
+            whose classes never came is refused at the first batch.
         mode_probs (dict, optional): probability (any non-negative weights,
             normalised) of each mode among ``'sample'``, ``'batch'``,
             ``'dataset'`` and ``'group'`` (see :data:`MODES`; ``'dataset'``
@@ -495,11 +494,13 @@ class EdgeSampler(nn.Module):
             tuple: ``(inputs, data_samples)``.
         """
         self._check_ready()
-        if not self._classes_checked:
-            # the first batch of a training run: the dataset's class order
-            classes = training_dataset_classes(self.num_classes)
-            if classes is not None:
-                self.set_classes(classes)
+        if not self._classes_checked and self.prior_classes is not None:
+            raise RuntimeError(
+                f'EdgeSampler: {self._prior_name} names its classes, but '
+                "the training dataset's classes never reached it: add "
+                "dict(type='PriorClassesHook') to custom_hooks (the CaliDet "
+                'configs have it: configs/_base_/calidet.py), or call '
+                'set_classes() before drawing')
         labels = [
             ds.gt_instances.labels.detach().cpu().numpy().astype(np.int64)
             for ds in data_samples

@@ -1,9 +1,16 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
+from .cached_calibration import (CachedCalibration, CachedCalibrationMixin,
+                                 cached_calibration_type, cached_head_losses)
+from .cali_dab_detr import CaliDABDETR
 from .cali_deformable_detr import CaliDeformableDETR
 from .cali_dino import CaliDINO
-from .calibratable import CalibratableDetectorMixin, defer_class_matching
+from .calibratable import CalibratableDetectorMixin
+from .prior_buffer import PriorBufferMixin
+from .prior_classes import PriorClassesMixin, defer_class_matching
 
 __all__ = [
     'CalibratableDetectorMixin', 'CaliDINO', 'CaliDeformableDETR',
-    'defer_class_matching'
+    'defer_class_matching', 'CachedCalibration', 'CachedCalibrationMixin',
+    'cached_calibration_type', 'cached_head_losses', 'PriorBufferMixin',
+    'PriorClassesMixin', 'CaliDABDETR'
 ]

@@ -75,3 +75,6 @@ param_scheduler = [
         gamma=0.1)
 ]
 default_hooks = dict(checkpoint=dict(interval=max_iters, max_keep_ckpts=1))
+
+# matches the named prior to the dataset's classes before training
+custom_hooks = _base_.custom_hooks + _base_.calidet_custom_hooks

@@ -12,7 +12,10 @@ dino_config = ('projects/context_shift/configs/'
 # the baseline, named once: tools/train.py makes the cache from it
 load_from = 'work_dirs/context_shift_many-class/dino/iter_3000.pth'
 
-model = dict(data_preprocessor=_base_.calibrator_preprocessor)
+model = dict(
+    type=_base_.calibrator_model_type,
+    detector=_base_.model.type,
+    data_preprocessor=_base_.calibrator_preprocessor)
 
 train_dataloader = dict(
     _base_.calibrator_dataloader,

@@ -103,6 +103,7 @@ def write_config(args: argparse.Namespace, updates: Sequence[int]) -> str:
         'param_scheduler = []  # a constant learning rate',
         f'default_hooks = dict(checkpoint=dict(interval={last}))',
         "custom_hooks = [dict(type='IterationSeedHook'),",
+        "                dict(type='PriorClassesHook'),",
         f"                dict(type='SnapshotHook', iters={list(updates)})]",
         ''
     ])

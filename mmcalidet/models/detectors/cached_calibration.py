@@ -1,0 +1,218 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Calibrator training on cached decoder outputs, as its own model type.
+
+A calibrator config (``configs/_base_/calibrator.py``) chooses it::
+
+    model = dict(type='CachedCalibration', detector='CaliDINO', ...)
+
+:func:`CachedCalibration` builds the named CaliDet detector with
+:class:`CachedCalibrationMixin` in front: the same modules and parameter
+names (its checkpoints are the detector's), the same inference, and a
+``loss`` that takes the cached decoder outputs of
+:class:`~mmcalidet.models.data_preprocessors.DecoderCachePreprocessor`
+instead of images. The detector's own ``loss`` takes images only.
+"""
+from functools import partial
+from typing import Dict, Type
+
+import torch
+from mmdet.models.dense_heads import DETRHead
+from mmdet.registry import MODELS
+from mmdet.structures import SampleList
+from torch import Tensor, nn
+
+from .calibratable import CalibratableDetectorMixin
+
+
+def cached_head_losses(head: nn.Module,
+                       hidden_states: Tensor,
+                       bbox_preds: Tensor,
+                       batch_data_samples: SampleList,
+                       cali_vectors: Tensor,
+                       priors: Tensor,
+                       train_cls_branches: bool = False) -> Dict[str, Tensor]:
+    """The training losses of a calibrated head's matching queries from
+    cached decoder outputs: each decoder layer's classification ``(W + rho
+    V')^T h + b``, Hungarian matching against the ground truth, the focal
+    and box losses of mmdet's ``DETRHead.loss_by_feat`` and LoMa.
+
+    What differs from the head's ``loss`` on images: no denoising queries
+    and no encoder proposal loss (neither depends on the prior), and the
+    boxes are the cached ones (their losses are constants that only enter
+    the matching and the log).
+
+    Args:
+        head (nn.Module): a calibrated head
+            (:class:`~mmcalidet.models.dense_heads.CalibratedClsMixin`).
+        hidden_states (Tensor): (L, B, Q, d) cached hidden states.
+        bbox_preds (Tensor): (L, B, Q, 4) cached boxes (normalised cx, cy,
+            w, h).
+        batch_data_samples (list[DetDataSample]): with ``gt_instances``
+            (and ``sample_prior`` from the EdgeSampler).
+        cali_vectors (Tensor): V' of ``priors``, (B, K, d) or (K, d).
+        priors (Tensor): the injected priors, (B, K, K) or (K, K).
+        train_cls_branches (bool): let gradients reach ``W`` and ``b`` of
+            the decoder layers' classification branches (otherwise only the
+            CaliFormer learns).
+
+    Returns:
+        dict[str, Tensor]: ``loss_cls``, ``loss_bbox``, ``loss_iou``,
+        ``loss_loma`` and their ``d{i}.`` versions for the other decoder
+        layers.
+    """
+    with torch.set_grad_enabled(train_cls_branches
+                                and torch.is_grad_enabled()):
+        cls_scores = torch.stack([
+            head.decoder_cls_branch(layer)(h)
+            for layer, h in enumerate(hidden_states)
+        ])
+    cls_scores = head.calibrate_cls_scores(cls_scores, hidden_states,
+                                           cali_vectors)
+    head.check_finite_outputs(cls_scores, bbox_preds, hidden_states,
+                              cali_vectors)
+    batch_gt_instances = [ds.gt_instances for ds in batch_data_samples]
+    batch_img_metas = [ds.metainfo for ds in batch_data_samples]
+    # the plain per-layer DETR losses (DINO's and Deformable DETR's
+    # loss_by_feat add the denoising and encoder losses)
+    return head.loss_with_loma(
+        partial(DETRHead.loss_by_feat, head, cls_scores, bbox_preds,
+                batch_gt_instances, batch_img_metas), cls_scores, priors,
+        batch_data_samples, hidden_states)
+
+
+class CachedCalibrationMixin:
+    """Put in front of a CaliDet detector by :func:`CachedCalibration`:
+    ``loss`` trains the calibrator on cached decoder outputs.
+
+    Args:
+        cache_train_cls_branches (bool): let the decoder layers'
+            classification branches learn too; by default only the
+            CaliFormer does. Defaults to False.
+        *args, **kwargs: the arguments of the detector.
+    """
+
+    def __init__(self,
+                 *args,
+                 cache_train_cls_branches: bool = False,
+                 **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.cache_train_cls_branches = bool(cache_train_cls_branches)
+
+    def calibrator_modules(self) -> Dict[str, nn.Module]:
+        """What the training updates, by name in the detector: the
+        CaliFormer and, with ``cache_train_cls_branches``, the decoder
+        layers' classification branches (not the encoder's proposal
+        classifier)."""
+        head = self.bbox_head
+        modules = {'bbox_head.califormer': head.califormer}
+        if self.cache_train_cls_branches:
+            if getattr(head, 'cls_branches', None) is None:
+                modules['bbox_head.fc_cls'] = head.fc_cls
+                return modules
+            num = len(head.cls_branches) - int(
+                bool(getattr(head, 'as_two_stage', False)))
+            for layer in range(num):
+                modules[f'bbox_head.cls_branches.{layer}'] = \
+                    head.cls_branches[layer]
+        return modules
+
+    def loss(self, batch_inputs: Dict[str, Tensor],
+             batch_data_samples: SampleList) -> dict:
+        """The calibrator's losses on cached decoder outputs: the CaliFormer
+        (and, with ``cache_train_cls_branches``, the classification
+        branches) learn from each sample's prior (the EdgeSampler's draw)
+        with the matching, focal and LoMa losses of the calibrated head
+        (:func:`cached_head_losses`).
+
+        Args:
+            batch_inputs (dict): ``hidden_states`` (L, B, Q, d) and
+                ``bbox_preds`` (L, B, Q, 4).
+            batch_data_samples (list[DetDataSample]): with
+                ``gt_instances`` (and ``prior`` / ``sample_prior``).
+
+        Returns:
+            dict[str, Tensor]: the loss components.
+
+        Raises:
+            TypeError: the inputs are images, not cached decoder outputs.
+        """
+        if not isinstance(batch_inputs, dict) or \
+                'hidden_states' not in batch_inputs:
+            raise TypeError(
+                f'{type(self).__qualname__} trains on cached decoder outputs '
+                '(DecoderCachePreprocessor), got '
+                f'{type(batch_inputs).__name__}: train on images with the '
+                f'detector itself (model.type={self.detector_type!r})')
+        self.check_classes_matched()
+        hidden = batch_inputs['hidden_states']
+        priors = self.batch_priors(batch_data_samples)
+        support, marginals = self.batch_support(batch_data_samples)
+        if priors is None:
+            priors = self.prior.expand(hidden.shape[1], -1, -1)
+        return cached_head_losses(
+            self.bbox_head,
+            hidden,
+            batch_inputs['bbox_preds'],
+            batch_data_samples,
+            self.bbox_head.get_cali_vectors(priors, support, marginals),
+            priors,
+            train_cls_branches=self.cache_train_cls_branches)
+
+
+_CACHED_TYPES: Dict[type, type] = {}
+
+
+def cached_calibration_type(detector: Type[nn.Module]) -> type:
+    """The class ``Cached<Detector>(CachedCalibrationMixin, detector)``,
+    made once per detector class; its ``__name__`` is the detector's, so
+    reports and exports name the model as they name the detector.
+
+    Args:
+        detector (type): a CaliDet detector class
+            (:class:`CalibratableDetectorMixin`).
+
+    Returns:
+        type: the class.
+
+    Raises:
+        TypeError: ``detector`` is not a CaliDet detector.
+    """
+    if not (isinstance(detector, type)
+            and issubclass(detector, CalibratableDetectorMixin)):
+        raise TypeError('CachedCalibration: detector must be a CaliDet '
+                        'detector type (e.g. CaliDINO), got '
+                        f'{getattr(detector, "__name__", detector)!r}')
+    if detector not in _CACHED_TYPES:
+        name = f'Cached{detector.__name__}'
+        # named as the detector it is (reports, exports and logs name the
+        # model by its type); found by its qualified name (pickle)
+        cls = type(detector.__name__, (CachedCalibrationMixin, detector),
+                   dict(__module__=__name__, __qualname__=name,
+                        __doc__=f'{detector.__name__} trained on cached '
+                        'decoder outputs (:class:`CachedCalibrationMixin`).',
+                        detector_type=detector.__name__))
+        globals()[name] = cls
+        _CACHED_TYPES[detector] = cls
+    return _CACHED_TYPES[detector]
+
+
+@MODELS.register_module()
+def CachedCalibration(detector: str, **kwargs) -> nn.Module:
+    """Build a CaliDet detector for calibrator training on cached decoder
+    outputs (the model of a calibrator config).
+
+    Args:
+        detector (str): the detector's registered type, e.g. ``'CaliDINO'``.
+        **kwargs: the detector's arguments, and
+            ``cache_train_cls_branches`` (see
+            :class:`CachedCalibrationMixin`).
+
+    Returns:
+        nn.Module: the detector, a :func:`cached_calibration_type` of it.
+    """
+    detector_cls = MODELS.get(detector) if isinstance(detector,
+                                                      str) else detector
+    if detector_cls is None:
+        raise KeyError(f'CachedCalibration: {detector!r} is not a '
+                       'registered model type')
+    return cached_calibration_type(detector_cls)(**kwargs)
