@@ -24,7 +24,7 @@ from .cache import cache_hidden_states, cache_images, image_batches
 from .coco import (METRICS, CocoEvaluator, ImageMatches, cache_evaluator,
                    coco_evaluator_from_cfg, paired_bootstrap)
 from .methods import EvalSetup, input_changes, shares_trunk
-from .online import OnlineSelfCalibrator, stream_site
+from .online import OnlineSelfCalibrator
 from .partitions import (SUBSET_SIZES, calibration_subsets, evaluate_groups,
                          evaluate_partitions, evaluate_subsets,
                          read_evaluation_labels, read_image_groups,
@@ -64,7 +64,7 @@ __all__ = [
     'prediction_statistics', 'update_target', 'calibration_step',
     'self_calibrate', 'self_calibrate_partitions', 'mean_history',
     'within_trust_region',
-    'OnlineSelfCalibrator', 'stream_site', 'ProtocolTable', 'CORRECTIONS',
+    'OnlineSelfCalibrator', 'ProtocolTable', 'CORRECTIONS',
     'CORRECTION_NAMES',
     'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
     'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'
