@@ -3,7 +3,7 @@
 give: each detector is built from its config and checkpoint, its decoder
 outputs are cached once, and a plain detector adds its post-hoc
 corrections. The tools parse their options with
-:mod:`~mmcalidet.evaluation.tool_options` and pass them here as plain
+``tools/analysis_tools/eval_options.py`` and pass them here as plain
 arguments.
 """
 import json

@@ -17,6 +17,7 @@ of each other, e.g. an untrained model's all-zero APs).
 """
 import argparse
 import os.path as osp
+import sys
 import time
 
 from mmcalidet.evaluation import (CONTENT_PRIORS, STANDARD_PRIORS,
@@ -26,10 +27,12 @@ from mmcalidet.evaluation import (CONTENT_PRIORS, STANDARD_PRIORS,
 from mmcalidet.evaluation.baselines import describe_corrections
 from mmcalidet.evaluation.report import injection_table
 from mmcalidet.evaluation.sweep import parse_prior_names
-from mmcalidet.evaluation.tool_options import (add_model_args, ensure_out_dir,
-                                               eval_setup)
 from mmcalidet.utils.cli import finite_float, run_tool
 from mmcalidet.visualization import plot_prior_sweep
+
+# the tools' shared options, beside this file
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from eval_options import add_model_args, ensure_out_dir, eval_setup
 
 
 def parse_args(argv=None) -> argparse.Namespace:
