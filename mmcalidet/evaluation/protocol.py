@@ -181,6 +181,8 @@ def sites(methods: Sequence[Method], evaluate: Callable,
 
 def _deployment_rows(method: Method, site: str, num: int, repeats: int,
                      res: Dict) -> List[Dict]:
+    """The ``raw`` and ``fitted`` rows of one :func:`deployment_gains`
+    result."""
     rows = []
     for prior in ('raw', 'fitted'):
         r = res[prior]
@@ -360,6 +362,8 @@ def _self_calibration_row(method: Method, evaluate: Callable, name: str,
                           idx: np.ndarray, res, radius: Optional[float],
                           score_thr: float, train_prior: np.ndarray,
                           site_prior: Optional[np.ndarray]) -> Dict:
+    """The row of one self-calibration run (a partition, a method, a
+    radius), with the AP of its first estimate E_i."""
     first, last = res.history[0]['AP'], res.history[-1]['AP']
     estimate = evaluate(method.cache,
                         method.rescorer.predict(res.start_estimate, idx),
