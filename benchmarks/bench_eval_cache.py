@@ -41,9 +41,9 @@ from mmengine.runner import Runner, load_checkpoint
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 from mmcalidet.decoder_cache import weights_fingerprint
-from mmcalidet.evaluation import (CocoEvaluator, Rescorer, build_priors,
-                                  cache_evaluator, cache_hidden_states,
-                                  evaluate_priors, self_calibrate)
+from mmcalidet.evaluation import (CocoEvaluator, Rescorer, cache_evaluator,
+                                  cache_hidden_states, self_calibrate)
+from mmcalidet.evaluation.protocol import injection
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.testing import get_config
 from mmcalidet.utils.log_level import quiet_mmengine
@@ -140,11 +140,11 @@ def time_repeats(model, loader, evaluator: CocoEvaluator,
 
         t0 = time.perf_counter()
         cache = cache_hidden_states(model, loader, progress=False)
-        method = Method('CaliDet', Rescorer(model, cache))
-        specs = build_priors(('flip_E_x', 'E0', 'E_t', 'E_v', 'E_b', 'E_x'),
-                             cache.gt_label_lists(), train_prior,
-                             cache.batch_ids)
-        evaluate_priors([method], specs, evaluate, progress=False)
+        # the standard table: flip(E_x), E0, E_t, E_v, E_b, E_x
+        injection([Method('CaliDet', Rescorer(model, cache))],
+                  evaluate,
+                  train_prior,
+                  progress=False)
         times['sweep'].append(time.perf_counter() - t0)
 
         for key, with_ap in (('selfcal', False), ('selfcal_ap', True)):

@@ -1,13 +1,16 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """``SelfCalibrationTestLoop``: self-calibration on subsets (see
-``loops.py``)."""
+``loops.py``), through
+:func:`mmcalidet.evaluation.protocol.self_calibration`."""
 import os.path as osp
 from typing import Dict, List, Optional
 
 from mmdet.registry import LOOPS
 
-from ..evaluation import (cache_evaluator, calibration_subsets, markdown_table,
-                          self_calibrate_partitions)
+from ..evaluation import (DEFAULT_TRUST_RADIUS, Rescorer, cache_evaluator,
+                          calibration_subsets, markdown_table)
+from ..evaluation.protocol import self_calibration
+from ..evaluation.sweep import Method
 from ..utils.validation import check_int
 from .cached_test_loop import CachedTestLoop
 
@@ -65,16 +68,20 @@ class SelfCalibrationTestLoop(CachedTestLoop):
         from ..evaluation.report import write_report
         from ..visualization import plot_self_calibration
         options = self.options
-        out = self_calibrate_partitions(
-            self.detector,
-            cache,
-            calibration_subsets(
-                len(cache), self.subset_size, self.num_images, self.seed),
-            evaluate=cache_evaluator(self.coco_evaluator()),
-            progress=False,
-            init_prior=self.e_t,
-            batch_size=self.rescore_batch_size,
-            **options)
+        parts = calibration_subsets(
+            len(cache), self.subset_size, self.num_images, self.seed)
+        partitions = {f'subset {i}': p for i, p in enumerate(parts)}
+        method = Method(
+            'model',
+            Rescorer(self.detector, cache, batch_size=self.rescore_batch_size))
+        table = self_calibration([method],
+                                 cache_evaluator(self.coco_evaluator()),
+                                 self.e_t,
+                                 partitions,
+                                 radii=DEFAULT_TRUST_RADIUS,
+                                 batch_size=self.rescore_batch_size,
+                                 **options)
+        out = table.extras['runs'][('model', DEFAULT_TRUST_RADIUS)]
         mean: List[Dict] = out['mean']
         log_dir = self.runner.log_dir
         write_report(
@@ -82,8 +89,9 @@ class SelfCalibrationTestLoop(CachedTestLoop):
             [(None,
               markdown_table(mean, [('iter', 'iter', ''), ('AP', 'AP', 'pct'),
                                     ('step_mae', 'step MAE', '.4f'),
-                                    ('step_max', 'step MAX', '.4f')]))],
-            dict(options=options, history=mean))
+                                    ('step_max', 'step MAX', '.4f')])),
+             ('Per subset', table.markdown)],
+            dict(options=options, history=mean, subsets=table.rows))
         plot_self_calibration(mean, osp.join(log_dir, 'self_calibration.png'))
         return {
             'selfcal/AP@0': mean[0]['AP'],

@@ -1,12 +1,12 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """``SubsetEvalTestLoop``: subset evaluation, E_t against E_b (see
-``loops.py``)."""
+``loops.py``), through :func:`mmcalidet.evaluation.protocol.subsets`."""
 from typing import Dict, Sequence
 
 from mmdet.registry import LOOPS
 
-from ..evaluation import (METRICS, SUBSET_SIZES, Rescorer, cache_evaluator,
-                          evaluate_subsets)
+from ..evaluation import METRICS, SUBSET_SIZES, Rescorer, cache_evaluator
+from ..evaluation.protocol import subsets
 from ..evaluation.sweep import Method
 from .cached_test_loop import CachedTestLoop
 
@@ -39,14 +39,15 @@ class SubsetEvalTestLoop(CachedTestLoop):
         method = Method(
             'model',
             Rescorer(self.detector, cache, batch_size=self.rescore_batch_size))
-        rows = evaluate_subsets([method],
-                                cache_evaluator(self.coco_evaluator()),
-                                self.e_t,
-                                self.sizes,
-                                self.seed,
-                                progress=False)
+        table = subsets([method],
+                        cache_evaluator(self.coco_evaluator()),
+                        self.e_t,
+                        self.sizes,
+                        self.seed,
+                        progress=False)
+        self.runner.logger.info(f'subsets:\n{table.markdown}')
         metrics = {}
-        for row in rows:
+        for row in table.rows:
             prefix = f'subset{row["size"]}'
             if row['prior'] == 'E_b':
                 metrics[f'{prefix}/epsilon'] = row['epsilon']

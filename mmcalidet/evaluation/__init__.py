@@ -12,7 +12,10 @@ docs/user_guides/evaluate.md and self_calibrate.md), one module per step:
 * ``site_prior``: a site's prior fitted from a few labelled images,
   shrunk toward E_t by cross-validation -- :func:`fit_site_prior`;
 * ``baselines``, ``coco``, ``report``, ``sensitivity``: post-hoc
-  corrections, COCO metrics, tables, V' probes.
+  corrections, COCO metrics, tables, V' probes;
+* ``protocol``: the steps composed, one function per table (injection,
+  sites, deployment, sweep, subsets, self-calibration, online), each
+  returning its rows and Markdown -- :class:`ProtocolTable`.
 """
 from ..utils.deprecation import deprecated_names
 from .baselines import (CORRECTION_NAMES, CORRECTIONS, CooccurrenceRescoring,
@@ -26,6 +29,7 @@ from .partitions import (SUBSET_SIZES, calibration_subsets, evaluate_groups,
                          evaluate_partitions, evaluate_subsets,
                          read_evaluation_labels, read_image_groups,
                          site_priors, split_subsets, subset_epsilon)
+from .protocol import ProtocolTable
 from .report import markdown_table, write_report
 from .scoring import Rescorer, is_calibratable
 from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
@@ -60,7 +64,8 @@ __all__ = [
     'prediction_statistics', 'update_target', 'calibration_step',
     'self_calibrate', 'self_calibrate_partitions', 'mean_history',
     'within_trust_region',
-    'OnlineSelfCalibrator', 'CORRECTIONS', 'CORRECTION_NAMES',
+    'OnlineSelfCalibrator', 'ProtocolTable', 'CORRECTIONS',
+    'CORRECTION_NAMES',
     'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
     'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'
 ]

@@ -3,13 +3,13 @@
 give: each detector is built from its config and checkpoint, its decoder
 outputs are cached once, and a plain detector adds its post-hoc
 corrections. The tools parse their options with
-:mod:`~mmcalidet.evaluation.tool_options` and pass them here as plain
+``tools/analysis_tools/eval_options.py`` and pass them here as plain
 arguments.
 """
 import json
 import logging
 import os.path as osp
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -248,44 +248,19 @@ class EvalSetup:
         self.methods: List[Method] = []
         self.info = dict(config=config, checkpoint=checkpoint)
 
-        def build(config, checkpoint, name):
-            cfg = load_config(config, cfg_options, max_images, batch_size)
-            loader = build_test_loader(cfg)
-            model = build_detector(cfg, checkpoint, device)
-            model.dataset_meta = dict(loader.dataset.metainfo)
-            if name == 'model':
-                self.cfg = cfg
-                self.classes = list(loader.dataset.metainfo['classes'])
-                self.info['eval_batch_size'] = loader.batch_size
-                self.train_prior, self.train_meta = resolve_train_prior(
-                    train_prior, model, cfg, self.classes)
-                self.evaluator: CocoEvaluator = coco_evaluator_from_cfg(
-                    cfg, self.classes)
-            elif shares_trunk(self.model, model, self.cfg, cfg):
-                # a calibrator trained on the baseline's cached outputs:
-                # the same decoder outputs, one cache
-                return model, self.cache
-            fingerprint = None if cache_dir is None else eval_fingerprint(
-                cfg, checkpoint, model, loader.batch_size, cache_dtype)
-            cache = cache_hidden_states(
-                model,
-                loader,
-                cache_dir=cache_dir,
-                fingerprint=fingerprint,
-                dtype=cache_dtype,
-                progress=progress,
-                logger=report)
-            if cache_dir is not None:
-                state = 'reused' if cache.reused else 'made'
-                report(f'decoder cache {cache.folder}: {state} '
-                       f'({len(cache)} images)')
-                self.info.setdefault('decoder_caches', {})[name] = dict(
-                    folder=cache.folder, reused=cache.reused)
-            return model, cache
-
+        self._options = dict(
+            train_prior=train_prior,
+            max_images=max_images,
+            batch_size=batch_size,
+            cache_dir=cache_dir,
+            cache_dtype=cache_dtype,
+            device=device,
+            cfg_options=cfg_options,
+            progress=progress,
+            report=report)
         # weight loading and init reports
         with mmengine_log_level(at_least=logging.WARNING):
-            self.model, self.cache = build(config, checkpoint, 'model')
+            self.model, self.cache = self._build(config, checkpoint, 'model')
         self.info.update(
             num_images=len(self.cache),
             cache_bytes_per_image=self.cache.bytes_per_image,
@@ -294,8 +269,8 @@ class EvalSetup:
         self._add(self.model, self.cache)
         if baseline_config:
             with mmengine_log_level(at_least=logging.WARNING):
-                bmodel, bcache = build(baseline_config, baseline_checkpoint,
-                                       'baseline')
+                bmodel, bcache = self._build(baseline_config,
+                                             baseline_checkpoint, 'baseline')
             self.info['shared_cache'] = bcache is self.cache
             if bcache.img_ids() != self.cache.img_ids():
                 raise ValueError('the baseline config evaluates other images '
@@ -304,6 +279,63 @@ class EvalSetup:
             self.info.update(
                 baseline_config=baseline_config,
                 baseline_checkpoint=baseline_checkpoint)
+
+    def _build(self, config: str, checkpoint: str, name: str) -> Tuple:
+        """One detector and its decoder cache (the main model's when the
+        baseline shares its trunk).
+
+        Args:
+            config (str): the detector's config.
+            checkpoint (str): its checkpoint.
+            name (str): ``'model'`` (the main detector: it sets the
+                classes, E_t and the evaluator) or ``'baseline'``.
+
+        Returns:
+            tuple: the model and its cache.
+        """
+        opts = self._options
+        cfg = load_config(config, opts['cfg_options'], opts['max_images'],
+                          opts['batch_size'])
+        loader = build_test_loader(cfg)
+        model = build_detector(cfg, checkpoint, opts['device'])
+        model.dataset_meta = dict(loader.dataset.metainfo)
+        if name == 'model':
+            self.cfg = cfg
+            self.classes = list(loader.dataset.metainfo['classes'])
+            self.info['eval_batch_size'] = loader.batch_size
+            self.train_prior, self.train_meta = resolve_train_prior(
+                opts['train_prior'], model, cfg, self.classes)
+            self.evaluator: CocoEvaluator = coco_evaluator_from_cfg(
+                cfg, self.classes)
+        elif shares_trunk(self.model, model, self.cfg, cfg):
+            # a calibrator trained on the baseline's cached outputs: the
+            # same decoder outputs, one cache
+            return model, self.cache
+        return model, self._cache(model, loader, cfg, checkpoint, name)
+
+    def _cache(self, model, loader, cfg, checkpoint: str, name: str):
+        """The decoder cache of ``model`` on the test loader: in memory, or
+        made or reused in the ``cache_dir`` (reported, and recorded in
+        ``info['decoder_caches']``)."""
+        opts = self._options
+        cache_dir, dtype = opts['cache_dir'], opts['cache_dtype']
+        fingerprint = None if cache_dir is None else eval_fingerprint(
+            cfg, checkpoint, model, loader.batch_size, dtype)
+        cache = cache_hidden_states(
+            model,
+            loader,
+            cache_dir=cache_dir,
+            fingerprint=fingerprint,
+            dtype=dtype,
+            progress=opts['progress'],
+            logger=opts['report'])
+        if cache_dir is not None:
+            state = 'reused' if cache.reused else 'made'
+            opts['report'](f'decoder cache {cache.folder}: {state} '
+                           f'({len(cache)} images)')
+            self.info.setdefault('decoder_caches', {})[name] = dict(
+                folder=cache.folder, reused=cache.reused)
+        return cache
 
     def _register_train_support(self, rescorer: Rescorer) -> None:
         """A support-aware CaliFormer (experimental) scores E_t with the

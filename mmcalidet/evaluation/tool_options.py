@@ -1,139 +1,47 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""The command-line options shared by the evaluation tools
-(``tools/analysis_tools/eval_priors.py``, ``eval_subsets.py``,
-``self_calibrate.py``), as mmengine keeps its ``DictAction`` in the library:
-parsed here, passed to :class:`~mmcalidet.evaluation.EvalSetup` as plain
-arguments, so the tools import each other through nothing but the
-package."""
-import argparse
-import os
+"""Deprecated: the evaluation tools' options moved out of the library, to
+``tools/analysis_tools/eval_options.py`` (kept for one release; warns once
+on import).
+
+The module is loaded from the tools of the source tree or of the
+installed package's ``.mim`` folder.
+"""
+import importlib.util
 import os.path as osp
+import sys
 
-import torch
-from mmengine.config import DictAction
+from ..utils.deprecation import warn_deprecated
 
-from ..utils.cli import finite_float, non_negative_int, positive_int
-from .baselines import CORRECTIONS
-
-
-def add_model_args(parser: argparse.ArgumentParser) -> None:
-    """Add the options shared by the evaluation tools.
-
-    Args:
-        parser (argparse.ArgumentParser): a tool's parser.
-    """
-    parser.add_argument(
-        '--baseline-config',
-        help='config of a plain detector (e.g. DINO) to compare with')
-    parser.add_argument(
-        '--baseline-checkpoint', help='checkpoint of the plain detector')
-    parser.add_argument(
-        '--posthoc',
-        nargs='*',
-        choices=CORRECTIONS,
-        default=None,
-        help='post-hoc prior corrections of the plain detector (default '
-        'both when a baseline is given)')
-    parser.add_argument(
-        '--cooc-beta',
-        type=finite_float(),
-        default=1.0,
-        help='strength of the co-occurrence rescoring')
-    parser.add_argument(
-        '--train-prior',
-        help='E_t (prior file or shipped name); default the config\'s '
-        '`prior`, else the checkpoint\'s deployment prior')
-    parser.add_argument(
-        '--max-images',
-        type=positive_int,
-        help='evaluate only the first N images of the test set')
-    parser.add_argument(
-        '--batch-size',
-        type=positive_int,
-        help='evaluation batch size (the E_b batches); default the '
-        'config\'s test_dataloader.batch_size')
-    parser.add_argument(
-        '--rescore-batch-size',
-        type=positive_int,
-        default=64,
-        help='images per re-scoring step')
-    parser.add_argument(
-        '--cache-dir',
-        help='keep the decoder caches in this folder instead of memory, '
-        'one sub-folder per checkpoint, config and test images: a later '
-        'run with the same ones reuses it and skips the detector\'s pass')
-    parser.add_argument(
-        '--cache-dtype',
-        choices=['float32', 'float16'],
-        default='float32',
-        help='cache storage (float16: half the memory, approximate)')
-    parser.add_argument(
-        '--eval-workers',
-        type=non_negative_int,
-        default=0,
-        help='COCO evaluations in parallel processes (eval_priors.py)')
-    parser.add_argument(
-        '--device',
-        default='cuda' if torch.cuda.is_available() else 'cpu',
-        help='device (default cuda when available)')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        metavar='KEY=VALUE',
-        help='override entries of both configs')
-    parser.add_argument(
-        '--out-dir', default='work_dirs/eval', help='where to write results')
-    parser.add_argument(
-        '--no-progress', action='store_true', help='no progress bars')
+_NAME = 'mmcalidet_tools_eval_options'
+_RELATIVE = osp.join('tools', 'analysis_tools', 'eval_options.py')
 
 
-def eval_setup(args: argparse.Namespace):
-    """The :class:`~mmcalidet.evaluation.EvalSetup` of the parsed options.
-
-    What the libraries print while the detectors load and run (pycocotools'
-    index, mmengine's checkpoint lines, warnings) is appended to
-    ``<out_dir>/eval.log``; the console keeps the progress bars and the
-    stage lines.
-
-    Args:
-        args (argparse.Namespace): options of :func:`add_model_args` plus
-            ``config`` and ``checkpoint``.
-
-    Returns:
-        EvalSetup: the detectors, their caches and the methods.
-    """
-    from ..utils.log_level import library_output_to
-    from .methods import EvalSetup
-    log_file = osp.join(ensure_out_dir(args.out_dir), 'eval.log')
-    with library_output_to(log_file) as console:
-        return EvalSetup(
-            args.config,
-            args.checkpoint,
-            baseline_config=args.baseline_config,
-            baseline_checkpoint=args.baseline_checkpoint,
-            posthoc=args.posthoc,
-            cooc_beta=args.cooc_beta,
-            train_prior=args.train_prior,
-            max_images=args.max_images,
-            batch_size=args.batch_size,
-            rescore_batch_size=args.rescore_batch_size,
-            cache_dir=args.cache_dir,
-            cache_dtype=args.cache_dtype,
-            device=args.device,
-            cfg_options=args.cfg_options,
-            progress=not args.no_progress,
-            report=lambda line: print(line, file=console, flush=True))
+def _load_tools_module():
+    """The tools' ``eval_options`` module (imported once)."""
+    if _NAME in sys.modules:
+        return sys.modules[_NAME]
+    package = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    candidates = [
+        osp.join(osp.dirname(package), _RELATIVE),
+        osp.join(package, '.mim', _RELATIVE)
+    ]
+    path = next((p for p in candidates if osp.isfile(p)), None)
+    if path is None:
+        raise ImportError('mmcalidet.evaluation.tool_options moved to '
+                          f'{_RELATIVE}, which is not found here')
+    spec = importlib.util.spec_from_file_location(_NAME, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_NAME] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-def ensure_out_dir(path: str) -> str:
-    """Create the output folder.
+_module = _load_tools_module()
+add_model_args = _module.add_model_args
+eval_setup = _module.eval_setup
+ensure_out_dir = _module.ensure_out_dir
 
-    Args:
-        path (str): the folder.
+__all__ = ['add_model_args', 'eval_setup', 'ensure_out_dir']
 
-    Returns:
-        str: ``path``.
-    """
-    os.makedirs(path, exist_ok=True)
-    return path
+warn_deprecated(
+    __name__, 'tools/analysis_tools/eval_options.py', skip=(__name__, ))

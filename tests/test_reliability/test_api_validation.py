@@ -8,6 +8,7 @@ import argparse
 import json
 import math
 import os.path as osp
+import runpy
 
 import numpy as np
 import pytest
@@ -19,14 +20,17 @@ from mmcalidet.evaluation import (CocoEvaluator, OnlineSelfCalibrator,
                                   calibration_step, fit_site_prior,
                                   prediction_statistics, self_calibrate)
 from mmcalidet.evaluation.baselines import CooccurrenceRescoring
-from mmcalidet.evaluation.tool_options import add_model_args
 from mmcalidet.priors import flat_prior
-from mmcalidet.testing import run_tool_in_process
+from mmcalidet.testing import PROJECT_ROOT, run_tool_in_process
 from mmcalidet.utils.validation import (check_finite_array, check_float,
                                         check_int)
 
 K = 4
 NAN = float('nan')
+#: the evaluation tools' shared options (tools/, out of the library)
+add_model_args = runpy.run_path(
+    osp.join(PROJECT_ROOT, 'tools', 'analysis_tools',
+             'eval_options.py'))['add_model_args']
 
 
 def one_line(exc_info) -> str:

@@ -17,19 +17,19 @@ of each other, e.g. an untrained model's all-zero APs).
 """
 import argparse
 import os.path as osp
+import sys
 import time
 
 from mmcalidet.evaluation import (CONTENT_PRIORS, STANDARD_PRIORS,
-                                  build_priors, cache_evaluator,
-                                  check_expected_order, evaluate_priors,
-                                  format_order_verdict, write_report)
+                                  cache_evaluator, protocol, write_report)
 from mmcalidet.evaluation.baselines import describe_corrections
-from mmcalidet.evaluation.report import injection_table
 from mmcalidet.evaluation.sweep import parse_prior_names
-from mmcalidet.evaluation.tool_options import (add_model_args, ensure_out_dir,
-                                               eval_setup)
 from mmcalidet.utils.cli import finite_float, run_tool
 from mmcalidet.visualization import plot_prior_sweep
+
+# the tools' shared options, beside this file
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from eval_options import add_model_args, ensure_out_dir, eval_setup
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -66,28 +66,22 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     setup = eval_setup(args)
     cached = time.perf_counter()
-    specs = build_priors(names, setup.cache.gt_label_lists(),
-                         setup.train_prior, setup.cache.batch_ids, extra,
-                         setup.classes)
-    rows = evaluate_priors(
+    injection = protocol.injection(
         setup.methods,
-        specs,
         cache_evaluator(setup.evaluator),
+        setup.train_prior,
+        names,
+        extra,
+        setup.classes,
+        tol=args.order_tol / 100,
         progress=not args.no_progress,
         workers=args.eval_workers)
     done = time.perf_counter()
-    table = injection_table(rows)
-    orders, lines = {}, []
-    for method in setup.methods:
-        if not method.takes_prior:
-            continue
-        order = orders[method.name] = check_expected_order(
-            rows, method.name, tol=args.order_tol / 100)
-        lines.append(f'- {method.name}: {" <= ".join(order["order"])}: '
-                     f'**{format_order_verdict(order)}**')
+    rows, table = injection.rows, injection.markdown
+    specs, orders = injection.extras['specs'], injection.extras['orders']
     order_text = (f'Expected order (AP non-decreasing, the last above the '
                   f'first; ties within {args.order_tol:.2f} AP):\n' +
-                  '\n'.join(lines))
+                  '\n'.join(protocol.order_lines(orders)))
     notes = '\n'.join(f'- {s.label}: {s.note}' +
                       (' (oracle: uses the ground truth)' if s.oracle else '')
                       for s in specs)

@@ -20,6 +20,7 @@ Writes ``subsets.md``, ``subsets.json`` and ``subsets.png``.
 """
 import argparse
 import os.path as osp
+import sys
 import time
 
 from mmcalidet.evaluation import (METRICS, SUBSET_SIZES, cache_evaluator,
@@ -27,10 +28,12 @@ from mmcalidet.evaluation import (METRICS, SUBSET_SIZES, cache_evaluator,
                                   read_evaluation_labels, subset_epsilon,
                                   write_report)
 from mmcalidet.evaluation.report import fmt_value, metric_columns
-from mmcalidet.evaluation.tool_options import (add_model_args, ensure_out_dir,
-                                               eval_setup)
 from mmcalidet.utils.cli import run_tool
 from mmcalidet.visualization import plot_subset_results
+
+# the tools' shared options, beside this file
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from eval_options import add_model_args, ensure_out_dir, eval_setup
 
 SPLIT = ('perm = numpy.random.default_rng({seed}).permutation(N); the '
          'subsets of size s are perm[k*s:(k+1)*s] for k < N // s (the '

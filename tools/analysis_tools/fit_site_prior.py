@@ -20,14 +20,17 @@ post-hoc corrections are fitted the same way and reported beside it.
 """
 import argparse
 import os.path as osp
+import sys
 import time
 
 from mmcalidet.evaluation import fit_site_prior, markdown_table, write_report
 from mmcalidet.evaluation.site_prior import (ABSENT, ACCEPT, ALPHAS,
                                              DEFAULT_ACCEPT)
-from mmcalidet.evaluation.tool_options import (add_model_args, ensure_out_dir,
-                                               eval_setup)
 from mmcalidet.utils.cli import bounded_int, finite_float, run_tool
+
+# the tools' shared options, beside this file
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from eval_options import add_model_args, ensure_out_dir, eval_setup
 
 
 def parse_args(argv=None) -> argparse.Namespace:

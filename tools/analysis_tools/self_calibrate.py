@@ -14,6 +14,7 @@ and ``.png`` (one curve per size, threshold and method).
 """
 import argparse
 import os.path as osp
+import sys
 import time
 from typing import Dict, List, Tuple
 
@@ -21,11 +22,13 @@ from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                   DEFAULT_TRUST_RADIUS, cache_evaluator,
                                   calibration_subsets, markdown_table,
                                   self_calibrate_partitions, write_report)
-from mmcalidet.evaluation.tool_options import (add_model_args, ensure_out_dir,
-                                               eval_setup)
 from mmcalidet.utils.cli import (finite_float, non_negative_int, positive_int,
                                  run_tool, trust_radius, unit_float)
 from mmcalidet.visualization import plot_self_calibration
+
+# the tools' shared options, beside this file
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from eval_options import add_model_args, ensure_out_dir, eval_setup
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -1,19 +1,16 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The benchmark's evaluation: every table, plot and claim from the trained
-DINO and CaliDINO, through :mod:`mmcalidet.evaluation`'s protocol
-(``EvalSetup``, the injection table, ``evaluate_groups`` per site,
-``evaluate_subsets``, ``self_calibrate_partitions`` per site)."""
-import argparse
+DINO and CaliDINO, each table one call of
+:mod:`mmcalidet.evaluation.protocol` on the
+:class:`~mmcalidet.evaluation.EvalSetup` of both."""
 import os
 import os.path as osp
 import platform
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
-import numpy as np
-
-from mmcalidet.priors import prior_mae
-from .online import stream_site
+from mmcalidet.evaluation.protocol import sweep_table
+from mmcalidet.evaluation.self_calibration import DEFAULT_TRUST_RADIUS
 from .training import trained_config
 
 #: the deployment sites, in table order
@@ -26,56 +23,68 @@ def _pct(v: Optional[float]) -> str:
     return f'{100 * v:.1f}'
 
 
-def evaluate_all(args: argparse.Namespace,
-                 trained: Dict,
-                 out_dir: str,
-                 data_meta: Dict,
-                 quick: bool,
-                 log_file: Optional[str] = None) -> Dict:
-    """Every table and plot of the benchmark, from one decoder cache per
-    detector (all sites' val images), through the library's protocol.
+class _Context:
+    """What every table of :func:`evaluate_all` reads: the methods over
+    one decoder cache per detector, E_t, the evaluator and the sites.
 
     Args:
-        args (argparse.Namespace): the benchmark's arguments (``data``,
-            ``posthoc``, ``self_cal_iters``, ``score_thr``,
-            ``no_progress``).
-        trained (dict): :func:`train_both`'s result.
-        out_dir (str): where the plots go.
-        data_meta (dict): the data folder's ``meta.json``.
-        quick (bool): leave out the subset table.
-        log_file (str, optional): where what the libraries print while
-            the models load goes (default: nowhere).
-
-    Returns:
-        dict: the rows and markdown of every table, the self-calibration
-        curves, the claims, the plots written and the timings.
+        setup (EvalSetup): the detectors and their caches.
+        data (str): the benchmark data folder (its sites).
     """
+
+    def __init__(self, setup, data: str) -> None:
+        from mmcalidet.evaluation import (SWEEP_ALPHAS, cache_evaluator,
+                                          prior_support, read_image_groups,
+                                          site_priors)
+        from mmcalidet.evaluation.partitions import group_partitions
+        self.setup, self.methods = setup, setup.methods
+        self.e_t, self.evaluator = setup.train_prior, setup.evaluator
+        self.evaluate = cache_evaluator(setup.evaluator)
+        cache = setup.cache
+        labels = cache.gt_label_lists()
+        self.groups = read_image_groups(
+            osp.join(data, 'annotations', 'instances_val.json'),
+            cache.img_ids())
+        order = [s for s in SITES if s in set(self.groups)
+                 ] + sorted(set(self.groups) - set(SITES))
+        self.site_prior = site_priors(labels, self.groups, len(self.e_t),
+                                      order)
+        self.sites = group_partitions(self.groups, order)
+        # a CaliFormer that reads a prior's support (experimental) is told
+        # what each label-built prior was measured on; no-op otherwise
+        for m in self.methods:
+            prior_support.register_label_supports(
+                m.rescorer,
+                labels,
+                self.e_t,
+                setup.train_meta,
+                setup.classes,
+                cache.batch_ids,
+                sites={
+                    s: (self.site_prior[s], self.sites[s])
+                    for s in self.sites
+                },
+                sweep_alphas=SWEEP_ALPHAS)
+
+    def remember(self, keep: bool = True) -> None:
+        """Score and evaluate each (prior, image set) the tables share
+        once (E_t and E_site of a site: the site table, the deployment
+        rows' baseline, the sweep's alpha 0 and 1, the online rows'
+        start); ``keep=False`` forgets them."""
+        self.evaluator.remember(keep)
+        for m in self.methods:
+            m.rescorer.remember(keep)
+
+
+def _eval_setup(trained: Dict, posthoc: Sequence[str], progress: bool,
+                log_file: Optional[str]):
+    """The :class:`~mmcalidet.evaluation.EvalSetup` of the trained DINO
+    and CaliDINO (one decoder cache each, or one for both)."""
     import torch
 
-    from mmcalidet.evaluation import (CONTENT_PRIORS, DEFAULT_TRUST_RADIUS,
-                                      STANDARD_PRIORS, SUBSET_SIZES,
-                                      SWEEP_ALPHAS, EvalSetup, build_priors,
-                                      cache_evaluator, check_expected_order,
-                                      deployment_gains, evaluate_groups,
-                                      evaluate_priors, evaluate_subsets,
-                                      markdown_table, read_image_groups,
-                                      self_calibrate_partitions,
-                                      shrinkage_sweep, site_priors)
-    from mmcalidet.evaluation.partitions import group_partitions
-    from mmcalidet.evaluation.prior_support import register_label_supports
-    from mmcalidet.evaluation.report import injection_table, metric_columns
-    from mmcalidet.evaluation.site_prior import DEFAULT_ACCEPT
+    from mmcalidet.evaluation import EvalSetup
     from mmcalidet.utils.log_level import library_output_to
-    from mmcalidet.visualization import (plot_prior_comparison,
-                                         plot_prior_sweep,
-                                         plot_self_calibration,
-                                         plot_shrinkage_sweep,
-                                         plot_site_results,
-                                         plot_subset_results)
-    os.environ['MMCALIDET_CS_DATA'] = osp.realpath(args.data)
-    progress = not args.no_progress
-    timings = {}
-    start = time.perf_counter()
+
     # what the libraries print while the models load (pycocotools' index,
     # mmengine's checkpoint lines, warnings) goes to the log, not the
     # console
@@ -86,314 +95,216 @@ def evaluate_all(args: argparse.Namespace,
             baseline_config=trained_config(trained['dino_dir'],
                                            trained['dino_config']),
             baseline_checkpoint=trained['dino_ckpt'],
-            posthoc=args.posthoc,
+            posthoc=posthoc,
             device='cuda' if torch.cuda.is_available() else 'cpu',
             progress=progress)
-    timings['cache'] = time.perf_counter() - start
     if setup.info.get('shared_cache'):
         print(
             '[eval] the CaliDINO keeps the DINO\'s trunk: one decoder '
             'cache serves both',
             flush=True)
-    evaluate = cache_evaluator(setup.evaluator)
-    e_t, cache, methods = setup.train_prior, setup.cache, setup.methods
-    # each (prior, image set) the tables share (E_t and E_site of a site:
-    # the site table, the deployment rows' baseline, the sweep's alpha 0
-    # and 1, the online rows' start) is scored and evaluated once
-    setup.evaluator.remember()
-    for m in methods:
-        m.rescorer.remember()
-    labels = cache.gt_label_lists()
-    groups = read_image_groups(
-        osp.join(args.data, 'annotations', 'instances_val.json'),
-        cache.img_ids())
-    order = [s for s in SITES if s in set(groups)
-             ] + sorted(set(groups) - set(SITES))
-    site_prior = site_priors(labels, groups, len(e_t), order)
-    sites = group_partitions(groups, order)
-    # a CaliFormer that reads a prior's support (experimental) is told
-    # what each label-built prior was measured on; no-op otherwise
-    for m in methods:
-        register_label_supports(
-            m.rescorer,
-            labels,
-            e_t,
-            setup.train_meta,
-            setup.classes,
-            cache.batch_ids,
-            sites={s: (site_prior[s], sites[s])
-                   for s in sites},
-            sweep_alphas=SWEEP_ALPHAS)
+    return setup
 
-    # 1. the standard injection table (all sites)
-    t0 = time.perf_counter()
+
+def _timed(timings: Dict, key: str, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, its seconds in ``timings[key]``."""
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    timings[key] = time.perf_counter() - start
+    return out
+
+
+def _tables(ctx: _Context, timings: Dict, *, quick: bool, progress: bool,
+            fit_labelled, fit_repeats: int, fit_accept: str,
+            self_cal_iters: int, score_thr: float, self_cal_radius,
+            online_radius) -> Dict:
+    """Every table of the benchmark, each one call of
+    :mod:`mmcalidet.evaluation.protocol` (the arguments: see
+    :func:`evaluate_all`)."""
+    from mmcalidet.evaluation import (CONTENT_PRIORS, STANDARD_PRIORS,
+                                      SUBSET_SIZES)
+    from mmcalidet.evaluation import protocol as P
+    methods, e_t, parts = ctx.methods, ctx.e_t, ctx.sites
+    tables = {}
     # the paper's priors, then E_x and flip(E_x) without their presence
     # pattern (does the detector read the relations themselves?)
-    names = STANDARD_PRIORS + ('filled_flip_E_x', 'filled_E_x')
-    specs = build_priors(names, labels, e_t, cache.batch_ids, None,
-                         setup.classes)
-    prior_rows = evaluate_priors(methods, specs, evaluate, progress)
-    orders = {
-        m.name: check_expected_order(prior_rows, m.name)
-        for m in methods if m.takes_prior
-    }
-    content_orders = {
-        m.name: check_expected_order(prior_rows, m.name, CONTENT_PRIORS)
-        for m in methods if m.takes_prior
-    }
-    timings['injection'] = time.perf_counter() - t0
+    tables['injection'] = _timed(
+        timings,
+        'injection',
+        P.injection,
+        methods,
+        ctx.evaluate,
+        e_t,
+        STANDARD_PRIORS + ('filled_flip_E_x', 'filled_E_x'),
+        classes=ctx.setup.classes,
+        progress=progress,
+        orders=dict(orders=STANDARD_PRIORS, content_orders=CONTENT_PRIORS))
+    tables['sites'] = _timed(timings, 'sites', P.sites, methods, ctx.evaluate,
+                             e_t, ctx.groups, ctx.site_prior)
+    tables['deployment'] = _timed(timings, 'deployment', P.deployment, methods,
+                                  ctx.evaluator, e_t, parts, fit_labelled,
+                                  fit_repeats, fit_accept, progress)
+    tables['sweep'] = _timed(timings, 'sweep', P.sweep, methods, ctx.evaluator,
+                             e_t, parts, ctx.site_prior)
+    tables['subsets'] = P.ProtocolTable([], '') if quick else _timed(
+        timings,
+        'subsets',
+        P.subsets,
+        methods,
+        ctx.evaluate,
+        e_t,
+        SUBSET_SIZES,
+        progress=progress)
+    tables['self_calibration'] = _timed(
+        timings,
+        'self_calibration',
+        P.self_calibration,
+        methods,
+        ctx.evaluate,
+        e_t,
+        parts,
+        ctx.site_prior,
+        iters=self_cal_iters,
+        score_thr=score_thr,
+        tol=0,
+        radii=self_cal_radius or [DEFAULT_TRUST_RADIUS],
+        batch_size=ctx.setup.rescore_batch_size)
+    tables['online'] = _timed(timings, 'online', P.online, methods,
+                              ctx.evaluate, e_t, parts, ctx.site_prior,
+                              online_radius, score_thr)
+    return tables
 
-    # 2. per site: E_t vs the site's own statistics
-    t0 = time.perf_counter()
-    site_rows = evaluate_groups(methods, evaluate, e_t, groups, order,
-                                site_prior)
-    timings['sites'] = time.perf_counter() - t0
 
-    # 2b. per site, as a user deploys: a prior estimated from a few
-    # labelled site images (raw, and fitted toward E_t by cross-validation),
-    # scored on the site's other images against E_t
-    t0 = time.perf_counter()
-    deployment_rows = []
-    repeats = getattr(args, 'fit_repeats', 0)
-    labelled = args.fit_labelled
-    labelled = [labelled] if isinstance(labelled, int) else list(labelled)
-    for site, idx, n in ((s, i, n) for s, i in sites.items() if repeats
-                         for n in labelled):
-        # a small site keeps at least one image to evaluate on
-        num = min(n, len(idx) - 1)
-        if num < 2:
-            continue
-        for m in (m for m in methods if m.takes_prior):
-            # the fits' candidate priors are scored once each: keep none
-            with m.rescorer.keeping_none():
-                res = deployment_gains(
-                    m.rescorer,
-                    setup.evaluator,
-                    e_t,
-                    idx,
-                    num_labelled=num,
-                    repeats=repeats,
-                    progress=progress,
-                    desc=f'site prior draws ({site}, {m.name})',
-                    accept=getattr(args, 'fit_accept', DEFAULT_ACCEPT))
-            for prior in ('raw', 'fitted'):
-                deployment_rows.append(
-                    dict(
-                        site=site,
-                        method=m.name,
-                        prior=f'E_site({num}) {prior}',
-                        labelled=num,
-                        gain=res[prior]['mean'],
-                        low=res[prior]['low'],
-                        high=res[prior]['high'],
-                        interval=f'[{res[prior]["low"]:+.2f}, '
-                        f'{res[prior]["high"]:+.2f}]',
-                        alpha=float(np.mean(res['alphas']))
-                        if prior == 'fitted' else None,
-                        repeats=repeats,
-                        gains=res[prior]['gains']))
-    timings['deployment'] = time.perf_counter() - t0
-
-    # 2c. per site, the dense sweep E_t + alpha (E_site - E_t): does the
-    # detector read the direction of the site's shift?
-    t0 = time.perf_counter()
-    sweep_rows = [
-        dict(row, site=site, method=m.name) for site, idx in sites.items()
-        for m in methods if m.takes_prior
-        for row in shrinkage_sweep(m.rescorer, setup.evaluator, e_t,
-                                   site_prior[site], idx)
-    ]
-    timings['sweep'] = time.perf_counter() - t0
-
-    # 3. subsets (the paper's Tab. 3 layout)
-    subset_rows = []
-    if not quick:
-        t0 = time.perf_counter()
-        subset_rows = evaluate_subsets(
-            methods, evaluate, e_t, SUBSET_SIZES, progress=progress)
-        timings['subsets'] = time.perf_counter() - t0
-
-    # 4. self-calibration on each site, from E_t, within each asked trust
-    # radius (None: the paper's unbounded loop)
-    t0 = time.perf_counter()
-    calibrated = [m for m in methods if m.takes_prior]
-    radii = _as_list(
-        getattr(args, 'self_cal_radius', None) or [DEFAULT_TRUST_RADIUS])
-    runs = {(m.name, radius):
-            self_calibrate_partitions(
-                m.rescorer.model,
-                m.cache,
-                list(sites.values()),
-                evaluate=evaluate,
-                iters=args.self_cal_iters,
-                score_thr=args.score_thr,
-                tol=0,
-                trust_radius=radius,
-                init_prior=e_t,
-                # a support-aware CaliFormer: E_c keeps E_t's support
-                init_support=m.rescorer.support_of(e_t),
-                correction=m.rescorer.correction,
-                batch_size=setup.rescore_batch_size)['results']
-            for m in calibrated for radius in radii}
-    curves, selfcal_rows = {}, []
-    by_name = {m.name: m for m in methods}
-    for i, (site, idx) in enumerate(sites.items()):
-        for (name, radius), results in runs.items():
-            res, rescorer = results[i], by_name[name].rescorer
-            label = '' if radius is None else f', radius {radius:g}'
-            curves[f'{name}, {site}{label}'] = res.history
-            first, last = res.history[0]['AP'], res.history[-1]['AP']
-            estimate = evaluate(by_name[name].cache,
-                                rescorer.predict(res.start_estimate, idx),
-                                idx)['AP']
-            selfcal_rows.append(
-                dict(
-                    site=site,
-                    method=name,
-                    score_thr=args.score_thr,
-                    radius=radius,
-                    epsilon=prior_mae(site_prior[site], e_t),
-                    AP_start=first,
-                    AP_end=last,
-                    gain=last - first,
-                    epsilon_end=prior_mae(site_prior[site], res.prior),
-                    AP_estimate=estimate))
-    timings['self_calibration'] = time.perf_counter() - t0
-
-    # 5. online self-calibration on each site, streamed, per trust radius
-    t0 = time.perf_counter()
-    online_rows = []
-    for radius in _as_list(
-            getattr(args, 'online_radius', [DEFAULT_TRUST_RADIUS])):
-        for m in calibrated:
-            for site, idx in sites.items():
-                run = stream_site(
-                    m.rescorer,
-                    evaluate,
-                    idx,
-                    e_t,
-                    radius,
-                    score_thr=args.score_thr)
-                online_rows.append(
-                    dict(
-                        site=site,
-                        method=m.name,
-                        radius=radius,
-                        AP_start=run['AP_start'],
-                        AP_stream=run['AP_stream'],
-                        gain=run['gain'],
-                        updates=run['updates'],
-                        epsilon_end=prior_mae(site_prior[site],
-                                              run['prior'])))
-    timings['online'] = time.perf_counter() - t0
-    setup.evaluator.remember(False)
-    for m in methods:
-        m.rescorer.remember(False)
-
-    def table(rows, keys, gain=True):
-        return markdown_table(
-            rows, keys + metric_columns() +
-            ([('gain_AP', 'AP gain', 'gain')] if gain else []))
-
-    results = dict(
-        injection=prior_rows,
-        injection_md=injection_table(prior_rows),
-        orders=orders,
-        sites=site_rows,
-        sites_md=table(site_rows, [('site', 'site', ''),
-                                   ('num_images', 'images', ''),
-                                   ('epsilon', 'epsilon', '.3f'),
-                                   ('method', 'method', ''),
-                                   ('prior', 'prior', '')]),
-        deployment=deployment_rows,
-        deployment_md=markdown_table(deployment_rows, [
-            ('site', 'site', ''), ('method', 'method', ''),
-            ('prior', 'prior', ''), ('gain', 'AP gain over E_t', '+.2f'),
-            ('interval', '95 % interval (draws)', ''),
-            ('alpha', 'mean alpha', '.2f')
-        ]) if deployment_rows else '',
-        sweep=sweep_rows,
-        sweep_md=markdown_table(
-            sweep_table(sweep_rows),
-            [('site', 'site', ''), ('method', 'method', ''),
-             ('AP_E_t', 'AP(E_t)', '.2f')] +
-            [(f'alpha {a:g}', f'alpha {a:g}', '+.2f')
-             for a in SWEEP_ALPHAS] + [('peak', 'peak at alpha', 'g')]),
-        subsets=subset_rows,
-        subsets_md=table(subset_rows, [('size', 'subset size', ''),
-                                       ('num_subsets', 'subsets', ''),
-                                       ('method', 'method', ''),
-                                       ('prior', 'prior', ''),
-                                       ('epsilon', 'epsilon',
-                                        '.3f')]) if subset_rows else '',
-        self_calibration=selfcal_rows,
-        self_calibration_md=markdown_table(
-            selfcal_rows, [('site', 'site', ''), ('method', 'method', ''),
-                           ('score_thr', 'score threshold', '.2f'),
-                           ('radius', 'trust radius', 'g'),
-                           ('epsilon', 'epsilon(E_site, E_t)', '.3f'),
-                           ('AP_start', 'AP(E_t)', 'pct'),
-                           ('AP_end', 'AP(E_c)', 'pct'),
-                           ('gain', 'gain', 'gain'),
-                           ('epsilon_end', 'epsilon(E_site, E_c)', '.3f'),
-                           ('AP_estimate', 'AP(E_i)', 'pct')]),
-        online=online_rows,
-        online_md=markdown_table(
-            online_rows, [('site', 'site', ''), ('method', 'method', ''),
-                          ('radius', 'trust radius', 'g'),
-                          ('updates', 'updates', ''),
-                          ('AP_start', 'AP(E_t)', 'pct'),
-                          ('AP_stream', 'AP streamed', 'pct'),
-                          ('gain', 'gain', 'gain'),
-                          ('epsilon_end', 'epsilon(E_site, E_c)', '.3f')]),
-        curves=curves,
-        content_orders=content_orders,
-        claims=claims(prior_rows, site_rows, selfcal_rows, orders,
-                      deployment_rows, content_orders, sweep_rows))
+def _plots(ctx: _Context, results: Dict, out_dir: str) -> List[str]:
+    """The benchmark's plots (priors, sites, sweep, self-calibration,
+    subsets, each site's prior against E_t)."""
+    from mmcalidet.visualization import (plot_prior_comparison,
+                                         plot_prior_sweep,
+                                         plot_self_calibration,
+                                         plot_shrinkage_sweep,
+                                         plot_site_results,
+                                         plot_subset_results)
     plots = [
-        plot_prior_sweep(prior_rows, osp.join(out_dir, 'priors.png')),
-        plot_site_results(site_rows, osp.join(out_dir, 'sites.png')),
-        plot_shrinkage_sweep(sweep_rows, osp.join(out_dir, 'sweep.png')),
+        plot_prior_sweep(results['injection'], osp.join(out_dir,
+                                                        'priors.png')),
+        plot_site_results(results['sites'], osp.join(out_dir, 'sites.png')),
+        plot_shrinkage_sweep(results['sweep'], osp.join(out_dir, 'sweep.png')),
         plot_self_calibration(
-            curves,
+            results['curves'],
             osp.join(out_dir, 'self_calibration.png'),
             title='Self-calibration per site (from E_t)'),
     ]
-    if subset_rows:
+    if results['subsets']:
         plots.append(
-            plot_subset_results(subset_rows, osp.join(out_dir, 'subsets.png')))
-    for site in sites:
+            plot_subset_results(results['subsets'],
+                                osp.join(out_dir, 'subsets.png')))
+    for site in ctx.sites:
         plots.append(
             plot_prior_comparison(
-                e_t,
-                site_prior[site],
+                ctx.e_t,
+                ctx.site_prior[site],
                 osp.join(out_dir, f'prior_{site}.png'),
                 names=('E_t', f'E_{site}'),
-                classes=setup.classes))
+                classes=ctx.setup.classes))
+    return plots
+
+
+def _results(tables: Dict) -> Dict:
+    """The tables' rows and Markdown under the keys of
+    :func:`evaluate_all`'s result, with the claims."""
+    injection = tables['injection'].extras
+    results = dict(
+        injection=tables['injection'].rows,
+        injection_md=tables['injection'].markdown,
+        orders=injection['orders'])
+    for key in ('sites', 'deployment', 'sweep', 'subsets', 'self_calibration',
+                'online'):
+        results.update({
+            key: tables[key].rows,
+            f'{key}_md': tables[key].markdown
+        })
+    results.update(
+        curves=tables['self_calibration'].extras['curves'],
+        content_orders=injection['content_orders'])
+    results['claims'] = claims(results['injection'], results['sites'],
+                               results['self_calibration'], results['orders'],
+                               results['deployment'],
+                               results['content_orders'], results['sweep'])
+    return results
+
+
+def evaluate_all(trained: Dict,
+                 out_dir: str,
+                 data_meta: Dict,
+                 *,
+                 data: str,
+                 posthoc: Sequence[str] = ('reweight', 'cooccurrence'),
+                 quick: bool = False,
+                 fit_labelled: Union[int, Sequence[int]] = 32,
+                 fit_repeats: int = 10,
+                 fit_accept: str = 'interval',
+                 self_cal_iters: int = 10,
+                 score_thr: float = 0.3,
+                 self_cal_radius: Optional[Sequence] = None,
+                 online_radius: Optional[Sequence] = None,
+                 progress: bool = True,
+                 log_file: Optional[str] = None) -> Dict:
+    """Every table and plot of the benchmark, from one decoder cache per
+    detector (all sites' val images), through
+    :mod:`mmcalidet.evaluation.protocol`.
+
+    Args:
+        trained (dict): :func:`train_both`'s result.
+        out_dir (str): where the plots go.
+        data_meta (dict): the data folder's ``meta.json``.
+        data (str): the benchmark data folder.
+        posthoc (Sequence[str]): post-hoc corrections of the plain DINO.
+        quick (bool): leave out the subset table.
+        fit_labelled (int | Sequence[int]): deployment rows: labelled
+            images per draw (a row each).
+        fit_repeats (int): deployment rows: draws per site (0: none).
+        fit_accept (str): deployment rows: when the fitted prior leaves
+            E_t (see :func:`~mmcalidet.evaluation.fit_site_prior`).
+        self_cal_iters (int): self-calibration iterations per site.
+        score_thr (float): self-calibration score threshold.
+        self_cal_radius (Sequence, optional): self-calibration trust radii
+            (``None`` items: no limit; default ``DEFAULT_TRUST_RADIUS``).
+        online_radius (Sequence, optional): online trust radii (likewise).
+        progress (bool): show progress bars.
+        log_file (str, optional): where what the libraries print while
+            the models load goes (default: nowhere).
+
+    Returns:
+        dict: the rows and markdown of every table, the self-calibration
+        curves, the claims, the plots written and the timings.
+    """
+    os.environ['MMCALIDET_CS_DATA'] = osp.realpath(data)
+    timings: Dict[str, float] = {}
+    setup = _timed(timings, 'cache', _eval_setup, trained, posthoc, progress,
+                   log_file)
+    ctx = _Context(setup, data)
+    ctx.remember()
+    tables = _tables(
+        ctx,
+        timings,
+        quick=quick,
+        progress=progress,
+        fit_labelled=fit_labelled,
+        fit_repeats=fit_repeats,
+        fit_accept=fit_accept,
+        self_cal_iters=self_cal_iters,
+        score_thr=score_thr,
+        self_cal_radius=self_cal_radius,
+        online_radius=[DEFAULT_TRUST_RADIUS]
+        if online_radius is None else online_radius)
+    ctx.remember(False)
+    results = _results(tables)
     return dict(
         results,
-        plots=plots,
+        plots=_plots(ctx, results, out_dir),
         timings=timings,
-        num_images=len(cache),
+        num_images=len(setup.cache),
         data_epsilon=data_meta.get('epsilon', {}))
-
-
-def sweep_table(rows: Sequence[Dict]) -> List[Dict]:
-    """The sweep's rows pivoted: one per (site, method), the AP gain of
-    each alpha as a column ``alpha <a>``, ``AP_E_t`` and ``peak`` (the
-    alpha of the largest AP)."""
-    table: Dict = {}
-    for r in rows:
-        row = table.setdefault((r['site'], r['method']),
-                               dict(site=r['site'], method=r['method']))
-        row[f'alpha {r["alpha"]:g}'] = r['gain']
-        if r['alpha'] == 0:
-            row['AP_E_t'] = r['AP']
-        if 'peak' not in row or r['AP'] > row['_best']:
-            row['peak'], row['_best'] = r['alpha'], r['AP']
-    return [{k: v
-             for k, v in row.items() if k != '_best'}
-            for row in table.values()]
 
 
 def claims(prior_rows,
@@ -560,10 +471,6 @@ def write_results(out_dir: str, results: Dict, trained: Dict, sched: Dict,
         schedule=sched, training_seconds=secs, machine=machine, command=cmd)
     return write_report(out_dir, 'results', 'Context-shift benchmark results',
                         sections, data)[0]
-
-
-def _as_list(value) -> list:
-    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _decay(at: Optional[int], unit: str = '') -> str:

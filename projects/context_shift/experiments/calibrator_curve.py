@@ -28,7 +28,7 @@ import json
 import os
 import os.path as osp
 import sys
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 try:
     from projects.context_shift.context_shift import Training
@@ -128,12 +128,17 @@ def snapshot(work_dir: str, updates: int) -> str:
     return osp.join(work_dir, f'snapshot_iter_{updates}.pth')
 
 
-def summarize(rows: Sequence[Dict], dino_ap: float) -> Dict:
+def summarize(rows: Sequence[Dict],
+              dino_ap: float,
+              order: Optional[Dict] = None) -> Dict:
     """The response figures of one injection table (AP in points).
 
     Args:
-        rows (Sequence[dict]): :func:`evaluate_priors`' rows of one method.
+        rows (Sequence[dict]): the injection table's rows of one method.
         dino_ap (float): the DINO's AP (in [0, 1]).
+        order (dict, optional): the table's expected-order verdict over
+            ``PRIORS`` (:func:`mmcalidet.evaluation.protocol.injection`'s
+            ``orders``); checked here when not given.
 
     Returns:
         dict: ``AP_<prior>``, ``spread`` (E_x - flip), ``gain`` (E_x - E0),
@@ -142,6 +147,8 @@ def summarize(rows: Sequence[Dict], dino_ap: float) -> Dict:
     """
     from mmcalidet.evaluation import check_expected_order
     v = {r['key']: 100 * r['AP'] for r in rows}
+    if order is None:
+        order = check_expected_order(rows, rows[0]['method'], PRIORS)
     return dict(
         **{f'AP_{k}': v[k]
            for k in PRIORS},
@@ -149,8 +156,7 @@ def summarize(rows: Sequence[Dict], dino_ap: float) -> Dict:
         gain=v['E_x'] - v['E0'],
         flip_drop=v['E0'] - v['flip_E_x'],
         et_vs_dino=v['E_t'] - 100 * dino_ap,
-        order=check_expected_order(rows, rows[0]['method'],
-                                   PRIORS)['verdict'])
+        order=order['verdict'])
 
 
 def evaluate(args: argparse.Namespace, config: str,
@@ -161,8 +167,8 @@ def evaluate(args: argparse.Namespace, config: str,
     from mmengine.config import DictAction
 
     from mmcalidet.evaluation import (EvalSetup, Method, Rescorer,
-                                      build_priors, cache_evaluator,
-                                      evaluate_priors, prior_sensitivity)
+                                      cache_evaluator, prior_sensitivity,
+                                      protocol)
     from mmcalidet.evaluation.methods import build_detector, load_config
     from mmcalidet.utils.log_level import quiet_mmengine
     opts = argparse.Namespace()
@@ -180,9 +186,18 @@ def evaluate(args: argparse.Namespace, config: str,
     cache, score = setup.cache, cache_evaluator(setup.evaluator)
     e_t = setup.train_prior
     labels = cache.gt_label_lists()
-    specs = build_priors(PRIORS, labels, e_t, cache.batch_ids, None,
-                         setup.classes)
-    base_rows = evaluate_priors(setup.methods, specs, score, progress)
+
+    def injection(methods):
+        return protocol.injection(
+            methods,
+            score,
+            e_t,
+            PRIORS,
+            classes=setup.classes,
+            orders=dict(orders=PRIORS),
+            progress=progress)
+
+    base_rows = injection(setup.methods).rows
     dino_ap = base_rows[0]['AP']
     rw = {r['key']: 100 * r['AP'] for r in base_rows[1:]}
     reference = dict(
@@ -192,13 +207,15 @@ def evaluate(args: argparse.Namespace, config: str,
     points = []
     for n in updates:
         model = build_detector(ccfg, snapshot(args.work_dir, n))
-        rows = evaluate_priors([Method('CaliDINO', Rescorer(model, cache))],
-                               specs, score, progress)
+        table = injection([Method('CaliDINO', Rescorer(model, cache))])
         sens = {
             r['prior']: r
             for r in prior_sensitivity(model.bbox_head, labels, e_t)
         }
-        point = dict(updates=n, **summarize(rows, dino_ap))
+        point = dict(
+            updates=n,
+            **summarize(table.rows, dino_ap,
+                        table.extras['orders']['CaliDINO']))
         point.update(
             change_E_x=100 * sens['E_x']['relative_change'],
             present_E_x=sens['E_x']['present_shift'],

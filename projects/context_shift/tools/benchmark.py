@@ -364,7 +364,22 @@ def main(argv=None) -> int:
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
         profiler.enable()
-    results = evaluate_all(args, trained, out_dir, meta, args.quick, log)
+    results = evaluate_all(
+        trained,
+        out_dir,
+        meta,
+        data=args.data,
+        posthoc=args.posthoc,
+        quick=args.quick,
+        fit_labelled=args.fit_labelled,
+        fit_repeats=args.fit_repeats,
+        fit_accept=args.fit_accept,
+        self_cal_iters=args.self_cal_iters,
+        score_thr=args.score_thr,
+        self_cal_radius=args.self_cal_radius,
+        online_radius=args.online_radius,
+        progress=not args.no_progress,
+        log_file=log)
     if profiler:
         profiler.disable()
         stages = dict(
