@@ -160,6 +160,9 @@ def test_cached_calibration_is_the_detector_with_a_cached_loss(model):
     images = model.data_preprocessor(demo_batch(LABELS, size=64), True)
     with pytest.raises(TypeError, match='cached decoder outputs.*CaliDINO'):
         model.loss(images['inputs'], images['data_samples'])
+    # cached outputs given to the detector itself: the config to use
+    with pytest.raises(TypeError, match="type='CachedCalibration'"):
+        plain.loss(dict(hidden_states=None), images['data_samples'])
     # one class per detector type, picklable by its name
     import pickle
     assert pickle.loads(pickle.dumps(type(model))) is type(model)

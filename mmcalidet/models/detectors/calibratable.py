@@ -189,16 +189,9 @@ class CalibratableDetectorMixin(PriorBufferMixin, PriorClassesMixin,
 
     def batch_priors(self,
                      batch_data_samples: OptSampleList) -> Optional[Tensor]:
-        """The per-sample priors of a batch, or ``None`` if no data sample
-        has a ``prior`` (then the deployment prior applies to all).
-
-        Args:
-            batch_data_samples (list[DetDataSample], optional): the batch.
-
-        Returns:
-            Tensor | None: (B, K, K); samples without a ``prior`` get the
-            deployment prior.
-        """
+        """The (B, K, K) per-sample priors of a batch (a sample without a
+        ``prior`` gets the deployment prior), or ``None`` if no data sample
+        has one (then the deployment prior applies to all)."""
         if not batch_data_samples:
             return None
         found = [ds.get('prior', None) for ds in batch_data_samples]
@@ -246,5 +239,10 @@ class CalibratableDetectorMixin(PriorBufferMixin, PriorClassesMixin,
              batch_data_samples: SampleList) -> dict:
         """The detector's losses on images, once a named prior was matched
         to the training classes (:meth:`check_classes_matched`)."""
+        if isinstance(batch_inputs, dict):  # an older calibrator config
+            raise TypeError(
+                'cached decoder outputs train a CachedCalibration model: '
+                "model.type='CachedCalibration', detector="
+                f'{type(self).__name__!r} (configs/_base_/calibrator.py)')
         self.check_classes_matched()
         return super().loss(batch_inputs, batch_data_samples)
