@@ -455,3 +455,42 @@ def match_config_classes(model: torch.nn.Module, cfg) -> torch.nn.Module:
     if classes is not None:
         match(classes)
     return model
+
+
+def known_scores_setup(predicted: Sequence[int] = (1, 2),
+                       num_images: int = 4) -> tuple:
+    """The tiny CaliDINO with known scores (:func:`set_known_scores`: every
+    image predicts exactly ``predicted``), its first ``num_images`` coco-mini
+    val images at 96 x 96 cached, and their evaluator: the protocol's
+    tests run on it.
+
+    Args:
+        predicted (Sequence[int]): the classes every query scores high.
+        num_images (int): the cached images.
+
+    Returns:
+        tuple: ``(model, loader, cache, evaluator)``; the model in eval
+        mode.
+    """
+    from mmdet.registry import MODELS
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import Runner
+
+    from ..evaluation import CocoEvaluator, cache_hidden_states
+    init_default_scope('mmdet')
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
+    cfg.test_dataloader.dataset.indices = num_images
+    cfg.test_dataloader.dataset.pipeline[1].scale = (96, 96)
+    # 30 queries x 2 classes: every high-scoring candidate is kept
+    cfg.model.test_cfg.max_per_img = 30 * len(predicted)
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    set_known_scores(model, predicted)
+    loader = Runner.build_dataloader(cfg.test_dataloader)
+    model.dataset_meta = dict(loader.dataset.metainfo)
+    model.eval()
+    cache = cache_hidden_states(model, loader, progress=False)
+    evaluator = CocoEvaluator(cfg.test_evaluator.ann_file,
+                              loader.dataset.metainfo['classes'])
+    return model, loader, cache, evaluator

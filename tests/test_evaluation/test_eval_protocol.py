@@ -14,23 +14,19 @@ import os.path as osp
 import numpy as np
 import pytest
 import torch
-from mmdet.registry import MODELS
-from mmengine.registry import init_default_scope
-from mmengine.runner import Runner
 
-from mmcalidet.evaluation import (DEFAULT_TRUST_RADIUS, METRICS, CocoEvaluator,
+from mmcalidet.evaluation import (DEFAULT_TRUST_RADIUS, METRICS,
                                   OnlineSelfCalibrator, Rescorer, build_priors,
-                                  cache_evaluator, cache_hidden_states,
-                                  calibration_step, calibration_subsets,
-                                  evaluate_groups, evaluate_partitions,
-                                  evaluate_priors, evaluate_subsets,
-                                  is_calibratable, prediction_statistics,
-                                  read_image_groups, self_calibrate,
-                                  self_calibrate_partitions, site_priors,
-                                  split_subsets)
+                                  cache_evaluator, calibration_step,
+                                  calibration_subsets, evaluate_groups,
+                                  evaluate_partitions, evaluate_priors,
+                                  evaluate_subsets, is_calibratable,
+                                  prediction_statistics, read_image_groups,
+                                  self_calibrate, self_calibrate_partitions,
+                                  site_priors, split_subsets)
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import batch_prior, prior_mae
-from mmcalidet.testing import get_config, set_known_scores
+from mmcalidet.testing import get_config, known_scores_setup
 
 K = 80
 #: the classes every image predicts (see set_known_scores)
@@ -39,23 +35,8 @@ PREDICTED = (1, 2)
 
 @pytest.fixture(scope='module')
 def setup():
-    init_default_scope('mmdet')
-    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
-    cfg.test_dataloader.dataset.indices = 4
-    cfg.test_dataloader.dataset.pipeline[1].scale = (96, 96)
-    # 30 queries x 2 classes: every high-scoring candidate is kept
-    cfg.model.test_cfg.max_per_img = 60
-    torch.manual_seed(0)
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    set_known_scores(model, PREDICTED)
-    loader = Runner.build_dataloader(cfg.test_dataloader)
-    model.dataset_meta = dict(loader.dataset.metainfo)
-    model.eval()
+    model, loader, cache, evaluator = known_scores_setup(PREDICTED)
     assert is_calibratable(model)
-    cache = cache_hidden_states(model, loader, progress=False)
-    evaluator = CocoEvaluator(cfg.test_evaluator.ann_file,
-                              loader.dataset.metainfo['classes'])
     return model, loader, cache, evaluator
 
 

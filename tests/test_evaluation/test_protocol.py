@@ -6,19 +6,14 @@ verdicts from a scripted evaluation, numbers the library's own functions
 give), not accuracy."""
 import numpy as np
 import pytest
-import torch
-from mmdet.registry import MODELS
-from mmengine.registry import init_default_scope
-from mmengine.runner import Runner
 
-from mmcalidet.evaluation import (METRICS, SWEEP_ALPHAS, CocoEvaluator,
-                                  Rescorer, cache_evaluator,
-                                  cache_hidden_states)
+from mmcalidet.evaluation import (METRICS, SWEEP_ALPHAS, Rescorer,
+                                  cache_evaluator)
 from mmcalidet.evaluation import protocol as P
 from mmcalidet.evaluation import site_priors
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import prior_mae
-from mmcalidet.testing import get_config, set_known_scores
+from mmcalidet.testing import known_scores_setup
 
 K = 80
 #: the site of each of the 4 cached images
@@ -27,23 +22,8 @@ GROUPS = ['b', 'a', 'b', 'a']
 
 @pytest.fixture(scope='module')
 def setup():
-    init_default_scope('mmdet')
-    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
-    cfg.test_dataloader.dataset.indices = 4
-    cfg.test_dataloader.dataset.pipeline[1].scale = (96, 96)
-    cfg.model.test_cfg.max_per_img = 60
-    torch.manual_seed(0)
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    set_known_scores(model, (1, 2))
-    loader = Runner.build_dataloader(cfg.test_dataloader)
-    model.dataset_meta = dict(loader.dataset.metainfo)
-    model.eval()
-    cache = cache_hidden_states(model, loader, progress=False)
-    evaluator = CocoEvaluator(cfg.test_evaluator.ann_file,
-                              loader.dataset.metainfo['classes'])
-    method = Method('CaliDINO', Rescorer(model, cache))
-    return model, cache, evaluator, method
+    model, _, cache, evaluator = known_scores_setup((1, 2))
+    return model, cache, evaluator, Method('CaliDINO', Rescorer(model, cache))
 
 
 def _sites(cache):
