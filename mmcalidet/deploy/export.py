@@ -34,15 +34,12 @@ OPSET = 17
 
 
 def _decoder_cls_branches(head) -> Sequence[nn.Module]:
-    """The decoder layers' classification branches (not a two-stage
-    encoder's proposal classifier), each once: a head that shares one
+    """The decoder layers' classification branches
+    (``head.decoder_cls_branches()``), each once: a head that shares one
     branch across its layers (``share_pred_layer``) lists it once."""
-    num = len(head.cls_branches) - int(
-        bool(getattr(head, 'as_two_stage', False)))
     branches = {}
-    for layer in range(num):
-        branches.setdefault(
-            id(head.cls_branches[layer]), head.cls_branches[layer])
+    for branch in head.decoder_cls_branches().values():
+        branches.setdefault(id(branch), branch)
     return list(branches.values())
 
 

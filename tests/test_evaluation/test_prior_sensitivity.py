@@ -32,6 +32,7 @@ class Head(nn.Module):
 
     as_two_stage = True
     decoder_cls_branch = CalibratedClsMixin.decoder_cls_branch
+    decoder_cls_branches = CalibratedClsMixin.decoder_cls_branches
 
     def __init__(self, rho=0.2, mode='plain'):
         super().__init__()

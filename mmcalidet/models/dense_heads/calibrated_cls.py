@@ -8,7 +8,7 @@ term to the logits of the wrapped DETR head, so the head's own layers,
 box branches and the encoder's proposal branch stay untouched.
 """
 import copy
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from mmdet.registry import MODELS
@@ -63,30 +63,30 @@ class CalibratedClsMixin(LoMaQueriesMixin):
         super().init_weights()
         self.califormer.init_weights()
 
-    def decoder_cls_branch(self, layer: int = -1) -> torch.nn.Module:
-        """The classification branch of a decoder layer.
-
-        Two-stage heads (DINO, two-stage Deformable DETR) append the
-        encoder's proposal classifier to ``cls_branches``; it is not a
-        decoder layer's and stays uncalibrated. Heads with one ``fc_cls``
-        shared by the layers (DETR, Conditional DETR, DAB-DETR) return it
-        for every layer.
-
-        Args:
-            layer (int): the decoder layer (negative: from the last).
-
-        Returns:
-            nn.Module: the branch (its ``weight`` is W of that layer).
-        """
+    def decoder_cls_branches(self) -> Dict[str, torch.nn.Module]:
+        """The decoder layers' classification branches by name in the head:
+        ``cls_branches.<i>`` per layer, without the encoder's proposal
+        classifier that two-stage heads (DINO, two-stage Deformable DETR)
+        append (it stays uncalibrated); ``fc_cls`` alone where the layers
+        share it (DETR, Conditional DETR, DAB-DETR)."""
         branches = getattr(self, 'cls_branches', None)
-        if branches is None:  # one classifier shared by the layers
+        if branches is None:
+            return {'fc_cls': self.fc_cls}
+        num = len(branches) - int(bool(getattr(self, 'as_two_stage', False)))
+        return {f'cls_branches.{i}': branches[i] for i in range(num)}
+
+    def decoder_cls_branch(self, layer: int = -1) -> torch.nn.Module:
+        """The classification branch (its ``weight`` is W) of a decoder
+        ``layer`` (negative: from the last); the shared ``fc_cls`` for
+        every layer of heads that have one (:meth:`decoder_cls_branches`).
+        """
+        if getattr(self, 'cls_branches', None) is None:
             return self.fc_cls
-        num_layers = len(branches) - int(
-            bool(getattr(self, 'as_two_stage', False)))
-        if not -num_layers <= layer < num_layers:
+        layers = list(self.decoder_cls_branches().values())
+        if not -len(layers) <= layer < len(layers):
             raise IndexError(f'decoder layer {layer} out of range for '
-                             f'{num_layers} decoder layers')
-        return branches[layer % num_layers]
+                             f'{len(layers)} decoder layers')
+        return layers[layer]
 
     def flat_priors(self, like: Tensor) -> Tensor:
         """E0 (K x K) on the device of ``like``, the prior of "nothing is

@@ -21,6 +21,7 @@ from mmdet.registry import MODELS
 from mmdet.structures import SampleList
 from torch import Tensor, nn
 
+from ..data_preprocessors import is_cached_batch
 from .calibratable import CalibratableDetectorMixin
 
 
@@ -106,14 +107,10 @@ class CachedCalibrationMixin:
         head = self.bbox_head
         modules = {'bbox_head.califormer': head.califormer}
         if self.cache_train_cls_branches:
-            if getattr(head, 'cls_branches', None) is None:
-                modules['bbox_head.fc_cls'] = head.fc_cls
-                return modules
-            num = len(head.cls_branches) - int(
-                bool(getattr(head, 'as_two_stage', False)))
-            for layer in range(num):
-                modules[f'bbox_head.cls_branches.{layer}'] = \
-                    head.cls_branches[layer]
+            modules.update({
+                f'bbox_head.{name}': branch
+                for name, branch in head.decoder_cls_branches().items()
+            })
         return modules
 
     def loss(self, batch_inputs: Dict[str, Tensor],
@@ -136,8 +133,7 @@ class CachedCalibrationMixin:
         Raises:
             TypeError: the inputs are images, not cached decoder outputs.
         """
-        if not isinstance(batch_inputs, dict) or \
-                'hidden_states' not in batch_inputs:
+        if not is_cached_batch(batch_inputs):
             raise TypeError(
                 f'{type(self).__qualname__} trains on cached decoder outputs '
                 '(DecoderCachePreprocessor), got '
