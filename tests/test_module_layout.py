@@ -9,9 +9,12 @@ import os.path as osp
 
 from mmcalidet.testing import PROJECT_ROOT
 
-#: what adding CaliDet to a new mmdet DETR means reading
+#: what adding CaliDet to a new mmdet detector means reading
 MIXINS = ('mmcalidet/models/detectors/calibratable.py',
-          'mmcalidet/models/dense_heads/calibrated_cls.py')
+          'mmcalidet/models/detectors/calibratable_single_stage.py',
+          'mmcalidet/models/dense_heads/califormer_head.py',
+          'mmcalidet/models/dense_heads/calibrated_cls.py',
+          'mmcalidet/models/dense_heads/calibrated_dense_cls.py')
 MAX_MIXIN_LINES = 250
 
 

@@ -35,11 +35,11 @@ PriorType = Union[str, os.PathLike, dict, np.ndarray, torch.Tensor,
 
 def is_calibratable(model: nn.Module) -> bool:
     """Whether ``model`` takes a prior (a CaliDet detector): it resolves
-    and sets priors, and its head calibrates the class scores (the one
+    and sets priors, and its head turns priors into V' (the one
     test, used by the inference API and the evaluation alike)."""
     return hasattr(model, 'resolve_prior') and hasattr(
         model, 'set_prior') and hasattr(
-            getattr(model, 'bbox_head', None), 'calibrate_cls_scores')
+            getattr(model, 'bbox_head', None), 'get_cali_vectors')
 
 
 def _is_one_prior(prior: Any) -> bool:

@@ -2,9 +2,13 @@
 from .cali_dab_detr_head import CaliDABDETRHead
 from .cali_deformable_detr_head import CaliDeformableDETRHead
 from .cali_dino_head import CaliDINOHead
+from .cali_rtmdet_head import CaliRTMDetHead
 from .calibrated_cls import CalibratedClsMixin
+from .calibrated_dense_cls import CalibratedDenseClsMixin
+from .califormer_head import CaliFormerHeadMixin
 
 __all__ = [
-    'CalibratedClsMixin', 'CaliDINOHead', 'CaliDeformableDETRHead',
-    'CaliDABDETRHead'
+    'CaliFormerHeadMixin', 'CalibratedClsMixin', 'CalibratedDenseClsMixin',
+    'CaliDINOHead', 'CaliDeformableDETRHead', 'CaliDABDETRHead',
+    'CaliRTMDetHead'
 ]

@@ -7,21 +7,19 @@ from one CaliFormer shared by all decoder layers. The mixin adds the second
 term to the logits of the wrapped DETR head, so the head's own layers,
 box branches and the encoder's proposal branch stay untouched.
 """
-import copy
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import torch
-from mmdet.registry import MODELS
 from mmdet.structures import SampleList
-from mmdet.utils import ConfigType, InstanceList
+from mmdet.utils import InstanceList
 from torch import Tensor
 
-from ..layers import flat_prior_like
 from ..losses.loma_queries import LoMaQueriesMixin
 from ..non_finite import check_finite_tensors
+from .califormer_head import CaliFormerHeadMixin
 
 
-class CalibratedClsMixin(LoMaQueriesMixin):
+class CalibratedClsMixin(LoMaQueriesMixin, CaliFormerHeadMixin):
     """Mixin for DETR-family heads with a calibrated classification branch.
 
     Put it before the head class: ``class CaliXHead(CalibratedClsMixin,
@@ -29,7 +27,8 @@ class CalibratedClsMixin(LoMaQueriesMixin):
     must return ``(all_layers_cls_scores, all_layers_bbox_preds)`` with the
     decoder layers first, as mmdet's ``DeformableDETRHead`` and
     ``DABDETRHead`` do. LoMa and its query selection are
-    :class:`~mmcalidet.models.losses.LoMaQueriesMixin`.
+    :class:`~mmcalidet.models.losses.LoMaQueriesMixin`; the CaliFormer
+    and rho :class:`CaliFormerHeadMixin`.
 
     Args:
         califormer (dict): config of the :class:`CaliFormer`;
@@ -39,29 +38,6 @@ class CalibratedClsMixin(LoMaQueriesMixin):
         loss_loma (dict, optional): see :class:`LoMaQueriesMixin`.
         loma_queries (str): see :class:`LoMaQueriesMixin`.
     """
-
-    def __init__(self,
-                 *args,
-                 califormer: ConfigType = dict(type='CaliFormer'),
-                 rho: float = 0.2,
-                 **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        califormer = copy.deepcopy(califormer)
-        califormer.setdefault('num_classes', self.num_classes)
-        califormer.setdefault('embed_dims', self.embed_dims)
-        if califormer['num_classes'] != self.num_classes or \
-                califormer['embed_dims'] != self.embed_dims:
-            raise ValueError(
-                'califormer must have the head\'s num_classes and '
-                f'embed_dims ({self.num_classes}, {self.embed_dims}), got '
-                f'({califormer["num_classes"]}, {califormer["embed_dims"]})')
-        self.califormer = MODELS.build(califormer)
-        self.rho = rho
-
-    def init_weights(self) -> None:
-        """Initialise the wrapped head, then the CaliFormer."""
-        super().init_weights()
-        self.califormer.init_weights()
 
     def decoder_cls_branches(self) -> Dict[str, torch.nn.Module]:
         """The decoder layers' classification branches by name in the head:
@@ -87,46 +63,6 @@ class CalibratedClsMixin(LoMaQueriesMixin):
             raise IndexError(f'decoder layer {layer} out of range for '
                              f'{len(layers)} decoder layers')
         return layers[layer]
-
-    def flat_priors(self, like: Tensor) -> Tensor:
-        """E0 (K x K) on the device of ``like``, the prior of "nothing is
-        known"."""
-        return flat_prior_like(
-            like.new_empty((self.num_classes, self.num_classes)))
-
-    def resolve_priors(
-            self, hidden_states: Tensor, cali_vectors: Optional[Tensor],
-            priors: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-        """The V' and priors a training loss uses: E0 when none is given,
-        V' computed from the priors when not passed.
-
-        Args:
-            hidden_states (Tensor): decoder outputs (give dtype/device).
-            cali_vectors (Tensor, optional): V' for ``priors``.
-            priors (Tensor, optional): the injected priors.
-
-        Returns:
-            tuple[Tensor, Tensor]: ``(cali_vectors, priors)``.
-        """
-        if priors is None:
-            if cali_vectors is not None:
-                raise ValueError('pass the priors that gave cali_vectors '
-                                 '(LoMa needs them)')
-            priors = self.flat_priors(hidden_states)
-        if cali_vectors is None:
-            cali_vectors = self.get_cali_vectors(priors)
-        return cali_vectors, priors
-
-    def get_cali_vectors(self,
-                         priors: Tensor,
-                         support: Optional[Tensor] = None,
-                         marginals: Optional[Tensor] = None) -> Tensor:
-        """V' for one prior (K x K -> K x d) or a batch (B x K x K ->
-        B x K x d); ``support`` / ``marginals`` (experimental, see
-        :class:`CaliFormer`) only when given."""
-        if support is None and marginals is None:
-            return self.califormer(priors)
-        return self.califormer(priors, support=support, marginals=marginals)
 
     def calibrate_cls_scores(self, all_layers_cls_scores: Tensor,
                              hidden_states: Tensor,
@@ -183,14 +119,14 @@ class CalibratedClsMixin(LoMaQueriesMixin):
             all_layers_cls_scores, hidden_states, cali_vectors)
         return all_layers_cls_scores, all_layers_bbox_preds
 
-    def check_finite_outputs(self,
-                             all_layers_cls_scores: Tensor,
-                             all_layers_bbox_preds: Tensor,
-                             hidden_states: Tensor,
-                             cali_vectors: Tensor,
-                             enc_outputs_class: Optional[Tensor] = None,
-                             enc_outputs_coord: Optional[Tensor] = None
-                             ) -> None:
+    def check_finite_outputs(
+            self,
+            all_layers_cls_scores: Tensor,
+            all_layers_bbox_preds: Tensor,
+            hidden_states: Tensor,
+            cali_vectors: Tensor,
+            enc_outputs_class: Optional[Tensor] = None,
+            enc_outputs_coord: Optional[Tensor] = None) -> None:
         """Raise :class:`~mmcalidet.models.non_finite.NonFiniteError`
         if what the Hungarian matcher is given holds NaN or inf (scipy would
         fail with ``matrix contains invalid numeric entries``).

@@ -4,7 +4,9 @@ from .cached_calibration import (CachedCalibration, CachedCalibrationMixin,
 from .cali_dab_detr import CaliDABDETR
 from .cali_deformable_detr import CaliDeformableDETR
 from .cali_dino import CaliDINO
+from .cali_rtmdet import CaliRTMDet
 from .calibratable import CalibratableDetectorMixin
+from .calibratable_single_stage import CalibratableSingleStageMixin
 from .prior_buffer import PriorBufferMixin
 from .prior_classes import PriorClassesMixin, defer_class_matching
 
@@ -12,5 +14,6 @@ __all__ = [
     'CalibratableDetectorMixin', 'CaliDINO', 'CaliDeformableDETR',
     'defer_class_matching', 'CachedCalibration', 'CachedCalibrationMixin',
     'cached_calibration_type', 'cached_head_losses', 'PriorBufferMixin',
-    'PriorClassesMixin', 'CaliDABDETR'
+    'PriorClassesMixin', 'CaliDABDETR', 'CaliRTMDet',
+    'CalibratableSingleStageMixin'
 ]

@@ -1,6 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The mixin that makes a DETR-family detector calibratable (CaliDet)."""
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -19,22 +19,21 @@ from .prior_classes import PriorClassesMixin
 
 class CalibratableDetectorMixin(PriorBufferMixin, PriorClassesMixin,
                                 NonFiniteLossesMixin):
-    """A DETR-family detector whose classification follows an injected
-    prior E (CaliDet). Put it before the detector class:
-    ``class CaliX(CalibratableDetectorMixin, X)``; ``X.forward_transformer``
-    must return the head inputs with ``hidden_states`` (L, B, Q, d), and
-    the ``bbox_head`` must be a calibrated head (``CalibratedClsMixin``).
+    """A detector whose classification follows an injected prior E
+    (CaliDet). For a DETR: ``class CaliX(CalibratableDetectorMixin, X)``,
+    where ``X.forward_transformer`` returns ``hidden_states`` (L, B, Q, d)
+    and the ``bbox_head`` is a ``CalibratedClsMixin`` head; one-stage
+    detectors take :class:`CalibratableSingleStageMixin`.
 
     The model holds a deployment prior (the buffer ``prior``) and caches
-    its calibration vectors V' until the prior or the CaliFormer changes. A
-    data sample's ``prior`` (K x K) overrides it for that sample (oracle
-    evaluation, multi-site batches, the EdgeSampler's training priors). It
-    only reaches the head's classification, not the boxes. Named priors are
-    matched to the model's classes by name (:class:`PriorClassesMixin`);
-    the buffer's checkpoint state and a prior's support are
-    :class:`PriorBufferMixin`'s; a non-finite loss stops training
-    (:class:`NonFiniteLossesMixin`). Calibrator training on cached decoder
-    outputs is the ``CachedCalibration`` model type.
+    its V' until the prior or the CaliFormer changes. A data sample's
+    ``prior`` (K x K) overrides it for that sample (oracle evaluation,
+    multi-site batches, the EdgeSampler's training priors); it only reaches
+    the head's classification. Named priors are matched to the model's
+    classes (:class:`PriorClassesMixin`); the buffer's checkpoint state and
+    a prior's support are :class:`PriorBufferMixin`'s; a non-finite loss
+    stops training (:class:`NonFiniteLossesMixin`). Calibrator training on
+    cached decoder outputs is the ``CachedCalibration`` model type.
 
     Args:
         prior (str | PathLike | array-like | dict, optional): the training
@@ -72,12 +71,7 @@ class CalibratableDetectorMixin(PriorBufferMixin, PriorClassesMixin,
         """K, the number of classes."""
         return self.bbox_head.num_classes
 
-    def _load_named_prior(
-        self,
-        prior,
-        classes=None
-    ) -> Tuple[np.ndarray, Optional[Tuple[str, List[str]]], Optional[Tuple[
-            np.ndarray, np.ndarray]]]:
+    def _load_named_prior(self, prior, classes=None) -> tuple:
         """The prior in the model's class order; ``(name, class names)``
         of a named prior that could not be ordered yet because the model's
         classes are unknown (else ``None``); and the (support, class
@@ -208,31 +202,37 @@ class CalibratableDetectorMixin(PriorBufferMixin, PriorClassesMixin,
             priors.append(p)
         return torch.stack(priors)
 
+    def calibration_inputs(self, batch_data_samples: OptSampleList,
+                           batch_size: int) -> Dict[str, Tensor]:
+        """What the calibrated head needs beside its features:
+        ``cali_vectors`` (V': K x d, or B x K x d with per-sample priors)
+        and, in training, the ``priors`` (B x K x K) that LoMa compares
+        with each image's statistics."""
+        priors = self.batch_priors(batch_data_samples)
+        if priors is None:
+            inputs = dict(cali_vectors=self.deployment_cali_vectors())
+        else:
+            inputs = dict(
+                cali_vectors=self.bbox_head.get_cali_vectors(
+                    priors, *self.batch_support(batch_data_samples)))
+        if self.training:
+            if priors is None:
+                priors = self.prior.expand(batch_size, -1, -1)
+            inputs['priors'] = priors
+        return inputs
+
     def forward_transformer(self,
                             img_feats: Tuple[Tensor],
                             batch_data_samples: OptSampleList = None) -> Dict:
         """The detector's transformer, then the calibration vectors for the
-        head.
-
-        Adds ``cali_vectors`` (V': K x d, or B x K x d with per-sample
-        priors) to the head inputs and, in training, the ``priors``
-        (B x K x K) that LoMa compares with each image's statistics.
-        ``loss``, ``predict`` and ``_forward`` pass them on to the head.
-        """
+        head (:meth:`calibration_inputs`); ``loss``, ``predict`` and
+        ``_forward`` pass them on to the head."""
         head_inputs_dict = super().forward_transformer(img_feats,
                                                        batch_data_samples)
-        priors = self.batch_priors(batch_data_samples)
-        if priors is None:
-            head_inputs_dict['cali_vectors'] = self.deployment_cali_vectors()
-        else:
-            head_inputs_dict['cali_vectors'] = \
-                self.bbox_head.get_cali_vectors(
-                    priors, *self.batch_support(batch_data_samples))
-        if self.training:
-            if priors is None:
-                batch_size = head_inputs_dict['hidden_states'].shape[1]
-                priors = self.prior.expand(batch_size, -1, -1)
-            head_inputs_dict['priors'] = priors
+        head_inputs_dict.update(
+            self.calibration_inputs(
+                batch_data_samples,
+                head_inputs_dict['hidden_states'].shape[1]))
         return head_inputs_dict
 
     def loss(self, batch_inputs: Tensor,

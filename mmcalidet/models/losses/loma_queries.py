@@ -11,19 +11,17 @@ matching of the head's own DETR losses.
 import contextlib
 from typing import Callable, Dict, Iterator, List, Optional
 
-import numpy as np
 import torch
-from mmdet.registry import MODELS
 from mmdet.structures import SampleList
-from mmdet.utils import OptConfigType
 from torch import Tensor
 
-from ...priors import label_lists_prior
+from .loma_head import LoMaMixin
 
 
-class LoMaQueriesMixin:
-    """LoMa on a DETR-family head's matching queries: E_x of every image,
-    the query selection and one ``LoMaLoss`` term per decoder layer.
+class LoMaQueriesMixin(LoMaMixin):
+    """LoMa on a DETR-family head's matching queries: the query selection
+    and one ``LoMaLoss`` term per decoder layer (the loss and E_x of every
+    image: :class:`LoMaMixin`).
 
     A base of :class:`~mmcalidet.models.dense_heads.CalibratedClsMixin`;
     the head's ``get_targets`` records the Hungarian matching for
@@ -31,8 +29,7 @@ class LoMaQueriesMixin:
 
     Args:
         loss_loma (dict, optional): config of the :class:`LoMaLoss` applied
-            to every decoder layer; ``None`` disables it. Defaults to
-            ``dict(type='LoMaLoss', loss_weight=20.0)``.
+            to every decoder layer (:class:`LoMaMixin`).
         loma_queries (str): which logits LoMa manipulates and how its
             per-query terms are reduced (both reductions are ours).
             ``'all'``: every class logit of every matching (non-denoising)
@@ -47,12 +44,7 @@ class LoMaQueriesMixin:
 
     LOMA_QUERIES = ('all', 'matched_class')
 
-    def __init__(self,
-                 *args,
-                 loss_loma: OptConfigType = dict(
-                     type='LoMaLoss', loss_weight=20.0),
-                 loma_queries: str = 'all',
-                 **kwargs) -> None:
+    def __init__(self, *args, loma_queries: str = 'all', **kwargs) -> None:
         if loma_queries not in self.LOMA_QUERIES:
             raise ValueError(f'loma_queries must be one of '
                              f'{self.LOMA_QUERIES}, got {loma_queries!r}')
@@ -60,35 +52,6 @@ class LoMaQueriesMixin:
         self.loma_queries = loma_queries
         # see matching_record(): set only while a loss records the matching
         self._matching_record: Optional[Dict[tuple, Tensor]] = None
-        self.loss_loma = MODELS.build(loss_loma) \
-            if loss_loma is not None else None
-
-    def get_sample_priors(self, batch_data_samples: SampleList,
-                          like: Tensor) -> Tensor:
-        """E_x of every image: the ``sample_prior`` field the EdgeSampler
-        attaches, else computed from ``gt_instances`` (crowd boxes, kept in
-        ``ignored_instances`` by mmdet, do not count).
-
-        Args:
-            batch_data_samples (list[DetDataSample]): the data samples.
-            like (Tensor): gives the dtype and device.
-
-        Returns:
-            Tensor: (B, K, K).
-        """
-        found = [ds.get('sample_prior', None) for ds in batch_data_samples]
-        if all(p is not None for p in found):
-            return torch.stack([
-                torch.as_tensor(p, dtype=like.dtype, device=like.device)
-                for p in found
-            ])
-        label_lists = [
-            ds.gt_instances.labels.detach().cpu().numpy()
-            for ds in batch_data_samples
-        ]
-        stats = label_lists_prior(label_lists, self.num_classes)
-        return torch.as_tensor(
-            stats.astype(np.float32), dtype=like.dtype, device=like.device)
 
     @staticmethod
     def _predictions_key(cls_scores_list: List[Tensor]) -> tuple:
@@ -192,45 +155,12 @@ class LoMaQueriesMixin:
                 self.get_sample_priors(batch_data_samples, like), labels))
         return losses
 
-    def loma_query_weights(self, all_layers_cls_scores: Tensor,
-                           labels: Optional[List[Tensor]]) -> list:
-        """Per layer ``(class_mask, avg_factor)`` for LoMa: ``(None,
-        None)`` for every query and class (``'all'``); the one-hot matched
-        class of assigned queries and their number (``'matched_class'``).
-
-        Args:
-            all_layers_cls_scores (Tensor): (L, B, Q, C) matching logits.
-            labels (list[Tensor], optional): the (B, Q) target labels of
-                each decoder layer (background = ``num_classes``).
-
-        Returns:
-            list[tuple]: one ``(class_mask, avg_factor)`` per layer.
-        """
-        num_layers = all_layers_cls_scores.shape[0]
-        if self.loma_queries == 'all':
-            return [(None, None)] * num_layers
-        if labels is None or len(labels) != num_layers:
-            raise ValueError('LoMa on matched queries needs the target '
-                             'labels of every decoder layer')
-        out = []
-        k = self.num_classes
-        for layer_labels in labels:
-            pos = layer_labels < k
-            mask = torch.zeros(
-                (*layer_labels.shape, k),
-                dtype=all_layers_cls_scores.dtype,
-                device=all_layers_cls_scores.device)
-            mask[pos] = torch.nn.functional.one_hot(
-                layer_labels[pos], k).to(mask.dtype)
-            out.append((mask, max(float(pos.sum()), 1.0)))
-        return out
-
-    def loss_loma_by_feat(self,
-                          all_layers_cls_scores: Tensor,
-                          priors: Tensor,
-                          sample_priors: Tensor,
-                          labels: Optional[List[Tensor]] = None
-                          ) -> Dict[str, Tensor]:
+    def loss_loma_by_feat(
+            self,
+            all_layers_cls_scores: Tensor,
+            priors: Tensor,
+            sample_priors: Tensor,
+            labels: Optional[List[Tensor]] = None) -> Dict[str, Tensor]:
         """LoMa for every decoder layer (``loss_loma`` for the last one,
         ``d{i}.loss_loma`` for the others, as mmdet names the DETR losses).
 
@@ -247,19 +177,17 @@ class LoMaQueriesMixin:
         """
         losses = {}
         num_layers = all_layers_cls_scores.shape[0]
-        weights = self.loma_query_weights(all_layers_cls_scores, labels)
+        if self.loma_queries == 'matched_class' and (
+                labels is None or len(labels) != num_layers):
+            raise ValueError('LoMa on matched queries needs the target '
+                             'labels of every decoder layer')
         for layer_id, cls_scores in enumerate(all_layers_cls_scores):
             key = 'loss_loma' if layer_id == num_layers - 1 \
                 else f'd{layer_id}.loss_loma'
-            mask, avg = weights[layer_id]
-            if mask is None:
-                losses[key] = self.loss_loma(cls_scores, priors,
-                                             sample_priors)
+            if self.loma_queries == 'all':
+                losses[key] = self.loss_loma(cls_scores, priors, sample_priors)
             else:
-                losses[key] = self.loss_loma(
-                    cls_scores,
-                    priors,
-                    sample_priors,
-                    class_mask=mask,
-                    avg_factor=avg)
+                losses[key] = self.matched_class_loma(cls_scores,
+                                                      labels[layer_id], priors,
+                                                      sample_priors)
         return losses
