@@ -6,6 +6,7 @@ import os.path as osp
 import re
 
 import numpy as np
+import pytest
 import torch
 from mmdet.registry import MODELS
 from mmengine.config import Config
@@ -69,27 +70,36 @@ def _classes_without_docstrings(source: str) -> dict:
     return out
 
 
-def test_the_worked_example_is_the_repositorys_code():
-    """The DAB-DETR port the guide shows is the code that
-    tests/test_models/test_cali_dab_detr.py builds and trains: the classes
-    as written (docstrings aside), the config's lines in its file."""
+def _section(title: str) -> str:
     with open(GUIDE) as f:
-        section = f.read().split('## Another DETR head', 1)[1]
-    blocks = re.findall(r'```python\n(.*?)```', section, re.S)
+        return f.read().split(title, 1)[1].split('\n## ', 1)[0]
+
+
+@pytest.mark.parametrize('title,files,config', [
+    ('## Another DETR head', ('dense_heads/cali_dab_detr_head.py',
+                              'detectors/cali_dab_detr.py'),
+     'calidet_dab-detr_tiny_coco-mini.py'),
+    ('## A one-stage head', ('dense_heads/cali_rtmdet_head.py',
+                             'detectors/cali_rtmdet.py'),
+     'calidet_rtmdet_tiny_8xb32-300e_coco.py'),
+])
+def test_the_worked_examples_are_the_repositorys_code(title, files, config):
+    """The ports the guide shows (DAB-DETR, RTMDet) are the code that
+    tests/test_models/ builds and trains: the classes as written
+    (docstrings aside), the config's lines in its file."""
+    blocks = re.findall(r'```python\n(.*?)```', _section(title), re.S)
     assert len(blocks) == 3
     shown = {}
     for block in blocks[:2]:
         shown.update(_classes_without_docstrings(block))
     repo = {}
-    for path in ('mmcalidet/models/dense_heads/cali_dab_detr_head.py',
-                 'mmcalidet/models/detectors/cali_dab_detr.py'):
-        with open(osp.join(PROJECT_ROOT, path)) as f:
+    for path in files:
+        with open(osp.join(PROJECT_ROOT, 'mmcalidet', 'models', path)) as f:
             repo.update(_classes_without_docstrings(f.read()))
-    assert set(shown) == {'CaliDABDETRHead', 'CaliDABDETR'}
+    assert set(shown) == set(repo)
     for name, tree in shown.items():
         assert tree == repo[name], name
-    with open(osp.join(PROJECT_ROOT, 'configs', 'calidet',
-                       'calidet_dab-detr_tiny_coco-mini.py')) as f:
+    with open(osp.join(PROJECT_ROOT, 'configs', 'calidet', config)) as f:
         config_lines = [line.strip() for line in f]
     for line in blocks[2].splitlines():
         assert line.strip() in config_lines, line
