@@ -36,6 +36,8 @@ MODELS = {
              'calidet/dino_tiny_coco-mini.py', 256),
     'r50': ('calidet/calidet_dino-4scale_r50_8xb2-6e_coco.py',
             'mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py', 512),
+    'rtmdet': ('calidet/calidet_rtmdet_tiny_coco-mini.py',
+               'calidet/rtmdet_tiny_coco-mini.py', 256),
 }
 TARGETS = dict(
     ort_speedup=1.5, prior_input_vs_folded=1.03, folded_vs_plain=1.01)
@@ -152,7 +154,7 @@ def bench(key: str, size: int, args) -> list:
                  ('prior_input_vs_folded', ort('prior'), ort('folded'),
                   'prior-input graph', 'folded graph'),
                  ('folded_vs_plain', ort('folded'), ort('plain'),
-                  'folded graph', 'plain DINO graph'))
+                  'folded graph', 'plain graph'))
         for name, first, second, label_a, label_b in pairs:
             a, b, ratio = median_ratio(first, second, args.iters, args.warmup)
             target = TARGETS[name]

@@ -17,15 +17,18 @@ ONNX Runtime user needs neither mmdet nor the config.
 """
 import copy
 import json
+import math
 import os
 import os.path as osp
 import warnings
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from mmdet.structures import DetDataSample
 from torch import Tensor, nn
+
+from .dense_postprocess import postprocess_settings
 
 #: the metadata key of the runtime's settings
 META_KEY = 'mmcalidet'
@@ -43,11 +46,18 @@ def _decoder_cls_branches(head) -> Sequence[nn.Module]:
     return list(branches.values())
 
 
+def is_dense(model: nn.Module) -> bool:
+    """Whether ``model`` is a one-stage detector (a dense head: its
+    export ends at every location's box and scores)."""
+    from mmdet.models.dense_heads.base_dense_head import BaseDenseHead
+    return isinstance(getattr(model, 'bbox_head', None), BaseDenseHead)
+
+
 def fold_prior(model: nn.Module, prior) -> nn.Module:
     """A copy of a CaliDet detector with V' of ``prior`` folded into its
     classification weights: ``W + rho * V'`` in every decoder layer's
-    branch, and no calibration left to compute (the plain detector's
-    cost).
+    branch (a one-stage head: every level's classification conv), and no
+    calibration left to compute (the plain detector's cost).
 
     Args:
         model (nn.Module): a calibratable detector.
@@ -65,12 +75,22 @@ def fold_prior(model: nn.Module, prior) -> nn.Module:
             matrix, dtype=torch.float32, device=folded.prior.device)
         cali = head.get_cali_vectors(prior_t)
         num_classes = cali.shape[0]
-        for branch in _decoder_cls_branches(head):
-            branch.weight[:num_classes] += head.rho * cali.to(
-                branch.weight.dtype)
+        if is_dense(folded):
+            for conv in head.dense_cls_convs().values():
+                centre = conv.kernel_size[0] // 2
+                conv.weight[:, :, centre, centre] += head.rho * \
+                    conv.channel_deltas(cali).to(conv.weight.dtype)
+        else:
+            for branch in _decoder_cls_branches(head):
+                branch.weight[:num_classes] += head.rho * cali.to(
+                    branch.weight.dtype)
         folded.set_prior(matrix)
-    # the logits are the folded branches' own
-    head.calibrate_cls_scores = lambda scores, hidden, cali_vectors: scores
+    # the logits are the folded classifiers' own
+    if is_dense(folded):
+        head.rho = 0.0
+    else:
+        head.calibrate_cls_scores = \
+            lambda scores, hidden, cali_vectors: scores
     folded.folded_prior = matrix
     return folded
 
@@ -138,6 +158,77 @@ class ExportWrapper(nn.Module):
         pred = result.pred_instances
         dets = torch.cat([pred.bboxes, pred.scores[:, None]], dim=1)
         return dets, pred.labels
+
+
+class DenseExportWrapper(nn.Module):
+    """The traced forward of a one-stage detector: one normalised image
+    (and the prior) in, every location's ``boxes`` (N x 4, clipped to the
+    input) and class ``scores`` (N x K, after the sigmoid) out, the levels
+    one after the other. The NMS runs in the runtime
+    (:mod:`~mmcalidet.deploy.dense_postprocess`), as mmdeploy leaves it to
+    a backend's op: ONNX has no class-aware NMS that keeps mmdet's order.
+
+    Args:
+        model (nn.Module): the detector (eval mode), with a sigmoid dense
+            head whose boxes are distances from points (RTMDet's).
+        input_shape (tuple[int, int]): ``(H, W)`` of the graph's input.
+        prior_input (bool): the prior is the graph's second input.
+    """
+
+    def __init__(self, model: nn.Module, input_shape: Tuple[int, int],
+                 prior_input: bool) -> None:
+        super().__init__()
+        head = model.bbox_head
+        if not getattr(head, 'use_sigmoid_cls', False) or \
+                type(head.bbox_coder).__name__ != 'DistancePointBBoxCoder':
+            raise ValueError(
+                'the ONNX export of a one-stage detector needs a sigmoid '
+                'head with point-distance boxes (RTMDet), got '
+                f'{type(head).__name__}')
+        self.model = model
+        self.input_shape = tuple(int(v) for v in input_shape)
+        self.prior_input = prior_input
+        self.training = model.training
+
+    def forward(self,
+                input: Tensor,
+                prior: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        model, head = self.model, self.model.bbox_head
+        cali = None
+        if self.prior_input:
+            cali = head.get_cali_vectors(prior)
+        elif hasattr(model, 'deployment_cali_vectors'):
+            cali = model.deployment_cali_vectors()
+        feats = model.extract_feat(input)
+        outs = head(feats) if cali is None else head(feats, cali)
+        cls_scores, bbox_preds = outs[:2]
+        points = head.prior_generator.grid_priors(
+            [score.shape[-2:] for score in cls_scores],
+            dtype=input.dtype,
+            device=input.device)
+        boxes, scores = [], []
+        for cls_score, bbox_pred, level_points in zip(cls_scores, bbox_preds,
+                                                      points):
+            distances = bbox_pred[0].permute(1, 2, 0).reshape(-1, 4)
+            boxes.append(head.bbox_coder.decode(level_points, distances))
+            scores.append(cls_score[0].permute(1, 2, 0).reshape(
+                -1, head.cls_out_channels).sigmoid())
+        boxes = torch.cat(boxes)
+        height, width = self.input_shape
+        boxes = torch.stack([
+            boxes[:, 0].clamp(0, width), boxes[:, 1].clamp(0, height),
+            boxes[:, 2].clamp(0, width), boxes[:, 3].clamp(0, height)
+        ], 1)
+        return boxes, torch.cat(scores)
+
+    def level_sizes(self) -> List[int]:
+        """The locations of each level at the graph's input size."""
+        head = self.model.bbox_head
+        height, width = self.input_shape
+        return [
+            int(math.ceil(height / stride[1]) * math.ceil(width / stride[0]))
+            for stride in head.prior_generator.strides
+        ]
 
 
 def deployment_support(model: nn.Module) -> Tuple[Optional[Tensor], ...]:
@@ -230,8 +321,15 @@ def export_onnx(model: nn.Module,
     model = model.eval()
     height, width = (int(v) for v in input_shape)
     support_input = export_support_input(model, prior_input)
-    wrapper = ExportWrapper(model, (height, width), prior_input,
-                            support_input)
+    dense = is_dense(model)
+    if dense:
+        if support_input:
+            raise ValueError('a one-stage detector exports without a '
+                             'support input')
+        wrapper = DenseExportWrapper(model, (height, width), prior_input)
+    else:
+        wrapper = ExportWrapper(model, (height, width), prior_input,
+                                support_input)
     device = next(model.parameters()).device
     image = torch.zeros(1, 3, height, width, device=device)
     args: tuple = (image, )
@@ -260,15 +358,20 @@ def export_onnx(model: nn.Module,
                 args,
                 partial,
                 input_names=names,
-                output_names=['dets', 'labels'],
+                output_names=['boxes', 'scores'] if dense else
+                ['dets', 'labels'],
                 opset_version=opset,
                 do_constant_folding=True,
                 dynamo=False)
         graph = onnx.load(partial)
         entry = graph.metadata_props.add()
         entry.key = META_KEY
-        entry.value = json.dumps(
-            model_export_meta(model, (height, width), prior_input))
+        meta = model_export_meta(model, (height, width), prior_input)
+        if dense:
+            meta.update(
+                postprocess=postprocess_settings(model.bbox_head.test_cfg),
+                level_sizes=wrapper.level_sizes())
+        entry.value = json.dumps(meta)
         onnx.save(graph, partial)
         os.replace(partial, out)
     finally:

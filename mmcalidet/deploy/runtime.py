@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..utils.validation import check_finite_array, check_float, check_int
+from .dense_postprocess import dense_detections
 from .export import META_KEY
 
 ImageLike = Union[str, os.PathLike, np.ndarray]
@@ -255,8 +256,11 @@ class OnnxDetector:
             zeros = np.zeros(self.num_classes, dtype=np.float32)
             feeds['prior_support'], feeds['prior_marginals'] = \
                 support if support is not None else (zeros, zeros)
-        dets, labels = self.session.run(None, feeds)
-        return dets, labels
+        outputs = self.session.run(None, feeds)
+        if self.meta.get('postprocess'):  # a one-stage detector's
+            return dense_detections(*outputs, self.meta['level_sizes'],
+                                    self.meta['postprocess'])
+        return tuple(outputs)
 
     def __call__(self,
                  images: Union[ImageLike, Sequence[ImageLike]],

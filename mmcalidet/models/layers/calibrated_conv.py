@@ -107,9 +107,11 @@ class CalibratedConv2d(nn.Conv2d):
                              f'got {tuple(cali.shape)}')
         deltas = self.rho * self.channel_deltas(cali.to(x.dtype))
         if cali.dim() == 2:
+            # a static shape: ONNX's exporter needs the kernel's
+            kernel = deltas.reshape(self.out_channels, self.in_channels, 1, 1)
             centre = self.kernel_size[0] // 2
-            kernel = F.pad(deltas[..., None, None],
-                           (centre, centre, centre, centre))
+            if centre:
+                kernel = F.pad(kernel, (centre, centre, centre, centre))
             return self._conv_forward(x, self.weight + kernel, self.bias)
         if cali.dim() != 3 or cali.shape[0] != x.shape[0]:
             raise ValueError(f"per-image V' must be (B, K, d) with B = "
