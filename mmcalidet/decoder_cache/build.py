@@ -23,6 +23,23 @@ from .store import CacheError, DecoderCache
 from .writer import DecoderCacheWriter
 
 
+def check_decoder_model(model: torch.nn.Module) -> None:
+    """Refuse a detector without a DETR decoder: the caches, and the
+    evaluation tools that rescore them, hold decoder outputs.
+
+    Raises:
+        TypeError: naming the detector (e.g. a one-stage CaliRTMDet).
+    """
+    from mmdet.models.detectors import DetectionTransformer
+    if not isinstance(model, DetectionTransformer):
+        raise TypeError(
+            f'{type(model).__name__} has no DETR decoder: the decoder '
+            'caches and the evaluation tools built on them (eval_priors, '
+            'fit_site_prior, self_calibrate, the calibrator curve) take '
+            'DETR-family detectors only; evaluate a one- or two-stage '
+            'CaliDet with tools/test.py and a prior per run')
+
+
 def run_decoder(model: torch.nn.Module, batch: dict) -> tuple:
     """Preprocess a batch (test mode) and run the backbone, the
     transformer and the head: what the decoder caches hold.
@@ -218,6 +235,7 @@ def cache_hidden_states(
     Returns:
         DecoderCache: the cache, images in the data's order.
     """
+    check_decoder_model(model)
     dataset = getattr(data, 'dataset', None)
     total = len(dataset) if dataset is not None else None
     classes = (getattr(model, 'dataset_meta', None) or {}).get('classes')

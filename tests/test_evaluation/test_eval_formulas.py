@@ -408,14 +408,14 @@ def test_batch_step_with_zero_predictions_keeps_prior_valid():
     np.testing.assert_array_equal(new, e_c)
 
 
-def test_is_calibratable_needs_the_prior_api_and_a_calibrating_head():
+def test_is_calibratable_needs_the_prior_api_and_a_head_with_v_prime():
     from mmcalidet.apis import is_calibratable as api_is_calibratable
     from mmcalidet.evaluation import is_calibratable
     assert is_calibratable is api_is_calibratable  # one definition
 
     class Head:
 
-        def calibrate_cls_scores(self):
+        def get_cali_vectors(self):
             pass
 
     def model(*drop):

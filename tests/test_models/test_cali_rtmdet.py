@@ -257,3 +257,12 @@ def test_inference_detector_takes_a_prior_per_call_and_per_image(answering):
                                plain[0].pred_instances.scores)
     torch.testing.assert_close(mixed[1].pred_instances.scores,
                                called[1].pred_instances.scores)
+
+
+def test_the_decoder_caches_refuse_it_by_name(model):
+    """The evaluation tools rescore a DETR's cached decoder outputs: a
+    one-stage detector gets an error that says so, not an AttributeError
+    deep inside."""
+    from mmcalidet.decoder_cache import cache_hidden_states
+    with pytest.raises(TypeError, match='CaliRTMDet has no DETR decoder'):
+        cache_hidden_states(model, [demo_batch(LABELS)])
