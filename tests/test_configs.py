@@ -1,9 +1,9 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The shipped configs: every training config builds its detector and
 keeps its recipe's gradient clipping (mmdet's DINO and Deformable
-DETR: max_norm 0.1, L2; RTMDet: none): an override of ``optim_wrapper``
-with ``_delete_`` or a new ``type`` would drop it, and CaliDet's fine-tune
-starts with large CaliFormer gradients. The fragments of
+DETR: max_norm 0.1, L2; RTMDet and Faster R-CNN: none): an override of
+``optim_wrapper`` with ``_delete_`` or a new ``type`` would drop it, and
+CaliDet's fine-tune starts with large CaliFormer gradients. The fragments of
 ``configs/_base_/`` are not training configs: each loads, defines only
 named variables that no mmdet detector config defines (so it can sit
 beside one as a sibling base) and is used."""
@@ -138,6 +138,14 @@ def _prior_for(cfg, tmp_path):
         classes=classes)
 
 
+def _head_cfg(model_cfg):
+    """The config of the head that holds the classes (and the CaliFormer):
+    the ``bbox_head``, a two-stage detector's ``roi_head.bbox_head``."""
+    if 'bbox_head' in model_cfg:
+        return model_cfg.bbox_head
+    return model_cfg.get('roi_head', {}).get('bbox_head', {})
+
+
 # a ResNet-50 detector takes seconds to build: those run with the slow tests
 @pytest.mark.parametrize('name', [
     pytest.param(name, marks=pytest.mark.slow) if '_r50_' in name else name
@@ -151,25 +159,30 @@ def test_every_config_builds_its_detector(name, tmp_path):
         if prior is not None:
             cfg.model.prior = prior  # the EdgeSampler takes the detector's
     model = MODELS.build(cfg.model)  # no init_weights: nothing downloaded
-    num_classes = cfg.model.bbox_head.num_classes
-    assert model.bbox_head.num_classes == num_classes, name
+    head_cfg = _head_cfg(cfg.model)
+    num_classes = head_cfg.num_classes
+    head = getattr(model, 'calibrated_head', None)
+    head = model.bbox_head if head is None else head
+    assert head.num_classes == num_classes, name
     if 'prior' in cfg.model:
-        califormer = model.bbox_head.califormer
+        califormer = head.califormer
         assert califormer.nodes.shape[0] == num_classes, name
         assert len(califormer.encoder.layers) == \
-            cfg.model.bbox_head.califormer.num_layers, name
+            head_cfg.califormer.num_layers, name
         sampler, = model.data_preprocessor.batch_augments
         assert sampler.num_classes == num_classes, name
 
 
 @pytest.mark.parametrize('name', CONFIGS)
 def test_training_configs_clip_gradients(name):
-    """As their detector's mmdet recipe: the DETRs at 0.1, RTMDet not."""
+    """As their detector's mmdet recipe: the DETRs at 0.1, RTMDet and
+    Faster R-CNN not."""
     cfg = _read(name)
     assert 'train_cfg' in cfg, f'{name} is not a training config'
     wrapper = cfg.optim_wrapper
     assert wrapper.get('type', 'OptimWrapper') == 'OptimWrapper', name
-    expected = None if 'rtmdet' in name else dict(max_norm=0.1, norm_type=2)
+    unclipped = 'rtmdet' in name or 'faster-rcnn' in name
+    expected = None if unclipped else dict(max_norm=0.1, norm_type=2)
     assert wrapper.get('clip_grad') == expected, name
 
 
@@ -192,7 +205,7 @@ def test_calidet_configs_that_load_a_baseline_start_as_it():
     loading = []
     for name in CONFIGS:
         cfg = _read(name)
-        califormer = cfg.model.get('bbox_head', {}).get('califormer')
+        califormer = _head_cfg(cfg.model).get('califormer')
         if califormer is not None and cfg.get('load_from'):
             loading.append(name)
             assert califormer.get('zero_init_output') is True, name

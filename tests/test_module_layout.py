@@ -12,9 +12,11 @@ from mmcalidet.testing import PROJECT_ROOT
 #: what adding CaliDet to a new mmdet detector means reading
 MIXINS = ('mmcalidet/models/detectors/calibratable.py',
           'mmcalidet/models/detectors/calibratable_single_stage.py',
+          'mmcalidet/models/detectors/calibratable_two_stage.py',
           'mmcalidet/models/dense_heads/califormer_head.py',
           'mmcalidet/models/dense_heads/calibrated_cls.py',
-          'mmcalidet/models/dense_heads/calibrated_dense_cls.py')
+          'mmcalidet/models/dense_heads/calibrated_dense_cls.py',
+          'mmcalidet/models/roi_heads/calibrated_bbox_cls.py')
 MAX_MIXIN_LINES = 250
 
 

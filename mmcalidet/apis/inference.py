@@ -35,11 +35,14 @@ PriorType = Union[str, os.PathLike, dict, np.ndarray, torch.Tensor,
 
 def is_calibratable(model: nn.Module) -> bool:
     """Whether ``model`` takes a prior (a CaliDet detector): it resolves
-    and sets priors, and its head turns priors into V' (the one
-    test, used by the inference API and the evaluation alike)."""
+    and sets priors, and its calibrated head (``calibrated_head``, else
+    the ``bbox_head``) turns priors into V' (the one test, used by the
+    inference API and the evaluation alike)."""
+    head = getattr(model, 'calibrated_head', None)
+    if head is None:
+        head = getattr(model, 'bbox_head', None)
     return hasattr(model, 'resolve_prior') and hasattr(
-        model, 'set_prior') and hasattr(
-            getattr(model, 'bbox_head', None), 'get_cali_vectors')
+        model, 'set_prior') and hasattr(head, 'get_cali_vectors')
 
 
 def _is_one_prior(prior: Any) -> bool:

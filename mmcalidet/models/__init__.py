@@ -5,3 +5,4 @@ from .detectors import *  # noqa: F401,F403
 from .layers import *  # noqa: F401,F403
 from .losses import *  # noqa: F401,F403
 from .non_finite import NonFiniteError  # noqa: F401
+from .roi_heads import *  # noqa: F401,F403

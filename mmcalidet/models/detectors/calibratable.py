@@ -1,11 +1,11 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""The mixin that makes a DETR-family detector calibratable (CaliDet)."""
+"""The mixin that makes a detector calibratable (CaliDet)."""
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from mmdet.structures import OptSampleList, SampleList
-from torch import Tensor
+from torch import Tensor, nn
 
 from ...priors import (describe_prior_source, flat_prior, load_prior_source,
                        model_classes)
@@ -23,7 +23,8 @@ class CalibratableDetectorMixin(PriorBufferMixin, PriorClassesMixin,
     (CaliDet). For a DETR: ``class CaliX(CalibratableDetectorMixin, X)``,
     where ``X.forward_transformer`` returns ``hidden_states`` (L, B, Q, d)
     and the ``bbox_head`` is a ``CalibratedClsMixin`` head; one-stage
-    detectors take :class:`CalibratableSingleStageMixin`.
+    and two-stage detectors take :class:`CalibratableSingleStageMixin` and
+    :class:`CalibratableTwoStageMixin`.
 
     The model holds a deployment prior (the buffer ``prior``) and caches
     its V' until the prior or the CaliFormer changes. A data sample's
@@ -52,10 +53,10 @@ class CalibratableDetectorMixin(PriorBufferMixin, PriorClassesMixin,
                  classes: Optional[Sequence[str]] = None,
                  **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        if not hasattr(self.bbox_head, 'get_cali_vectors'):
+        if not hasattr(self.calibrated_head, 'get_cali_vectors'):
             raise TypeError(f'{type(self).__name__} needs a calibrated '
                             'bbox_head (e.g. CaliDINOHead), got '
-                            f'{type(self.bbox_head).__name__}')
+                            f'{type(self.calibrated_head).__name__}')
         self.classes = list(classes) if classes is not None else None
         matrix, self._pending_prior, support = self._load_named_prior(prior)
         self._configure_edge_samplers(prior)
@@ -67,9 +68,14 @@ class CalibratableDetectorMixin(PriorBufferMixin, PriorClassesMixin,
             self.__dict__['_pending_support_source'] = prior
 
     @property
+    def calibrated_head(self) -> nn.Module:
+        """The head that owns the CaliFormer: the ``bbox_head``."""
+        return self.bbox_head
+
+    @property
     def num_classes(self) -> int:
         """K, the number of classes."""
-        return self.bbox_head.num_classes
+        return self.calibrated_head.num_classes
 
     def _load_named_prior(self, prior, classes=None) -> tuple:
         """The prior in the model's class order; ``(name, class names)``
@@ -81,11 +87,9 @@ class CalibratableDetectorMixin(PriorBufferMixin, PriorClassesMixin,
             return flat_prior(self.num_classes), None, None
         if classes is None:
             classes = model_classes(self)
-        matrix, meta = load_prior_source(
-            prior,
-            classes=classes,
-            num_classes=self.num_classes,
-            return_meta=True)
+        matrix, meta = load_prior_source(prior, classes=classes,
+                                         num_classes=self.num_classes,
+                                         return_meta=True)
         pending = None
         if classes is None and meta['classes'] is not None:
             pending = (describe_prior_source(prior), list(meta['classes']))
@@ -148,8 +152,8 @@ class CalibratableDetectorMixin(PriorBufferMixin, PriorClassesMixin,
             extra[name] = values
         with torch.no_grad():
             self.prior.copy_(torch.from_numpy(matrix))
-        self.prior_support = extra['support']
-        self.prior_marginals = extra['marginals']
+        self.prior_support, self.prior_marginals = extra['support'], \
+            extra['marginals']
         self._cali_cache = None
         self._pending_prior = pending
 
@@ -158,7 +162,7 @@ class CalibratableDetectorMixin(PriorBufferMixin, PriorClassesMixin,
         return self.prior.detach().cpu().double().numpy()
 
     def _cache_key(self) -> tuple:
-        califormer = self.bbox_head.califormer
+        califormer = self.calibrated_head.califormer
         tensors = [self.prior, *califormer.parameters(), *califormer.buffers()]
         tensors += [t for t in self.deployment_support() if t is not None]
         return tuple((t.data_ptr(), t._version) for t in tensors)
@@ -171,14 +175,13 @@ class CalibratableDetectorMixin(PriorBufferMixin, PriorClassesMixin,
         invalidates the cache).
         """
         support, marginals = self.deployment_support()
+        head = self.calibrated_head
         if torch.is_grad_enabled():
-            return self.bbox_head.get_cali_vectors(self.prior, support,
-                                                   marginals)
+            return head.get_cali_vectors(self.prior, support, marginals)
         key = self._cache_key()
         if self._cali_cache is None or self._cali_cache[0] != key:
-            self._cali_cache = (key,
-                                self.bbox_head.get_cali_vectors(
-                                    self.prior, support, marginals))
+            cali = head.get_cali_vectors(self.prior, support, marginals)
+            self._cali_cache = (key, cali)
         return self._cali_cache[1]
 
     def batch_priors(self,
@@ -213,7 +216,7 @@ class CalibratableDetectorMixin(PriorBufferMixin, PriorClassesMixin,
             inputs = dict(cali_vectors=self.deployment_cali_vectors())
         else:
             inputs = dict(
-                cali_vectors=self.bbox_head.get_cali_vectors(
+                cali_vectors=self.calibrated_head.get_cali_vectors(
                     priors, *self.batch_support(batch_data_samples)))
         if self.training:
             if priors is None:
@@ -229,10 +232,9 @@ class CalibratableDetectorMixin(PriorBufferMixin, PriorClassesMixin,
         ``_forward`` pass them on to the head."""
         head_inputs_dict = super().forward_transformer(img_feats,
                                                        batch_data_samples)
+        batch_size = head_inputs_dict['hidden_states'].shape[1]
         head_inputs_dict.update(
-            self.calibration_inputs(
-                batch_data_samples,
-                head_inputs_dict['hidden_states'].shape[1]))
+            self.calibration_inputs(batch_data_samples, batch_size))
         return head_inputs_dict
 
     def loss(self, batch_inputs: Tensor,

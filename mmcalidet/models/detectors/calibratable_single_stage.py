@@ -30,7 +30,7 @@ class CalibratableSingleStageMixin(CalibratableDetectorMixin):
         else:
             batch_size = getattr(batch_inputs, 'shape', (1, ))[0]
         inputs = self.calibration_inputs(batch_data_samples, batch_size)
-        with self.bbox_head.calibrated(**inputs):
+        with self.calibrated_head.calibrated(**inputs):
             yield
 
     def loss(self, batch_inputs: Tensor,

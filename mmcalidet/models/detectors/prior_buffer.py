@@ -23,7 +23,8 @@ class PriorBufferMixin:
     """The ``prior`` buffer's checkpoint state, and the deployment prior's
     (support, marginals) and a batch's (experimental); a base of
     :class:`~mmcalidet.models.detectors.CalibratableDetectorMixin`, which
-    registers the buffer and loads priors (``_load_named_prior``).
+    registers the buffer, loads priors (``_load_named_prior``) and names
+    the head that owns the CaliFormer (``calibrated_head``).
     """
 
     def _set_support(self, support: Optional[Tuple[Any, Any]]) -> None:
@@ -110,7 +111,7 @@ class PriorBufferMixin:
     def reads_prior_support(self) -> bool:
         """Whether the CaliFormer reads a prior's support
         (``support_features`` or ``lift_bias``, experimental)."""
-        califormer = self.bbox_head.califormer
+        califormer = self.calibrated_head.califormer
         return bool(
             getattr(califormer, 'use_support_features', False)
             or getattr(califormer, 'use_lift_bias', False))

@@ -1,0 +1,206 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Calibrated classification for two-stage box heads.
+
+A two-stage detector's box head classifies every RoI with a linear layer
+(``fc_cls``, K + 1 softmax logits, the last one background). The mixin
+swaps it for a :class:`CalibratedLinear` with the same parameters, so every
+RoI's class logits are ``(W + rho * V') h + b`` with V' from the head's
+CaliFormer; the background logit, the box branch and the post-processing
+stay the wrapped head's.
+
+The detector passes V' (and, in training, the injected priors) for the
+length of a forward through :meth:`CalibratedBBoxClsMixin.calibrated`; the
+RoI head passes the image index of every RoI (per-image V' becomes per-RoI
+V') and, in training, the data samples (each image's E_x for LoMa). LoMa
+acts on the logit of each sampled positive RoI's target class.
+"""
+import contextlib
+from typing import ContextManager, Iterator, List, Optional, Tuple
+
+import torch
+from mmdet.structures import SampleList
+from torch import Tensor
+
+from ..dense_heads.califormer_head import CaliFormerHeadMixin
+from ..layers import CalibratedLinear
+from ..losses.loma_head import LoMaMixin
+
+
+def pad_by_image(values: Tensor, images: Tensor, num_images: int,
+                 fill: float) -> Tensor:
+    """Group the rows of a batch's RoIs by image.
+
+    Args:
+        values (Tensor): (N, ...) one row per RoI.
+        images (Tensor): (N,) the image index of every RoI.
+        num_images (int): B.
+        fill (float): the value of the padding rows.
+
+    Returns:
+        Tensor: (B, M, ...) with M the most RoIs of one image; image b's
+        RoIs in their order, then padding.
+    """
+    images = images.long()
+    counts = torch.bincount(images, minlength=num_images)
+    most = int(counts.max()) if images.numel() else 0
+    order = torch.argsort(images, stable=True)
+    starts = torch.cumsum(counts, 0) - counts
+    slots = torch.arange(len(images), device=images.device) - \
+        starts[images[order]]
+    padded = values.new_full((num_images, most, *values.shape[1:]), fill)
+    return padded.index_put((images[order], slots), values[order])
+
+
+class CalibratedBBoxClsMixin(LoMaMixin, CaliFormerHeadMixin):
+    """Mixin for two-stage box heads with a calibrated ``fc_cls``.
+
+    Put it before the head class: ``class CaliXBBoxHead(
+    CalibratedBBoxClsMixin, XBBoxHead)``; the RoI head hands it the RoIs'
+    image indices and the data samples (``CaliStandardRoIHead``).
+
+    Args:
+        califormer (dict): config of the :class:`CaliFormer`; its
+            ``embed_dims`` defaults to ``fc_cls.in_features``.
+        rho (float): the scale of V'. Defaults to 0.2.
+        loss_loma (dict, optional): config of the :class:`LoMaLoss`, on
+            the target class of the sampled positive RoIs; ``None``
+            disables it.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fc_cls = CalibratedLinear.from_linear(self.fc_cls,
+                                                   self.num_classes)
+        # (cali_vectors, priors) set by calibrated(); the RoIs' image
+        # indices by roi_images(); the data samples by loma_samples()
+        self._calibration: Optional[Tuple[Tensor, Optional[Tensor]]] = None
+        self._roi_images: Optional[Tensor] = None
+        self._loma_samples: Optional[SampleList] = None
+
+    def calibrated_feature_dims(self) -> int:
+        """d: the input width of ``fc_cls``."""
+        if not getattr(self, 'with_cls', False):
+            raise ValueError(f'{type(self).__name__} needs a classifier '
+                             '(with_cls=True)')
+        return self.fc_cls.in_features
+
+    @contextlib.contextmanager
+    def _setting(self, name: str, value) -> Iterator[None]:
+        """Set the attribute ``name`` to ``value`` inside the block."""
+        previous = getattr(self, name)
+        setattr(self, name, value)
+        try:
+            yield
+        finally:
+            setattr(self, name, previous)
+
+    def calibrated(self,
+                   cali_vectors: Tensor,
+                   priors: Optional[Tensor] = None) -> ContextManager:
+        """Calibrate the head's forwards inside the block.
+
+        Args:
+            cali_vectors (Tensor): V', (K, d) or (B, K, d) per image.
+            priors (Tensor, optional): the priors that gave V', (B, K, K) or
+                (K, K), for LoMa in training.
+        """
+        return self._setting('_calibration', (cali_vectors, priors))
+
+    def roi_images(self, images: Tensor) -> ContextManager:
+        """Inside the block, the forwards' RoIs belong to ``images``
+        ((N,), ``rois[:, 0]``): image b's RoIs read V'_b."""
+        return self._setting('_roi_images', images)
+
+    def loma_samples(self, batch_data_samples: SampleList) -> ContextManager:
+        """Inside the block, the losses are those of ``batch_data_samples``
+        (their E_x for LoMa)."""
+        return self._setting('_loma_samples', batch_data_samples)
+
+    def forward(self,
+                x: Tensor,
+                cali_vectors: Optional[Tensor] = None,
+                roi_images: Optional[Tensor] = None) -> tuple:
+        """The wrapped head's forward with calibrated classification.
+
+        Args:
+            x (Tensor): the RoIs' features.
+            cali_vectors (Tensor, optional): V', (K, d) or (B, K, d) per
+                image; defaults to the one of :meth:`calibrated`, else the
+                flat prior E0's.
+            roi_images (Tensor, optional): (N,) the image index of every
+                RoI, needed with per-image V'; defaults to the one of
+                :meth:`roi_images`.
+
+        Returns:
+            tuple: the wrapped head's ``(cls_score, bbox_pred)``; only the
+            first K columns of ``cls_score`` depend on V'.
+        """
+        if cali_vectors is None and self._calibration is not None:
+            cali_vectors = self._calibration[0]
+        if cali_vectors is None:
+            cali_vectors = self.get_cali_vectors(self.flat_priors(x))
+        if roi_images is None:
+            roi_images = self._roi_images
+        if cali_vectors.dim() == 3 and roi_images is None:
+            raise ValueError("per-image V' (B, K, d) needs the image index "
+                             'of every RoI (roi_images, rois[:, 0])')
+        fc = self.fc_cls
+        fc.cali_vectors, fc.rho = cali_vectors, self.rho
+        fc.row_images = roi_images if cali_vectors.dim() == 3 else None
+        try:
+            return super().forward(x)
+        finally:
+            fc.cali_vectors = fc.row_images = None
+
+    def loss_and_target(self, cls_score: Tensor, bbox_pred: Tensor,
+                        rois: Tensor, sampling_results: List, *args,
+                        **kwargs) -> dict:
+        """The wrapped head's losses and targets, plus LoMa on the target
+        class of the sampled positive RoIs (``loss_bbox['loss_loma']``).
+
+        Args:
+            cls_score (Tensor): (N, K + 1) logits of the sampled RoIs.
+            bbox_pred (Tensor): their box deltas.
+            rois (Tensor): (N, 5) the RoIs, image index first.
+            sampling_results (list[SamplingResult]): one per image.
+            *args, **kwargs: the rest of the wrapped head's arguments.
+
+        Returns:
+            dict: ``loss_bbox`` (the losses) and ``bbox_targets``.
+        """
+        out = super().loss_and_target(cls_score, bbox_pred, rois,
+                                      sampling_results, *args, **kwargs)
+        if self.loss_loma is not None:
+            labels = out['bbox_targets'][0]
+            if isinstance(labels, (list, tuple)):  # concat=False
+                labels = torch.cat(labels)
+            out['loss_bbox']['loss_loma'] = self.roi_loma(
+                cls_score, labels, rois[:, 0], len(sampling_results))
+        return out
+
+    def roi_loma(self, cls_score: Tensor, labels: Tensor, images: Tensor,
+                 num_images: int) -> Tensor:
+        """LoMa on the logit of each positive RoI's target class, the RoIs
+        grouped by image (background padding).
+
+        Args:
+            cls_score (Tensor): (N, C) logits, the first K the classes'.
+            labels (Tensor): (N,) target labels (background: K).
+            images (Tensor): (N,) the image index of every RoI.
+            num_images (int): B.
+
+        Returns:
+            Tensor: the loss.
+        """
+        if self._loma_samples is None:
+            raise RuntimeError(
+                'LoMa needs the data samples of the batch (each image\'s '
+                'E_x): compute the losses through a CaliStandardRoIHead')
+        k = self.num_classes
+        priors = self._calibration[1] if self._calibration else None
+        if priors is None:
+            priors = self.flat_priors(cls_score)
+        return self.matched_class_loma(
+            pad_by_image(cls_score[:, :k], images, num_images, 0.0),
+            pad_by_image(labels, images, num_images, k), priors,
+            self.get_sample_priors(self._loma_samples, cls_score))
