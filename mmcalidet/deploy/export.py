@@ -318,6 +318,11 @@ def export_onnx(model: nn.Module,
     if prior_input and getattr(model, 'folded_prior', None) is not None:
         raise ValueError('a folded model has its prior in its weights: '
                          'export it without a prior input')
+    from mmdet.models.detectors import DetectionTransformer
+    if not is_dense(model) and not isinstance(model, DetectionTransformer):
+        raise ValueError(
+            f'the ONNX export takes DETR-family and one-stage detectors, '
+            f'got {type(model).__name__}')
     model = model.eval()
     height, width = (int(v) for v in input_shape)
     support_input = export_support_input(model, prior_input)
