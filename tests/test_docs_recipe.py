@@ -82,10 +82,14 @@ def _section(title: str) -> str:
     ('## A one-stage head', ('dense_heads/cali_rtmdet_head.py',
                              'detectors/cali_rtmdet.py'),
      'calidet_rtmdet_tiny_8xb32-300e_coco.py'),
+    ('## A two-stage head',
+     ('roi_heads/cali_convfc_bbox_head.py',
+      'roi_heads/cali_standard_roi_head.py', 'detectors/cali_faster_rcnn.py'),
+     'calidet_faster-rcnn_r50_fpn_1x_coco.py'),
 ])
 def test_the_worked_examples_are_the_repositorys_code(title, files, config):
-    """The ports the guide shows (DAB-DETR, RTMDet) are the code that
-    tests/test_models/ builds and trains: the classes as written
+    """The ports the guide shows (DAB-DETR, RTMDet, Faster R-CNN) are the
+    code that tests/test_models/ builds and trains: the classes as written
     (docstrings aside), the config's lines in its file."""
     blocks = re.findall(r'```python\n(.*?)```', _section(title), re.S)
     assert len(blocks) == 3
