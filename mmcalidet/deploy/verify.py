@@ -185,16 +185,8 @@ def verify_onnx(onnx_file: str,
                     continue
                 dets, labels, ref_dets, ref_labels = paired
                 ref_labels = torch.from_numpy(ref_labels)
-            report['max_box_diff'] = max(
-                report['max_box_diff'],
-                float(np.abs(dets[:, :4] - ref_dets[:, :4]).max()))
-            report['max_score_diff'] = max(
-                report['max_score_diff'],
-                float(np.abs(dets[:, 4] - ref_dets[:, 4]).max()))
-            report['labels_equal'] &= bool(
-                np.array_equal(labels, ref_labels.numpy()))
-            nearest = np.abs(dets[:, None, :4] - queries[None]).max(-1).min(1)
-            report['boxes_fixed'] &= bool((nearest <= atol).all())
+            compare_detections(report, dets, labels, ref_dets,
+                               ref_labels.numpy(), queries, atol)
             scores.append(np.sort(dets[:, 4]))
         for other in scores[1:]:
             # the best n of each (a one-stage detector keeps as many
@@ -204,6 +196,31 @@ def verify_onnx(onnx_file: str,
                 report['score_shift'] = max(
                     report['score_shift'],
                     float(np.abs(other[-n:] - scores[0][-n:]).max()))
+    report['failures'] = report_failures(report, atol)
+    report['ok'] = not report['failures']
+    return report
+
+
+def compare_detections(report: Dict, dets: np.ndarray, labels: np.ndarray,
+                       ref_dets: np.ndarray, ref_labels: np.ndarray,
+                       queries: np.ndarray, atol: float) -> None:
+    """Fold one comparison of the export's detections with PyTorch's
+    (paired in order) into ``report``: the largest box and score
+    differences, whether the labels are equal and every box is one of
+    ``queries``."""
+    report['max_box_diff'] = max(
+        report['max_box_diff'],
+        float(np.abs(dets[:, :4] - ref_dets[:, :4]).max()))
+    report['max_score_diff'] = max(
+        report['max_score_diff'],
+        float(np.abs(dets[:, 4] - ref_dets[:, 4]).max()))
+    report['labels_equal'] &= bool(np.array_equal(labels, ref_labels))
+    nearest = np.abs(dets[:, None, :4] - queries[None]).max(-1).min(1)
+    report['boxes_fixed'] &= bool((nearest <= atol).all())
+
+
+def report_failures(report: Dict, atol: float) -> List[str]:
+    """What a verification ``report`` found wrong, one line each."""
     failures = []
     if not report.get('counts_equal', True):
         failures.append('the number of detections differs from PyTorch')
@@ -218,6 +235,4 @@ def verify_onnx(onnx_file: str,
     if not report['boxes_fixed']:
         failures.append('a prior moved a box (a detection is not a '
                         'decoder query\'s box)')
-    report['failures'] = failures
-    report['ok'] = not failures
-    return report
+    return failures
