@@ -11,6 +11,7 @@ from mmcalidet.testing import PROJECT_ROOT
 
 #: what adding CaliDet to a new mmdet detector means reading
 MIXINS = ('mmcalidet/models/detectors/calibratable.py',
+          'mmcalidet/models/detectors/calibrated_head_calls.py',
           'mmcalidet/models/detectors/calibratable_single_stage.py',
           'mmcalidet/models/detectors/calibratable_two_stage.py',
           'mmcalidet/models/dense_heads/califormer_head.py',

@@ -7,6 +7,8 @@ from ._utils import (PROJECT_ROOT, brute_force_prior, build_detector,
                      random_label_lists, random_prior, run_tool,
                      run_tool_in_process, save_coco_mini_prior,
                      set_known_scores, train_steps)
+from .detector_checks import (check_bad_priors_refused,
+                              check_califormer_trains, check_inference_priors)
 
 __all__ = [
     'match_config_classes', 'known_scores_setup',
@@ -14,5 +16,6 @@ __all__ = [
     'save_coco_mini_prior', 'demo_batch', 'train_steps', 'build_detector',
     'random_prior', 'eval_inputs', 'set_known_scores', 'run_tool',
     'run_tool_in_process', 'random_label_lists', 'brute_force_prior',
-    'captured_log', 'damage_cache_file'
+    'captured_log', 'damage_cache_file', 'check_bad_priors_refused',
+    'check_inference_priors', 'check_califormer_trains'
 ]

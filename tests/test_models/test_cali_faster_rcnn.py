@@ -6,8 +6,6 @@ equivariant to a permutation of the classes, puts LoMa on the target class
 of the sampled positive RoIs, trains and refuses a bad prior."""
 import copy
 
-import mmcv
-import numpy as np
 import pytest
 import torch
 from mmdet.models.roi_heads import StandardRoIHead
@@ -15,15 +13,16 @@ from mmdet.models.roi_heads.bbox_heads import BBoxHead, Shared2FCBBoxHead
 from mmdet.registry import MODELS
 from mmdet.structures.bbox import bbox2roi
 
-from mmcalidet.apis import inference_detector, is_calibratable
+from mmcalidet.apis import is_calibratable
 from mmcalidet.models.detectors import CalibratableTwoStageMixin
 from mmcalidet.models.layers import CalibratedLinear
 from mmcalidet.models.losses import loma_class_weights
 from mmcalidet.models.roi_heads import (CalibratedBBoxClsMixin,
                                         CaliStandardRoIHead, pad_by_image)
-from mmcalidet.priors import flat_prior, label_lists_prior
-from mmcalidet.testing import (build_detector, data_root, demo_batch,
-                               get_config, random_prior)
+from mmcalidet.priors import label_lists_prior
+from mmcalidet.testing import (build_detector, check_bad_priors_refused,
+                               check_califormer_trains, check_inference_priors,
+                               demo_batch, get_config, random_prior)
 
 CONFIG = 'calidet/calidet_faster-rcnn_tiny_coco-mini.py'
 LABELS = ((1, 2), (3, ))
@@ -260,61 +259,14 @@ def test_loma_acts_on_the_target_class_of_sampled_positive_rois(
 
 
 def test_trains_the_califormer(model):
-    model.train()
-    data = model.data_preprocessor(demo_batch(LABELS, size=64), True)
-    assert all(ds.prior.shape == (K, K) for ds in data['data_samples'])
-    model.zero_grad()
-    losses = model.loss(data['inputs'], data['data_samples'])
-    assert {
-        'loss_rpn_cls', 'loss_rpn_bbox', 'loss_cls', 'loss_bbox', 'loss_loma'
-    } <= set(losses)
-    total, _ = model.parse_losses(losses)
-    assert torch.isfinite(total)
-    total.backward()
-    grads = [p.grad for p in model.calibrated_head.califormer.parameters()]
-    assert any(g is not None and g.abs().sum() > 0 for g in grads)
-    model.zero_grad()
+    check_califormer_trains(model, LABELS,
+                            ('loss_rpn_cls', 'loss_rpn_bbox', 'loss_cls',
+                             'loss_bbox', 'loss_loma'))
 
 
 def test_a_bad_prior_is_refused_and_the_last_one_kept(model):
-    model.set_prior(random_prior(7))
-    before = model.get_prior()
-    bad = random_prior(8)
-    bad[3, 4] = np.nan
-    for prior, match in ((random_prior(0, num_classes=3), '80'),
-                         (bad, 'NaN|finite'), (random_prior(8) * 2,
-                                               r'\[0, 1\]|range')):
-        with pytest.raises(ValueError, match=match):
-            model.set_prior(prior)
-        np.testing.assert_array_equal(model.get_prior(), before)
-    model.set_prior(None)
+    check_bad_priors_refused(model)
 
 
 def test_inference_detector_takes_a_prior_per_call_and_per_image(answering):
-    model = answering
-    model.eval()
-    images = [
-        mmcv.imread(f'{data_root()}/coco-mini/images/val2017/{name}')
-        for name in ('000000000139.jpg', '000000000802.jpg')
-    ]
-    model.set_prior(None)
-    plain = inference_detector(model, images)
-    assert len(plain[0].pred_instances) > 0
-    site = random_prior(11)
-    called = inference_detector(model, images, prior=site)
-    # the call's prior reaches the box head; the model's own stays E0
-    assert not torch.allclose(called[0].pred_instances.scores[:5],
-                              plain[0].pred_instances.scores[:5])
-    np.testing.assert_array_equal(model.get_prior(), flat_prior(K))
-    model.set_prior(site)
-    deployed = inference_detector(model, images)
-    model.set_prior(None)
-    for a, b in zip(called, deployed):
-        torch.testing.assert_close(a.pred_instances.scores,
-                                   b.pred_instances.scores)
-    # per image: E0 for the first, the site's for the second
-    mixed = inference_detector(model, images, prior=[None, site])
-    torch.testing.assert_close(mixed[0].pred_instances.scores,
-                               plain[0].pred_instances.scores)
-    torch.testing.assert_close(mixed[1].pred_instances.scores,
-                               called[1].pred_instances.scores)
+    check_inference_priors(answering)

@@ -9,6 +9,7 @@ from .cali_rtmdet import CaliRTMDet
 from .calibratable import CalibratableDetectorMixin
 from .calibratable_single_stage import CalibratableSingleStageMixin
 from .calibratable_two_stage import CalibratableTwoStageMixin
+from .calibrated_head_calls import CalibratedHeadCallsMixin
 from .prior_buffer import PriorBufferMixin
 from .prior_classes import PriorClassesMixin, defer_class_matching
 
@@ -17,6 +18,6 @@ __all__ = [
     'defer_class_matching', 'CachedCalibration', 'CachedCalibrationMixin',
     'cached_calibration_type', 'cached_head_losses', 'PriorBufferMixin',
     'PriorClassesMixin', 'CaliDABDETR', 'CaliRTMDet',
-    'CalibratableSingleStageMixin', 'CaliFasterRCNN',
-    'CalibratableTwoStageMixin'
+    'CalibratableSingleStageMixin', 'CalibratedHeadCallsMixin',
+    'CaliFasterRCNN', 'CalibratableTwoStageMixin'
 ]
