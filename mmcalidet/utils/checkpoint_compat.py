@@ -50,13 +50,19 @@ def _short(keys: Sequence[str], limit: int = 4) -> str:
 def _class_counts(model, mismatched: Dict[str, tuple]) -> Optional[tuple]:
     """(checkpoint K, model K) if the prior or the first classification
     branch is among the mismatched tensors."""
-    head = getattr(model, 'bbox_head', None)
+    head = getattr(model, 'calibrated_head', None) or getattr(
+        model, 'bbox_head', None) or getattr(
+            getattr(model, 'roi_head', None), 'bbox_head', None)
     model_k = getattr(head, 'num_classes', None)
     if model_k is None:
         return None
     if 'prior' in mismatched:
         return mismatched['prior'][0][0], model_k
-    for key in ('bbox_head.cls_branches.0.weight', 'bbox_head.fc_cls.weight'):
+    # a DETR's first decoder layer, a shared DETR / R-CNN box head's fc_cls,
+    # a one-stage head's first level
+    for key in ('bbox_head.cls_branches.0.weight', 'bbox_head.fc_cls.weight',
+                'roi_head.bbox_head.fc_cls.weight',
+                'bbox_head.rtm_cls.0.weight'):
         if key in mismatched:
             ckpt, own = mismatched[key]
             # sigmoid heads have K outputs, softmax heads K + 1

@@ -325,6 +325,23 @@ def test_checkpoint_of_another_class_count(models):
     assert shapes_named(message) == listed
 
 
+@pytest.mark.parametrize('name,head', [
+    ('calidet/rtmdet_tiny_coco-mini.py', dict(bbox_head=dict(num_classes=20))),
+    ('calidet/calidet_faster-rcnn_tiny_coco-mini.py',
+     dict(
+         prior=None,
+         data_preprocessor=dict(batch_augments=None),
+         roi_head=dict(bbox_head=dict(num_classes=20)))),
+])
+def test_another_class_count_is_named_for_one_and_two_stage_heads(name, head):
+    """The class counts come from a one-stage head's first level
+    (``rtm_cls.0``) or a two-stage box head's ``fc_cls`` (K + 1)."""
+    big_state = build(name).state_dict()
+    with pytest.raises(CheckpointMismatchError,
+                       match=r'trained for 80 classes, the model has 20'):
+        check_checkpoint(build(name, **head), big_state)
+
+
 def test_compat_hook_is_strict_when_resuming(models):
     dino_state = dict(state_dict=models['dino'].state_dict())
     logger = MMLogger.get_instance('compat_hook_test')
