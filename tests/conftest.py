@@ -28,3 +28,23 @@ def run_tool():
     Python with the shared data folder, its output captured."""
     from mmcalidet.testing import run_tool as run
     return run
+
+
+@pytest.fixture(autouse=True)
+def _loggers_keep_open_streams():
+    """A logger made inside a test that captures output (``capsys``)
+    writes to that test's stream, which pytest closes afterwards; mmengine
+    keeps its loggers, and the next ``print_log`` of the current one would
+    then print a "Logging error" traceback into a later test's stderr.
+    After every test, such handlers write to the current stdout."""
+    yield
+    import logging
+    import sys
+
+    from mmengine.logging import MMLogger
+    for logger in list(MMLogger._instance_dict.values()):
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler) and getattr(
+                    handler.stream, 'closed', False):
+                # not setStream: it flushes the closed stream first
+                handler.stream = sys.stdout
