@@ -12,18 +12,17 @@ The detector passes V' (and, in training, the injected priors) for the
 length of a forward through :meth:`CalibratedDenseClsMixin.calibrated`;
 LoMa acts on the logit of each positive location's assigned class.
 """
-import contextlib
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from mmdet.structures import SampleList
 from torch import Tensor, nn
 
 from ..layers import CalibratedConv2d
 from ..losses.loma_head import LoMaMixin
-from .califormer_head import CaliFormerHeadMixin
+from .califormer_head import CalibrationContextMixin
 
 
-class CalibratedDenseClsMixin(LoMaMixin, CaliFormerHeadMixin):
+class CalibratedDenseClsMixin(LoMaMixin, CalibrationContextMixin):
     """Mixin for one-stage heads with calibrated classification convs.
 
     Put it before the head class: ``class CaliXHead(CalibratedDenseClsMixin,
@@ -53,8 +52,7 @@ class CalibratedDenseClsMixin(LoMaMixin, CaliFormerHeadMixin):
         else:
             for level, conv in enumerate(convs):
                 convs[level] = self._calibrated(conv)
-        # (cali_vectors, priors) set by calibrated(); labels by get_targets
-        self._calibration: Optional[Tuple[Tensor, Optional[Tensor]]] = None
+        # the assigned labels, recorded by get_targets inside loss()
         self._targets_record: Optional[List[Tuple[Tensor, Tensor]]] = None
 
     def _calibrated(self, conv: nn.Conv2d) -> CalibratedConv2d:
@@ -72,24 +70,6 @@ class CalibratedDenseClsMixin(LoMaMixin, CaliFormerHeadMixin):
             return {self.cls_conv_name: convs}
         return {f'{self.cls_conv_name}.{i}': c for i, c in enumerate(convs)}
 
-    @contextlib.contextmanager
-    def calibrated(self,
-                   cali_vectors: Tensor,
-                   priors: Optional[Tensor] = None) -> Iterator[None]:
-        """Calibrate the head's forwards inside the block.
-
-        Args:
-            cali_vectors (Tensor): V', (K, d) or (B, K, d) per image.
-            priors (Tensor, optional): the priors that gave V', (B, K, K) or
-                (K, K), for LoMa in training.
-        """
-        previous = self._calibration
-        self._calibration = (cali_vectors, priors)
-        try:
-            yield
-        finally:
-            self._calibration = previous
-
     def forward(self,
                 feats: Tuple[Tensor, ...],
                 cali_vectors: Optional[Tensor] = None) -> tuple:
@@ -104,10 +84,8 @@ class CalibratedDenseClsMixin(LoMaMixin, CaliFormerHeadMixin):
             tuple: the wrapped head's outputs; only the class scores depend
             on V'.
         """
-        if cali_vectors is None and self._calibration is not None:
-            cali_vectors = self._calibration[0]
         if cali_vectors is None:
-            cali_vectors = self.get_cali_vectors(self.flat_priors(feats[0]))
+            cali_vectors = self.current_cali_vectors(feats[0])
         convs = list(self.dense_cls_convs().values())
         for conv in convs:
             conv.cali_vectors, conv.rho = cali_vectors, self.rho
@@ -148,10 +126,7 @@ class CalibratedDenseClsMixin(LoMaMixin, CaliFormerHeadMixin):
                 f'{len(record)}: {type(self).__name__}.get_targets must '
                 'call record_targets once')
         cls_scores, labels = record[0]
-        priors = self._calibration[1] if self._calibration else None
-        if priors is None:
-            priors = self.flat_priors(cls_scores)
         losses['loss_loma'] = self.matched_class_loma(
-            cls_scores, labels, priors,
+            cls_scores, labels, self.current_priors(cls_scores),
             self.get_sample_priors(batch_data_samples, cls_scores))
         return losses

@@ -7,8 +7,9 @@ head's 1 x 1 classification convs (:class:`CalibratedDenseClsMixin`). This
 base holds what they share: the CaliFormer that turns a prior into V', the
 scale rho and the flat prior E0.
 """
+import contextlib
 import copy
-from typing import Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 from mmdet.registry import MODELS
 from mmdet.utils import ConfigType
@@ -98,3 +99,45 @@ class CaliFormerHeadMixin:
         if support is None and marginals is None:
             return self.califormer(priors)
         return self.califormer(priors, support=support, marginals=marginals)
+
+
+class CalibrationContextMixin(CaliFormerHeadMixin):
+    """A head whose detector hands it V' for a call rather than as a
+    ``forward`` argument (one- and two-stage heads, whose mmdet ``loss``
+    and ``predict`` call ``forward`` themselves): :meth:`calibrated` sets
+    V' and the training priors inside a block, :meth:`current_cali_vectors`
+    and :meth:`current_priors` read them (E0's without a block)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # (cali_vectors, priors) set by calibrated()
+        self._calibration: Optional[Tuple[Tensor, Optional[Tensor]]] = None
+
+    @contextlib.contextmanager
+    def calibrated(self,
+                   cali_vectors: Tensor,
+                   priors: Optional[Tensor] = None) -> Iterator[None]:
+        """Calibrate the head's forwards inside the block.
+
+        Args:
+            cali_vectors (Tensor): V', (K, d) or (B, K, d) per image.
+            priors (Tensor, optional): the priors that gave V', (B, K, K) or
+                (K, K), for LoMa in training.
+        """
+        previous = self._calibration
+        self._calibration = (cali_vectors, priors)
+        try:
+            yield
+        finally:
+            self._calibration = previous
+
+    def current_cali_vectors(self, like: Tensor) -> Tensor:
+        """V' of the :meth:`calibrated` block, else the flat prior E0's."""
+        if self._calibration is not None:
+            return self._calibration[0]
+        return self.get_cali_vectors(self.flat_priors(like))
+
+    def current_priors(self, like: Tensor) -> Tensor:
+        """The priors of the :meth:`calibrated` block, else E0."""
+        priors = self._calibration[1] if self._calibration else None
+        return self.flat_priors(like) if priors is None else priors

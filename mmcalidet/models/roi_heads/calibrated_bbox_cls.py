@@ -15,13 +15,13 @@ V') and, in training, the data samples (each image's E_x for LoMa). LoMa
 acts on the logit of each sampled positive RoI's target class.
 """
 import contextlib
-from typing import ContextManager, Iterator, List, Optional, Tuple
+from typing import ContextManager, Iterator, List, Optional
 
 import torch
 from mmdet.structures import SampleList
 from torch import Tensor
 
-from ..dense_heads.califormer_head import CaliFormerHeadMixin
+from ..dense_heads.califormer_head import CalibrationContextMixin
 from ..layers import CalibratedLinear
 from ..losses.loma_head import LoMaMixin
 
@@ -51,7 +51,7 @@ def pad_by_image(values: Tensor, images: Tensor, num_images: int,
     return padded.index_put((images[order], slots), values[order])
 
 
-class CalibratedBBoxClsMixin(LoMaMixin, CaliFormerHeadMixin):
+class CalibratedBBoxClsMixin(LoMaMixin, CalibrationContextMixin):
     """Mixin for two-stage box heads with a calibrated ``fc_cls``.
 
     Put it before the head class: ``class CaliXBBoxHead(
@@ -71,9 +71,8 @@ class CalibratedBBoxClsMixin(LoMaMixin, CaliFormerHeadMixin):
         super().__init__(*args, **kwargs)
         self.fc_cls = CalibratedLinear.from_linear(self.fc_cls,
                                                    self.num_classes)
-        # (cali_vectors, priors) set by calibrated(); the RoIs' image
-        # indices by roi_images(); the data samples by loma_samples()
-        self._calibration: Optional[Tuple[Tensor, Optional[Tensor]]] = None
+        # the RoIs' image indices set by roi_images(); the data samples by
+        # loma_samples()
         self._roi_images: Optional[Tensor] = None
         self._loma_samples: Optional[SampleList] = None
 
@@ -93,18 +92,6 @@ class CalibratedBBoxClsMixin(LoMaMixin, CaliFormerHeadMixin):
             yield
         finally:
             setattr(self, name, previous)
-
-    def calibrated(self,
-                   cali_vectors: Tensor,
-                   priors: Optional[Tensor] = None) -> ContextManager:
-        """Calibrate the head's forwards inside the block.
-
-        Args:
-            cali_vectors (Tensor): V', (K, d) or (B, K, d) per image.
-            priors (Tensor, optional): the priors that gave V', (B, K, K) or
-                (K, K), for LoMa in training.
-        """
-        return self._setting('_calibration', (cali_vectors, priors))
 
     def roi_images(self, images: Tensor) -> ContextManager:
         """Inside the block, the forwards' RoIs belong to ``images``
@@ -135,10 +122,8 @@ class CalibratedBBoxClsMixin(LoMaMixin, CaliFormerHeadMixin):
             tuple: the wrapped head's ``(cls_score, bbox_pred)``; only the
             first K columns of ``cls_score`` depend on V'.
         """
-        if cali_vectors is None and self._calibration is not None:
-            cali_vectors = self._calibration[0]
         if cali_vectors is None:
-            cali_vectors = self.get_cali_vectors(self.flat_priors(x))
+            cali_vectors = self.current_cali_vectors(x)
         if roi_images is None:
             roi_images = self._roi_images
         if cali_vectors.dim() == 3 and roi_images is None:
@@ -197,10 +182,8 @@ class CalibratedBBoxClsMixin(LoMaMixin, CaliFormerHeadMixin):
                 'LoMa needs the data samples of the batch (each image\'s '
                 'E_x): compute the losses through a CaliStandardRoIHead')
         k = self.num_classes
-        priors = self._calibration[1] if self._calibration else None
-        if priors is None:
-            priors = self.flat_priors(cls_score)
         return self.matched_class_loma(
             pad_by_image(cls_score[:, :k], images, num_images, 0.0),
-            pad_by_image(labels, images, num_images, k), priors,
+            pad_by_image(labels, images, num_images, k),
+            self.current_priors(cls_score),
             self.get_sample_priors(self._loma_samples, cls_score))
