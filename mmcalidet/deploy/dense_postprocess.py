@@ -14,6 +14,8 @@ from typing import Dict, Sequence, Tuple
 
 import numpy as np
 
+from ..utils.validation import check_float, check_int
+
 
 def postprocess_settings(test_cfg) -> Dict:
     """The settings of a dense head's ``test_cfg`` the post-processing
@@ -29,18 +31,22 @@ def postprocess_settings(test_cfg) -> Dict:
         ``iou_threshold``, ``max_per_img``.
 
     Raises:
-        ValueError: an NMS other than mmcv's plain ``nms``.
+        ValueError: an NMS other than mmcv's plain ``nms``, or a setting
+            that is not finite or out of range (naming it).
     """
     nms = dict(test_cfg.get('nms') or {})
     if nms.get('type', 'nms') != 'nms':
         raise ValueError(f'the ONNX export post-processes with a plain NMS, '
                          f'got {nms.get("type")!r}')
     return dict(
-        score_thr=float(test_cfg.get('score_thr', 0)),
-        nms_pre=int(test_cfg.get('nms_pre', -1)),
-        min_bbox_size=float(test_cfg.get('min_bbox_size', -1)),
-        iou_threshold=float(nms.get('iou_threshold', 0.5)),
-        max_per_img=int(test_cfg.get('max_per_img', 100)))
+        score_thr=check_float('score_thr', test_cfg.get('score_thr', 0), 0, 1),
+        nms_pre=check_int('nms_pre', test_cfg.get('nms_pre', -1), -1),
+        min_bbox_size=check_float('min_bbox_size',
+                                  test_cfg.get('min_bbox_size', -1)),
+        iou_threshold=check_float('iou_threshold',
+                                  nms.get('iou_threshold', 0.5), 0, 1),
+        max_per_img=check_int('max_per_img', test_cfg.get('max_per_img', 100),
+                              1))
 
 
 def nms_keep(boxes: np.ndarray, scores: np.ndarray,

@@ -148,6 +148,12 @@ def test_the_numpy_postprocessing_is_mmdets():
 def test_bad_settings_and_shapes_are_refused():
     with pytest.raises(ValueError, match='plain NMS'):
         postprocess_settings(dict(nms=dict(type='soft_nms')))
+    for bad, name in ((dict(score_thr=float('nan')), 'score_thr'),
+                      (dict(nms=dict(iou_threshold=1.5)), 'iou_threshold'),
+                      (dict(max_per_img=0), 'max_per_img'),
+                      (dict(min_bbox_size=float('inf')), 'min_bbox_size')):
+        with pytest.raises(ValueError, match=name):
+            postprocess_settings(bad)
     settings = postprocess_settings(dict())
     with pytest.raises(ValueError, match='levels'):
         dense_detections(
