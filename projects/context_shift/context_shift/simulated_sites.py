@@ -10,7 +10,11 @@ set defined by its labels only:
 - ``('without', c)``: the images that do not;
 - ``('tilt', seed)``: a random tilt of the class mixture, the images
   re-sampled with weight ``exp(sum of z_c over the image's classes)``,
-  ``z ~ N(0, tilt_std^2)`` per class.
+  ``z ~ N(0, tilt_std^2)`` per class;
+- ``('pairs', seed)``: a tilt of which classes go together, each class's
+  frequency held: one to three random pairs of classes that the set shows
+  together favoured ``pair_strength``-fold (:func:`pair_tilt_weights`),
+  the images re-sampled with those weights.
 
 :class:`SimulatedSites` gives their members and statistics;
 :func:`validation_sites` and :func:`make_validation_data` build the
@@ -27,7 +31,7 @@ import numpy as np
 
 from mmcalidet.priors import batch_prior
 
-SITE_KINDS = ('with', 'without', 'tilt')
+SITE_KINDS = ('with', 'without', 'tilt', 'pairs')
 
 SiteKey = Tuple[str, int]
 
@@ -66,22 +70,26 @@ class SimulatedSites:
         label_lists (Sequence[np.ndarray]): class indices per image.
         num_classes (int): K.
         kinds (Sequence[str]): the kinds drawn (see :data:`SITE_KINDS`),
-            with equal probability.
+            with equal probability. Defaults to ``with``, ``without`` and
+            ``tilt`` (the site-simulated recipe's).
         min_images (int): a ``with`` / ``without`` site of fewer images
             is never drawn.
         tilt_std (float): sigma of a tilt's per-class log weights.
-        tilt_fraction (float): a tilted site's size, as a share of the
-            set.
+        tilt_fraction (float): a tilted (or pair-tilted) site's size, as a
+            share of the set.
+        pair_strength (float): how much a ``pairs`` site favours its
+            pairs (the start weight of :func:`pair_tilt_weights`).
         cache_size (int): statistics kept for this many sites.
     """
 
     def __init__(self,
                  label_lists: Sequence[np.ndarray],
                  num_classes: int,
-                 kinds: Sequence[str] = SITE_KINDS,
+                 kinds: Sequence[str] = ('with', 'without', 'tilt'),
                  min_images: int = 32,
                  tilt_std: float = 1.0,
                  tilt_fraction: float = 0.25,
+                 pair_strength: float = 4.0,
                  cache_size: int = 256) -> None:
         unknown = sorted(set(kinds) - set(SITE_KINDS))
         if unknown or not kinds:
@@ -109,12 +117,18 @@ class SimulatedSites:
         self.min_images = int(min_images)
         self.tilt_std = float(tilt_std)
         self.tilt_fraction = float(tilt_fraction)
+        self.pair_strength = float(pair_strength)
         counts = self.presence.sum(0)
+        together = np.triu(
+            self.presence.T.astype(np.float64) @ self.presence, 1)
+        #: the class pairs some image shows together (a ``pairs`` site's)
+        self.seen_pairs = np.argwhere(together > 0)
         #: the classes whose ``with`` / ``without`` sites are large enough
         self.classes_for = {
             'with': np.flatnonzero(counts >= self.min_images),
             'without': np.flatnonzero(num - counts >= self.min_images)
         }
+        self.classes_for['pairs'] = np.arange(len(self.seen_pairs))
         self.kinds = tuple(k for k in self.kinds
                            if k == 'tilt' or len(self.classes_for[k]))
         if not self.kinds:
@@ -134,7 +148,7 @@ class SimulatedSites:
             tuple[str, int]: the site's key.
         """
         kind = self.kinds[int(rng.integers(len(self.kinds)))]
-        if kind == 'tilt':
+        if kind in ('tilt', 'pairs'):
             return kind, int(rng.integers(2**31))
         classes = self.classes_for[kind]
         return kind, int(classes[int(rng.integers(len(classes)))])
@@ -160,6 +174,8 @@ class SimulatedSites:
             members = np.flatnonzero(~self.presence[:, value])
         elif kind == 'tilt':
             members = self._tilted(value)
+        elif kind == 'pairs':
+            members = self._pair_tilted(value)
         else:
             raise KeyError(f'unknown site kind {kind!r}; one of {SITE_KINDS}')
         stats = batch_prior(self.num_classes,
@@ -180,6 +196,27 @@ class SimulatedSites:
         return np.sort(
             rng.choice(
                 num, size=size, replace=False, p=weights / weights.sum()))
+
+    def site_pairs(self, seed: int) -> np.ndarray:
+        """The (P, 2) class pairs a ``('pairs', seed)`` site favours: one
+        to three of :attr:`seen_pairs`."""
+        if not len(self.seen_pairs):
+            raise ValueError('SimulatedSites: no image shows two classes, '
+                             'so there is no pair to tilt')
+        rng = np.random.default_rng([seed, 2])
+        num = min(int(rng.integers(1, 4)), len(self.seen_pairs))
+        return self.seen_pairs[np.sort(
+            rng.choice(len(self.seen_pairs), size=num, replace=False))]
+
+    def _pair_tilted(self, seed: int) -> np.ndarray:
+        weights = pair_tilt_weights(self.presence,
+                                    [tuple(p) for p in self.site_pairs(seed)],
+                                    strength=self.pair_strength)
+        rng = np.random.default_rng(seed)
+        num = len(self.label_lists)
+        size = min(int((weights > 0).sum()),
+                   max(1, int(math.ceil(self.tilt_fraction * num))))
+        return np.sort(rng.choice(num, size=size, replace=False, p=weights))
 
 
 #: the simulated sites of a recipe-selection set, in the order they are

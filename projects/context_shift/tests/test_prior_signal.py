@@ -41,7 +41,34 @@ def test_the_modes_on_a_tiny_folder(tmp_path):
     assert rows['E_t + noise']['fractional'] > 0.3
     assert rows['E_t + noise']['informative'] == 0
     assert 'E_swapped (val site)' in rows
+    # the noise misleads about the images it calibrates
+    assert rows['E_t + noise']['predictive'] < 0
+    assert 'E_sim (tilted site), its own batch' in rows
     assert osp.getsize(png) > 0
+
+
+def test_the_predictive_gain_by_hand():
+    from projects.context_shift.tools.prior_signal import predictive_gain
+    e_t = np.full((3, 3), 0.5)
+    np.fill_diagonal(e_t, 1.0)
+    prior = e_t.copy()
+    prior[1, 0] = 0.8  # P(1 | 0): 0.8 against E_t's 0.5
+    prior[2, 0] = 0.3
+    # one image with classes 0 and 1: entries (1, 0) and (2, 0) counted
+    # (column 0 present; 0.5 elsewhere is not fractional)
+    out = predictive_gain(prior[None], [[np.array([0, 1])]], e_t)
+    want = (np.log(0.8) - np.log(0.5)) + (np.log(0.7) - np.log(0.5))
+    assert out['predictive'] == pytest.approx(1000 * want / 2)
+    assert out['counted'] == 2
+    # the same prior on an image without class 1 predicts it wrongly
+    out = predictive_gain(prior[None], [[np.array([0])]], e_t)
+    want = (np.log(0.2) - np.log(0.5)) + (np.log(0.7) - np.log(0.5))
+    assert out['predictive'] == pytest.approx(1000 * want / 2)
+    # no present column with a fractional entry: nothing counted
+    out = predictive_gain(prior[None], [[np.array([2])]], e_t)
+    assert np.isnan(out['predictive']) and out['counted'] == 0
+    with pytest.raises(ValueError, match='2 priors but images for 1'):
+        predictive_gain(np.stack([prior, prior]), [[np.array([0])]], e_t)
 
 
 def test_bad_input_is_refused(tmp_path):

@@ -164,6 +164,38 @@ def test_the_sim_pairs_site_tilts_pairs_not_classes():
     assert np.mean(rise) > 0.02, rise
 
 
+def test_a_pairs_site_tilts_its_pairs_and_holds_the_classes():
+    lists = random_label_lists(num=3000, seed=5)
+    presence = _presence(lists)
+    sites = SimulatedSites(lists, K, kinds=('pairs', ), tilt_fraction=0.15)
+    rng = np.random.default_rng(0)
+    keys = [sites.draw_key(rng) for _ in range(6)]
+    assert {kind for kind, _ in keys} == {'pairs'}
+    rises = []
+    for key in keys:
+        members = sites.members(key)
+        assert len(members) == 450 and len(set(members.tolist())) == 450
+        np.testing.assert_array_equal(members, sites.members(key))
+        site = presence[members]
+        # each class about as frequent as in the set, the pairs more so
+        np.testing.assert_allclose(site.mean(0), presence.mean(0),
+                                   atol=0.06)
+        pairs = sites.site_pairs(key[1])
+        assert 1 <= len(pairs) <= 3
+        assert all(presence[:, a].dot(presence[:, b]) > 0 for a, b in pairs)
+        rises += [(site[:, a] & site[:, b]).mean() -
+                  (presence[:, a] & presence[:, b]).mean() for a, b in pairs]
+        np.testing.assert_allclose(
+            sites.statistics(key), brute_force_prior([lists[i]
+                                                      for i in members]),
+            atol=1e-6)
+    assert np.mean(rises) > 0.02, rises
+    # a set where no image shows two classes has no pair to tilt
+    with pytest.raises(ValueError, match='no class has'):
+        SimulatedSites([np.array([k % K]) for k in range(40)], K,
+                       kinds=('pairs', ))
+
+
 def test_a_validation_folder_has_the_simulated_sites_as_its_val_split(
         tmp_path):
     import json

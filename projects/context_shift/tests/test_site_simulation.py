@@ -132,6 +132,62 @@ def test_the_site_mode_gives_each_batch_its_population_statistics():
         EdgeSampler(num_classes=K, prior=e_t, mode_probs=dict(site=1))
 
 
+def test_a_site_prior_measured_on_n_of_its_images():
+    lists = random_label_lists(num=400)
+    dataset = SiteSimulatedDataset(
+        LabelDataset(lists), kinds=('tilt', 'pairs'), min_images=10,
+        site_support=(2, 64))
+    rng = np.random.default_rng(0)
+    sizes = set()
+    for _ in range(6):
+        key = dataset.sites.draw_key(rng)
+        prior, measured = dataset.site_statistics(key)
+        assert 2 <= len(measured) <= 64
+        assert set(measured.tolist()) <= set(
+            dataset.sites.members(key).tolist())
+        np.testing.assert_allclose(
+            prior, brute_force_prior([lists[i] for i in measured]),
+            atol=1e-6)
+        again, same = dataset.site_statistics(key)  # a function of the key
+        np.testing.assert_array_equal(same, measured)
+        sample = dataset[(0, key)]['data_samples']
+        assert sample.site_size == len(measured)
+        np.testing.assert_array_equal(sample.site_prior, prior)
+        sizes.add(len(measured))
+    assert len(sizes) > 1
+    with pytest.raises(ValueError, match='site_support'):
+        SiteSimulatedDataset(LabelDataset(lists), site_support=(0, 4))
+
+
+def test_the_site_mode_carries_the_sites_support():
+    lists = random_label_lists()
+    e_t = brute_force_prior(lists)
+    sampler = SiteEdgeSampler(
+        num_classes=K, prior=e_t, mode_probs=dict(site=1), noise_std=0.0,
+        support=True)
+    dataset, batches = loader_parts(site_prob=1.0, lists=lists)
+    batch = next(iter(batches))
+    _, samples = sampler(
+        torch.zeros(4, 3, 4, 4),
+        [dataset[item]['data_samples'] for item in batch])
+    members = dataset.sites.members(batch[0][1])
+    shares = dataset.sites.presence[members].mean(0)
+    for sample in samples:
+        assert sample.prior_support.tolist() == [float(len(members))] * K
+        np.testing.assert_allclose(sample.prior_marginals.numpy(), shares,
+                                   atol=1e-6)
+    # a batch of the whole set: E_t's support, as the 'dataset' mode gives
+    whole = [dataset[k]['data_samples'] for k in range(4)]
+    _, samples = sampler(torch.zeros(4, 3, 4, 4), whole)
+    n, p = sampler.sample_support(
+        'dataset', [s.gt_instances.labels.numpy() for s in whole], 0)
+    for k, sample in enumerate(samples):
+        np.testing.assert_allclose(sample.prior_support.numpy(), n[k])
+        np.testing.assert_allclose(sample.prior_marginals.numpy(), p[k],
+                                   atol=1e-6)
+        assert sample.prior_support[0] != len(members)
+
+
 @pytest.mark.slow
 def test_the_site_recipe_trains_with_tools_train(train_recipe):
     """The recipe's config, as a user runs it: tools/train.py on a

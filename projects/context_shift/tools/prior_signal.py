@@ -19,7 +19,17 @@ and report per mode, over the off-diagonal entries:
   value (the statistics before any noise) differs from the label-free
   prior E_t by more than ``--delta``. The noise is unrelated to the labels,
   so E_t + noise is fractional but carries none; an absent class's column
-  is exactly 0.5 and never fractional.
+  is exactly 0.5 and never fractional;
+- *predictive*: whether those entries say something about the images the
+  prior calibrates in training (each mode's draw paired with its images:
+  E_x its image, E_b(n) its batch, E_t + noise a random batch of 4, a
+  tilted site (15 % of the images) a random batch as the ``sim_site`` mode
+  gives it and 4 of its own images as a site batch, a pair-tilted site 4
+  of its own images, a val site its own images): the mean log-likelihood
+  gain over E_t, in millinats, of whether class i is in an image that shows
+  class j, read from the fractional entries E[i, j] (probabilities
+  clipped to [0.02, 0.98]). Relation reading can only be learnt from a
+  mode where it is above 0.
 
 E_x and E_b are measured without the sampler's noise: the question is what
 the labels make of them. Example::
@@ -96,6 +106,58 @@ def measure(noised: np.ndarray, labelled: np.ndarray, e_t: np.ndarray,
         mae=float(np.abs(labelled - e_t)[:, off].mean()))
 
 
+def predictive_gain(priors: np.ndarray,
+                    images: Sequence[Sequence[np.ndarray]],
+                    e_t: np.ndarray,
+                    clip: float = 0.02) -> Dict[str, float]:
+    """How much the fractional entries of priors tell about the images
+    they calibrate, beyond E_t.
+
+    For each prior and each of its images, every entry ``E[i, j]`` with
+    class j in the image, i != j, and ``E[i, j]`` fractional predicts
+    whether class i is in the image too; the gain is ``log P_E(y_i) - log
+    P_Et(y_i)`` with both probabilities clipped to ``[clip, 1 - clip]``.
+
+    Args:
+        priors (np.ndarray): (R, K, K) the priors as the calibrator sees
+            them.
+        images (Sequence[Sequence[np.ndarray]]): per prior, the class
+            indices of each image it calibrates.
+        e_t (np.ndarray): (K, K) the label-free reference.
+        clip (float): probability clipping.
+
+    Returns:
+        dict: ``predictive`` (mean gain per counted entry, in millinats;
+        NaN without any) and ``counted`` (counted entries per image).
+    """
+    priors = np.asarray(priors, dtype=np.float64)
+    if len(priors) != len(images):
+        raise ValueError(f'{len(priors)} priors but images for '
+                         f'{len(images)}')
+    k = priors.shape[-1]
+    off = ~np.eye(k, dtype=bool)
+    ref = np.clip(e_t, clip, 1 - clip)
+    total, counted, num_images = 0.0, 0, 0
+    for prior, group in zip(priors, images):
+        mask = fractional(prior) & off
+        prob = np.clip(prior, clip, 1 - clip)
+        for labels in group:
+            num_images += 1
+            present = np.zeros(k, dtype=bool)
+            present[np.asarray(labels, dtype=np.int64)] = True
+            use = mask & present[None, :]  # rows i, columns j in the image
+            if not use.any():
+                continue
+            y = np.broadcast_to(present[:, None], (k, k))
+            gain = np.where(y, np.log(prob) - np.log(ref),
+                            np.log1p(-prob) - np.log1p(-ref))
+            total += float(gain[use].sum())
+            counted += int(use.sum())
+    return dict(
+        predictive=1000 * total / counted if counted else float('nan'),
+        counted=counted / max(num_images, 1))
+
+
 def add_noise(priors: np.ndarray, noise_std: float,
               rng: np.random.Generator) -> np.ndarray:
     """The EdgeSampler's noise: N(0, sigma^2) per entry, clipped to [0, 1],
@@ -109,6 +171,7 @@ def add_noise(priors: np.ndarray, noise_std: float,
 def prior_signal(label_lists: Sequence[np.ndarray],
                  num_classes: int,
                  site_priors: Optional[Dict[str, np.ndarray]] = None,
+                 site_images: Optional[Dict[str, Sequence[np.ndarray]]] = None,
                  draws: int = 64,
                  noise_std: float = 0.16,
                  delta: float = 0.05,
@@ -121,6 +184,8 @@ def prior_signal(label_lists: Sequence[np.ndarray],
         num_classes (int): K.
         site_priors (dict, optional): name -> (K, K) site statistics to
             measure as they are (e.g. the folder's val sites).
+        site_images (dict, optional): name -> the class indices of each of
+            that site's images (its *predictive* pairing).
         draws (int): priors drawn per mode.
         noise_std (float): sigma of the sampler's noise on E_t.
         delta (float): see :func:`measure`.
@@ -139,37 +204,58 @@ def prior_signal(label_lists: Sequence[np.ndarray],
     e_t = batch_prior(num_classes, label_lists)
     rows = []
 
-    def add(mode, noised, labelled=None):
+    def add(mode, noised, images, labelled=None):
         labelled = noised if labelled is None else labelled
-        rows.append(dict(mode=mode, **measure(noised, labelled, e_t, delta)))
+        rows.append(
+            dict(
+                mode=mode,
+                **measure(noised, labelled, e_t, delta),
+                **predictive_gain(noised, images, e_t)))
 
+    def batch(size=4):
+        return [
+            label_lists[k]
+            for k in rng.choice(num, size=min(size, num), replace=False)
+        ]
+
+    picked = rng.integers(num, size=draws)
     add('E_x',
-        np.stack([
-            sample_prior(num_classes, label_lists[k])
-            for k in rng.integers(num, size=draws)
-        ]))
+        np.stack([sample_prior(num_classes, label_lists[k])
+                  for k in picked]), [[label_lists[k]] for k in picked])
     for n in BATCH_SIZES:
         if n > num:
             continue
+        batches = [batch(n) for _ in range(draws)]
         add(f'E_b({n})',
-            np.stack([
-                batch_prior(num_classes, [
-                    label_lists[k]
-                    for k in rng.choice(num, size=n, replace=False)
-                ]) for _ in range(draws)
-            ]))
+            np.stack([batch_prior(num_classes, b) for b in batches]),
+            batches)
     plain = np.repeat(e_t[None], draws, axis=0)
-    add('E_t + noise', add_noise(plain, noise_std, rng), plain)
+    add('E_t + noise', add_noise(plain, noise_std, rng),
+        [batch() for _ in range(draws)], plain)
     from projects.context_shift.context_shift.simulated_sites import \
         SimulatedSites
-    sites = SimulatedSites(label_lists, num_classes, min_images=1)
-    add('E_sim (tilted site)',
-        np.stack([
-            sites.statistics(('tilt', int(s)))
-            for s in rng.integers(2**31, size=draws)
-        ]))
+    sites = SimulatedSites(
+        label_lists, num_classes, kinds=('tilt', 'pairs'), min_images=1,
+        tilt_fraction=0.15, pair_strength=16.0)
+    tilted = [('tilt', int(s)) for s in rng.integers(2**31, size=draws)]
+    add('E_sim (tilted site), a random batch',
+        np.stack([sites.statistics(key) for key in tilted]),
+        [batch() for _ in range(draws)])
+    add('E_sim (tilted site), its own batch',
+        np.stack([sites.statistics(key) for key in tilted]), [[
+            label_lists[k]
+            for k in rng.choice(sites.members(key), size=4, replace=False)
+        ] for key in tilted])
+    if len(sites.seen_pairs):
+        paired = [('pairs', int(s)) for s in rng.integers(2**31, size=draws)]
+        add('E_pairs (pair-tilted site), its own batch',
+            np.stack([sites.statistics(key) for key in paired]), [[
+                label_lists[k] for k in rng.choice(
+                    sites.members(key), size=4, replace=False)
+            ] for key in paired])
     for name, prior in (site_priors or {}).items():
-        add(name, np.asarray(prior, dtype=np.float64)[None])
+        own = list((site_images or {}).get(name, []))
+        add(name, np.asarray(prior, dtype=np.float64)[None], [own])
     return rows
 
 
@@ -177,13 +263,17 @@ def markdown(rows: List[Dict]) -> str:
     """The rows as a Markdown table."""
     lines = [
         '| mode | priors | fractional | informative (of fractional) | '
-        'mean abs(E - E_t) |', '|---|---|---|---|---|'
+        'mean abs(E - E_t) | predictive (millinats per entry) | '
+        'entries per image |', '|---|---|---|---|---|---|---|'
     ]
     for r in rows:
         info = '-' if np.isnan(r['informative']) else \
             f'{r["informative"]:.0%}'
+        pred = '-' if np.isnan(r['predictive']) else \
+            f'{r["predictive"]:+.1f}'
         lines.append(f'| {r["mode"]} | {r["priors"]} | '
-                     f'{r["fractional"]:.0%} | {info} | {r["mae"]:.3f} |')
+                     f'{r["fractional"]:.0%} | {info} | {r["mae"]:.3f} | '
+                     f'{pred} | {r["counted"]:.1f} |')
     return '\n'.join(lines)
 
 
@@ -233,7 +323,7 @@ def main(argv=None) -> List[Dict]:
     labels = read_coco_labels(train)
     label_lists = labels.label_lists()
     num_classes = len(labels.classes)
-    site_priors = {}
+    site_priors, site_images = {}, {}
     if not args.no_sites:
         import json
         meta_path = osp.join(args.data, 'meta.json')
@@ -244,8 +334,14 @@ def main(argv=None) -> List[Dict]:
         for site in sites:
             path = osp.join(args.data, 'priors', f'E_{site}.json')
             if site != 'all_sites' and osp.isfile(path):
-                site_priors[f'E_{site} (val site)'] = load_prior(path)
-    rows = prior_signal(label_lists, num_classes, site_priors,
+                name = f'E_{site} (val site)'
+                site_priors[name] = load_prior(path)
+                ann = osp.join(args.data, 'annotations',
+                               f'instances_val_{site}.json')
+                if osp.isfile(ann):
+                    site_images[name] = read_coco_labels(
+                        ann, classes=labels.classes).label_lists()
+    rows = prior_signal(label_lists, num_classes, site_priors, site_images,
                         draws=args.draws, noise_std=args.noise_std,
                         delta=args.delta, seed=args.seed)
     print(markdown(rows))

@@ -40,8 +40,9 @@ from torch.utils.data import BatchSampler, Dataset, Sampler
 
 from mmcalidet.models.data_preprocessors import EdgeSampler
 from mmcalidet.models.data_preprocessors.edge_sampler import MODES
+from mmcalidet.priors import batch_prior
 from projects.context_shift.context_shift.simulated_sites import (
-    SimulatedSites, SiteKey, dataset_label_lists)
+    SITE_KINDS, SimulatedSites, SiteKey, dataset_label_lists)
 
 
 @DATASETS.register_module()
@@ -58,6 +59,9 @@ class SiteSimulatedDataset(Dataset):
         dataset (Dataset | dict): the training set, or its config.
         num_classes (int, optional): K; default: the number of the
             dataset's ``classes``.
+        site_support (tuple[int, int], optional): measure each site's
+            prior on n of its images, n log-uniform in this range (see
+            :meth:`site_statistics`); default: on all of them.
         **site_cfg: :class:`SimulatedSites` options (``kinds``,
             ``min_images``, ``tilt_std``, ``tilt_fraction``).
     """
@@ -65,9 +69,18 @@ class SiteSimulatedDataset(Dataset):
     def __init__(self,
                  dataset: Union[Dataset, Dict],
                  num_classes: Optional[int] = None,
+                 site_support: Optional[Tuple[int, int]] = None,
                  **site_cfg) -> None:
         self.dataset = DATASETS.build(dataset) if isinstance(dataset,
                                                              dict) else dataset
+        if site_support is not None:
+            lo, hi = (int(v) for v in site_support)
+            if not 1 <= lo <= hi:
+                raise ValueError('SiteSimulatedDataset: site_support must be '
+                                 f'(lo, hi) with 1 <= lo <= hi, got '
+                                 f'{site_support}')
+            site_support = (lo, hi)
+        self.site_support = site_support
         if num_classes is None:
             classes = self.metainfo.get('classes')
             if not classes:
@@ -89,12 +102,42 @@ class SiteSimulatedDataset(Dataset):
         if isinstance(item, (tuple, list)):
             index, key = item
             data = self.dataset[int(index)]
+            prior, measured = self.site_statistics(key)
             data['data_samples'].set_metainfo(
                 dict(
-                    site_prior=self.sites.statistics(key),
-                    site=f'{key[0]} {key[1]}'))
+                    site_prior=prior,
+                    site=f'{key[0]} {key[1]}',
+                    site_size=len(measured),
+                    site_shares=self.sites.presence[measured].mean(0)))
             return data
         return self.dataset[item]
+
+    def site_statistics(self, key: SiteKey) -> Tuple[np.ndarray, np.ndarray]:
+        """A site's prior and the images it was measured on: all the
+        site's images, or with ``site_support`` n of them (n log-uniform in
+        that range, with replacement where the site is smaller), a function
+        of the key.
+
+        Args:
+            key (tuple[str, int]): the site.
+
+        Returns:
+            tuple[np.ndarray, np.ndarray]: (K, K) float32 prior, the
+            indices it was measured on.
+        """
+        members = self.sites.members(key)
+        if self.site_support is None:
+            return self.sites.statistics(key), members
+        rng = np.random.default_rng(
+            [SITE_KINDS.index(str(key[0])), int(key[1]), 7])
+        lo, hi = self.site_support
+        num = int(np.clip(np.round(np.exp(rng.uniform(np.log(lo),
+                                                      np.log(hi)))), lo, hi))
+        chosen = np.sort(
+            rng.choice(members, size=num, replace=len(members) < num))
+        prior = batch_prior(self.sites.num_classes,
+                            [self.sites.label_lists[i] for i in chosen])
+        return prior.astype(np.float32), chosen
 
 
 @DATA_SAMPLERS.register_module()
@@ -196,13 +239,32 @@ class SiteEdgeSampler(EdgeSampler):
             raise ValueError('SiteEdgeSampler: only batch_scope="local" '
                              '(each rank draws its own site)')
         self._sites: List[Tuple[Optional[str], Optional[np.ndarray]]] = []
+        self._site_support: List[Tuple] = []
 
     def forward(self, inputs, data_samples):
         """The EdgeSampler's, reading each sample's site and
         ``site_prior``."""
         self._sites = [(ds.metainfo.get('site'), ds.metainfo.get('site_prior'))
                        for ds in data_samples]
+        self._site_support = [(ds.metainfo.get('site_size'),
+                               ds.metainfo.get('site_shares'))
+                              for ds in data_samples]
         return super().forward(inputs, data_samples)
+
+    def sample_support(self, mode, label_lists, noise_seed):
+        """The EdgeSampler's, and for the ``'site'`` mode the site's size
+        and class shares (the whole set's for a batch of the whole set)."""
+        if mode != 'site':
+            return super().sample_support(mode, label_lists, noise_seed)
+        whole_n, whole_p = super().sample_support('dataset', label_lists,
+                                                  noise_seed)
+        n = np.array(whole_n, dtype=np.float64)
+        p = np.array(whole_p, dtype=np.float64)
+        for k, (size, shares) in enumerate(self._site_support):
+            if size is not None:
+                n[k] = float(size)
+                p[k] = np.asarray(shares, dtype=np.float64)
+        return n, p
 
     def _distinct_priors(
             self, mode: str,
