@@ -88,8 +88,9 @@ def test_version_check_rejects_unsupported_and_warns(monkeypatch):
 
 @pytest.mark.slow
 def test_light_import_skips_torch():
+    # the label converters' modules too (tools/dataset_converters/)
     code = ('import os, sys; os.environ["MMCALIDET_LIGHT"] = "1"; '
-            'import mmcalidet.priors; '
+            'import mmcalidet.priors, mmcalidet.datasets.yolo_to_coco; '
             'print("torch" in sys.modules, "mmdet" in sys.modules)')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True,
                          text=True, check=True).stdout.split()
