@@ -1,5 +1,11 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The calibratable one-stage detector: the prior reaches a dense head."""
+from typing import Tuple
+
+from mmdet.structures import SampleList
+from mmdet.utils import InstanceList
+from torch import Tensor
+
 from .calibrated_head_calls import CalibratedHeadCallsMixin
 
 
@@ -15,3 +21,20 @@ class CalibratableSingleStageMixin(CalibratedHeadCallsMixin):
     training priors) handed to the head for that call
     (:class:`CalibratedHeadCallsMixin`).
     """
+
+    def head_predict(self, feats: Tuple[Tensor, ...],
+                     batch_data_samples: SampleList,
+                     rescale: bool) -> InstanceList:
+        """``SingleStageDetector.predict``'s head call: the dense head's
+        ``predict`` on the features.
+
+        Args:
+            feats (tuple[Tensor]): the levels' features.
+            batch_data_samples (list[DetDataSample]): the data samples.
+            rescale (bool): boxes in original image coordinates.
+
+        Returns:
+            list[InstanceData]: the detections per image.
+        """
+        return self.bbox_head.predict(
+            feats, batch_data_samples, rescale=rescale)

@@ -1,7 +1,11 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The calibratable two-stage detector: the prior reaches the RoI box
 head."""
-from torch import nn
+from typing import Tuple
+
+from mmdet.structures import SampleList
+from mmdet.utils import InstanceList
+from torch import Tensor, nn
 
 from .calibrated_head_calls import CalibratedHeadCallsMixin
 
@@ -26,3 +30,25 @@ class CalibratableTwoStageMixin(CalibratedHeadCallsMixin):
     def calibrated_head(self) -> nn.Module:
         """The head that owns the CaliFormer: ``roi_head.bbox_head``."""
         return self.roi_head.bbox_head
+
+    def head_predict(self, feats: Tuple[Tensor, ...],
+                     batch_data_samples: SampleList,
+                     rescale: bool) -> InstanceList:
+        """``TwoStageDetector.predict``'s head calls: the data samples'
+        ``proposals``, else the RPN's, then the RoI head's ``predict``.
+
+        Args:
+            feats (tuple[Tensor]): the levels' features.
+            batch_data_samples (list[DetDataSample]): the data samples.
+            rescale (bool): boxes in original image coordinates.
+
+        Returns:
+            list[InstanceData]: the detections per image.
+        """
+        if batch_data_samples[0].get('proposals', None) is None:
+            proposals = self.rpn_head.predict(
+                feats, batch_data_samples, rescale=False)
+        else:
+            proposals = [ds.proposals for ds in batch_data_samples]
+        return self.roi_head.predict(
+            feats, proposals, batch_data_samples, rescale=rescale)
