@@ -59,9 +59,7 @@ class Rescorer:
         self.correction = correction
         self.batch_size = max(1, int(batch_size))
         self.calibratable = is_calibratable(model)
-        if self.calibratable and correction is not None:
-            raise ValueError('post-hoc corrections are baselines for plain '
-                             'detectors; a CaliDet model calibrates itself')
+        self._check_model(model, correction)
         self.device = model_device(model)
         # (prior, images) -> predictions, while remembering (remember())
         self._memo: Optional[Dict] = None
@@ -71,13 +69,35 @@ class Rescorer:
         #: float32 bytes of a registered prior -> its (support, marginals)
         self._supports: Dict[bytes, Tuple[Tensor, Tensor]] = {}
 
+    def _check_model(self, model: torch.nn.Module,
+                     correction: Optional[Callable]) -> None:
+        """Refuse a model this scorer cannot re-score: a correction for a
+        CaliDet model, a one- or two-stage detector (no decoder; see
+        :class:`~mmcalidet.evaluation.HeadRescorer`)."""
+        if self.calibratable and correction is not None:
+            raise ValueError('post-hoc corrections are baselines for plain '
+                             'detectors; a CaliDet model calibrates itself')
+        if hasattr(model, 'predict_from_feats'):
+            raise TypeError(
+                f'{type(model).__name__} has no decoder to cache: score it '
+                'with HeadRescorer on a FeatureCache '
+                '(mmcalidet.evaluation.head_scoring)')
+
+    @property
+    def head(self) -> torch.nn.Module:
+        """The head whose classification is re-scored: the model's
+        ``calibrated_head`` (the one owning the CaliFormer), else its
+        ``bbox_head``."""
+        head = getattr(self.model, 'calibrated_head', None)
+        return self.model.bbox_head if head is None else head
+
     @property
     def reads_support(self) -> bool:
         """Whether the model's CaliFormer reads a prior's support
         (``support_features`` or ``lift_bias``, experimental)."""
         if not self.calibratable:
             return False
-        califormer = self.model.bbox_head.califormer
+        califormer = self.head.califormer
         return bool(
             getattr(califormer, 'use_support_features', False)
             or getattr(califormer, 'use_lift_bias', False))
@@ -137,7 +157,7 @@ class Rescorer:
     def _cali_vectors(self, priors: Tensor) -> Tensor:
         """V' of a (K, K) prior or a (B, K, K) stack (once per distinct
         prior), with the support of registered priors."""
-        head = self.model.bbox_head
+        head = self.head
         single = priors.dim() == 2
         stack = priors[None] if single else priors
         unique, inverse = torch.unique(
@@ -149,7 +169,7 @@ class Rescorer:
         with_support = [i for i, f in enumerate(found) if f is not None]
         without = [i for i, f in enumerate(found) if f is None]
         cali = unique.new_empty(len(unique), self.num_classes,
-                                head.embed_dims)
+                                head.calibrated_feature_dims())
         if without:
             cali[without] = head.get_cali_vectors(unique[without])
         if with_support:
@@ -185,7 +205,7 @@ class Rescorer:
 
     @property
     def num_classes(self) -> int:
-        return self.model.bbox_head.num_classes
+        return self.head.num_classes
 
     def _as_tensor(self, prior) -> Tensor:
         return torch.as_tensor(
