@@ -5,6 +5,9 @@ docs/user_guides/evaluate.md and self_calibrate.md), one module per step:
 * ``methods``: the detectors of a run, their decoder caches, the methods
   (table rows) -- :class:`EvalSetup`;
 * ``cache``, ``scoring``: decoder caches and re-scoring under any prior;
+* ``feature_cache``, ``head_scoring``: the same for one- and two-stage
+  CaliDet detectors (cached ``extract_feat`` outputs, their heads rerun)
+  -- :class:`FeatureCache`, :class:`HeadRescorer`;
 * ``sweep``: the injection table's priors and evaluation;
 * ``partitions``: subsets, sites and self-calibration subsets, each under
   E_t and its own statistics -- :func:`evaluate_partitions`;
@@ -23,6 +26,8 @@ from .baselines import (CORRECTION_NAMES, CORRECTIONS, CooccurrenceRescoring,
 from .cache import cache_hidden_states, cache_images, image_batches
 from .coco import (METRICS, CocoEvaluator, ImageMatches, cache_evaluator,
                    coco_evaluator_from_cfg, paired_bootstrap)
+from .feature_cache import FeatureCache
+from .head_scoring import HeadRescorer, rescorer_for
 from .methods import EvalSetup, input_changes, shares_trunk
 from .online import OnlineSelfCalibrator
 from .partitions import (SUBSET_SIZES, calibration_subsets, evaluate_groups,
@@ -51,7 +56,8 @@ __all__ = [
     'SWEEP_ALPHAS', 'shrinkage_sweep',
     'shrink', 'site_estimate', 'deployment_gains', 'mean_interval',
     'EvalSetup', 'shares_trunk', 'input_changes', 'cache_hidden_states',
-    'cache_images', 'image_batches', 'Rescorer',
+    'cache_images', 'image_batches', 'Rescorer', 'FeatureCache',
+    'HeadRescorer', 'rescorer_for',
     'is_calibratable', 'METRICS', 'CocoEvaluator', 'cache_evaluator',
     'coco_evaluator_from_cfg', 'STANDARD_PRIORS', 'CONTENT_PRIORS',
     'PriorSpec', 'Method', 'build_priors', 'evaluate_priors',

@@ -256,8 +256,10 @@ def self_calibrate(model,
             post-hoc ``correction``). Its parameters and deployment prior
             are left unchanged; inject ``result.prior`` to deploy it.
         images: a :class:`~mmcalidet.decoder_cache.DecoderCache` filled
-            with ``model``, or a list of image paths / arrays (cached here
-            through the model's test pipeline, see :func:`cache_images`).
+            with ``model`` (a DETR), a :class:`FeatureCache` of it (a one-
+            or two-stage CaliDet detector), or a list of image paths /
+            arrays (cached here through the model's test pipeline, see
+            :func:`~mmcalidet.evaluation.head_scoring.rescorer_for`).
         eta (float): step size. Defaults to 4.0 (the paper's).
         iters (int): maximum number of updates.
         score_thr (float): the score from which a class counts as
@@ -292,8 +294,7 @@ def self_calibrate(model,
         SelfCalibrationResult: final E_c, per-iteration history and the
         final predictions.
     """
-    from ..decoder_cache import DecoderCache, cache_images
-    from .scoring import Rescorer
+    from .head_scoring import rescorer_for
     check_self_calibration_args(
         eta=eta,
         iters=iters,
@@ -302,9 +303,7 @@ def self_calibrate(model,
         batch_size=batch_size,
         eval_interval=eval_interval,
         trust_radius=trust_radius)
-    cache = images if isinstance(images, DecoderCache) else \
-        cache_images(model, list(images))
-    rescorer = Rescorer(model, cache, correction, batch_size)
+    rescorer = rescorer_for(model, images, correction, batch_size)
     k = rescorer.num_classes
     if init_prior is None:
         if not hasattr(model, 'get_prior'):
@@ -398,7 +397,7 @@ def self_calibrate_partitions(model,
 
     Args:
         model (nn.Module): the detector that filled ``cache``.
-        cache (DecoderCache): the evaluation images.
+        cache (DecoderCache | FeatureCache): the evaluation images.
         partitions (Sequence[np.ndarray]): image indices of each run.
         evaluate (callable, optional): ``evaluate(cache, predictions,
             indices) -> metrics`` (e.g. :func:`cache_evaluator`).
