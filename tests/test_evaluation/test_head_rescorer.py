@@ -18,8 +18,11 @@ from mmdet.registry import DATASETS
 from mmengine.dataset import pseudo_collate
 
 from mmcalidet.evaluation import (CocoEvaluator, FeatureCache, HeadRescorer,
-                                  Rescorer, SelfCalibrationResult,
-                                  SitePriorFit, fit_site_prior, self_calibrate)
+                                  Method, PriorSpec, Rescorer,
+                                  SelfCalibrationResult, SitePriorFit,
+                                  cache_evaluator, evaluate_priors,
+                                  fit_site_prior, self_calibrate)
+from mmcalidet.evaluation.online import stream_site
 from mmcalidet.priors import flat_prior
 from mmcalidet.testing import (build_detector, data_root, get_config,
                                random_prior)
@@ -220,7 +223,8 @@ def test_a_prior_that_moves_v_prime_moves_the_scores_and_is_remembered(
     rescorer.remember(False)
 
 
-def test_fit_site_prior_and_self_calibration_run_on_it(rtmdet, rtmdet_data):
+def test_site_fit_self_calibration_stream_and_sweep_run_on_it(
+        rtmdet, rtmdet_data):
     _, cache = rtmdet_data
     rescorer = HeadRescorer(rtmdet, cache)
     evaluator = CocoEvaluator(ANN, CocoDataset.METAINFO['classes'])
@@ -246,6 +250,24 @@ def test_fit_site_prior_and_self_calibration_run_on_it(rtmdet, rtmdet_data):
     assert result.prior.shape == (K, K) and len(result.predictions) == 4
     assert 1 <= len(result.history) <= 3
     assert 'AP' in result.history[0]
+    # images as paths: cached through the model's test pipeline
+    paths = [s.img_path for s in cache.data_samples[:2]]
+    from_paths = self_calibrate(rtmdet, paths, iters=1, init_prior=train_prior)
+    assert len(from_paths.predictions) == 2
+    streamed = stream_site(
+        rescorer,
+        cache_evaluator(evaluator),
+        range(NUM_IMAGES),
+        train_prior,
+        trust_radius=None,
+        batch_size=2)
+    assert streamed['prior'].shape == (K, K) and 'gain' in streamed
+    rows = evaluate_priors([Method('CaliRTMDet', rescorer)],
+                           [PriorSpec('E_t', 'E_t', False, train_prior)],
+                           cache_evaluator(evaluator),
+                           progress=False)
+    assert [(r['method'], r['prior']) for r in rows] == [('CaliRTMDet', 'E_t')]
+    assert 'AP' in rows[0]
 
 
 def test_plain_detectors_corrections_and_bad_input_are_refused(
