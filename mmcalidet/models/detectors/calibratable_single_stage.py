@@ -26,15 +26,7 @@ class CalibratableSingleStageMixin(CalibratedHeadCallsMixin):
                      batch_data_samples: SampleList,
                      rescale: bool) -> InstanceList:
         """``SingleStageDetector.predict``'s head call: the dense head's
-        ``predict`` on the features.
-
-        Args:
-            feats (tuple[Tensor]): the levels' features.
-            batch_data_samples (list[DetDataSample]): the data samples.
-            rescale (bool): boxes in original image coordinates.
-
-        Returns:
-            list[InstanceData]: the detections per image.
-        """
+        ``predict`` on the features (arguments: see
+        :meth:`CalibratedHeadCallsMixin.head_predict`)."""
         return self.bbox_head.predict(
             feats, batch_data_samples, rescale=rescale)

@@ -35,16 +35,8 @@ class CalibratableTwoStageMixin(CalibratedHeadCallsMixin):
                      batch_data_samples: SampleList,
                      rescale: bool) -> InstanceList:
         """``TwoStageDetector.predict``'s head calls: the data samples'
-        ``proposals``, else the RPN's, then the RoI head's ``predict``.
-
-        Args:
-            feats (tuple[Tensor]): the levels' features.
-            batch_data_samples (list[DetDataSample]): the data samples.
-            rescale (bool): boxes in original image coordinates.
-
-        Returns:
-            list[InstanceData]: the detections per image.
-        """
+        ``proposals``, else the RPN's, then the RoI head's ``predict``
+        (arguments: see :meth:`CalibratedHeadCallsMixin.head_predict`)."""
         if batch_data_samples[0].get('proposals', None) is None:
             proposals = self.rpn_head.predict(
                 feats, batch_data_samples, rescale=False)

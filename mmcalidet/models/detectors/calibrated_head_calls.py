@@ -64,7 +64,16 @@ class CalibratedHeadCallsMixin(CalibratableDetectorMixin):
                      batch_data_samples: SampleList,
                      rescale: bool) -> InstanceList:
         """The head calls of the detector's ``predict`` after
-        ``extract_feat`` (the one- or two-stage mixin's)."""
+        ``extract_feat`` (the one- or two-stage mixin's).
+
+        Args:
+            feats (tuple[Tensor]): the levels' features.
+            batch_data_samples (list[DetDataSample]): the data samples.
+            rescale (bool): boxes in original image coordinates.
+
+        Returns:
+            list[InstanceData]: the detections per image.
+        """
         raise NotImplementedError(
             f'{type(self).__name__} names no prediction heads: use '
             'CalibratableSingleStageMixin or CalibratableTwoStageMixin')

@@ -18,14 +18,11 @@
 #       projects/context_shift/experiments/site_simulation/calidet_dino_tiny_context-shift_cached_site_batches.py \
 #       --work-dir work_dirs/context_shift/calidet_cached_site_batches
 _base_ = ['../../configs/calidet_dino_tiny_context-shift_cached_support.py']
+# the recipe's dataset, batch sampler and edge sampler
 custom_imports = dict(
-    imports=[
-        'mmcalidet',
-        'mmcalidet.engine.checkpoint_hooks',
-        'projects.context_shift.experiments.site_simulation.recipe',
-        'mmcalidet.models.layers.enable_dense_deform_attn'
-    ],
-    allow_failed_imports=False)
+    _base_.custom_imports,
+    imports=_base_.custom_imports.imports +
+    ['projects.context_shift.experiments.site_simulation.recipe'])
 
 # the share of batches drawn from a site; the 'site' mode's weight replaces
 # the support-aware recipe's 'sim_site'
