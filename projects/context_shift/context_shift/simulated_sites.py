@@ -30,6 +30,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from mmcalidet.priors import batch_prior
+from mmcalidet.utils.validation import check_float
 
 SITE_KINDS = ('with', 'without', 'tilt', 'pairs')
 
@@ -95,12 +96,13 @@ class SimulatedSites:
         if unknown or not kinds:
             raise ValueError(f'SimulatedSites: kinds must be a non-empty '
                              f'subset of {SITE_KINDS}, got {list(kinds)}')
-        if not 0 < tilt_fraction <= 1:
-            raise ValueError('SimulatedSites: tilt_fraction must be in '
-                             f'(0, 1], got {tilt_fraction}')
-        if tilt_std < 0:
-            raise ValueError(
-                f'SimulatedSites: tilt_std must be >= 0, got {tilt_std}')
+        tilt_fraction = check_float(
+            'SimulatedSites: tilt_fraction', tilt_fraction, low=0, high=1,
+            low_open=True)
+        tilt_std = check_float('SimulatedSites: tilt_std', tilt_std, low=0)
+        pair_strength = check_float(
+            'SimulatedSites: pair_strength', pair_strength, low=0,
+            low_open=True)
         self.num_classes = int(num_classes)
         self.label_lists = [np.asarray(x, dtype=np.int64) for x in label_lists]
         num = len(self.label_lists)

@@ -67,6 +67,9 @@ def test_the_predictive_gain_by_hand():
     # no present column with a fractional entry: nothing counted
     out = predictive_gain(prior[None], [[np.array([2])]], e_t)
     assert np.isnan(out['predictive']) and out['counted'] == 0
+    for clip in (float('nan'), -0.1, 0.5):
+        with pytest.raises(ValueError, match='clip'):
+            predictive_gain(prior[None], [[np.array([0])]], e_t, clip=clip)
     with pytest.raises(ValueError, match='2 priors but images for 1'):
         predictive_gain(np.stack([prior, prior]), [[np.array([0])]], e_t)
 
@@ -76,5 +79,7 @@ def test_bad_input_is_refused(tmp_path):
         prior_signal([], 10)
     with pytest.raises(ValueError, match='draws'):
         prior_signal([np.array([0, 1])], 10, draws=0)
+    with pytest.raises(ValueError, match='noise_std'):
+        prior_signal([np.array([0, 1])], 10, noise_std=float('nan'))
     with pytest.raises(ValueError, match='instances_train.json'):
         main([str(tmp_path)])

@@ -74,6 +74,11 @@ def test_small_sites_are_not_drawn_and_bad_options_are_named():
         SimulatedSites(lists, K, kinds=('with', ), min_images=200)
     with pytest.raises(ValueError, match='image 0 has a class outside'):
         SimulatedSites([np.array([K])], K)
+    for option, bad in [('tilt_std', float('nan')), ('tilt_std', -1.0),
+                        ('tilt_fraction', 0.0), ('tilt_fraction', 1.5),
+                        ('pair_strength', 0.0), ('pair_strength', np.inf)]:
+        with pytest.raises(ValueError, match=option):
+            SimulatedSites(lists, K, **{option: bad})
 
 
 def test_validation_sites_are_disjoint_and_follow_their_rules():

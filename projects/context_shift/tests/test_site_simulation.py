@@ -155,8 +155,9 @@ def test_a_site_prior_measured_on_n_of_its_images():
         np.testing.assert_array_equal(sample.site_prior, prior)
         sizes.add(len(measured))
     assert len(sizes) > 1
-    with pytest.raises(ValueError, match='site_support'):
-        SiteSimulatedDataset(LabelDataset(lists), site_support=(0, 4))
+    for bad in [(0, 4), (8, 4), (float('nan'), 4), (2, 4.5), (2, )]:
+        with pytest.raises(ValueError, match='site_support'):
+            SiteSimulatedDataset(LabelDataset(lists), site_support=bad)
 
 
 def test_the_site_mode_carries_the_sites_support():

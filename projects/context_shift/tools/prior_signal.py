@@ -51,6 +51,7 @@ if ROOT not in sys.path:
 
 from mmcalidet.priors import batch_prior, load_prior, sample_prior  # noqa
 from mmcalidet.priors.label_io import read_coco_labels  # noqa
+from mmcalidet.utils.validation import check_float, check_int  # noqa
 
 #: the batch sizes of the E_b rows
 BATCH_SIZES = (1, 2, 4, 8, 32, 128, 256)
@@ -130,6 +131,7 @@ def predictive_gain(priors: np.ndarray,
         dict: ``predictive`` (mean gain per counted entry, in millinats;
         NaN without any) and ``counted`` (counted entries per image).
     """
+    clip = check_float('clip', clip, low=0, high=0.5, high_open=True)
     priors = np.asarray(priors, dtype=np.float64)
     if len(priors) != len(images):
         raise ValueError(f'{len(priors)} priors but images for '
@@ -197,9 +199,9 @@ def prior_signal(label_lists: Sequence[np.ndarray],
     num = len(label_lists)
     if not num:
         raise ValueError('prior_signal needs training images, got none')
-    if draws < 1 or noise_std < 0 or delta < 0:
-        raise ValueError(f'need draws >= 1, noise_std >= 0, delta >= 0; got '
-                         f'{draws}, {noise_std}, {delta}')
+    draws = check_int('draws', draws, low=1)
+    noise_std = check_float('noise_std', noise_std, low=0)
+    delta = check_float('delta', delta, low=0)
     rng = np.random.default_rng(seed)
     e_t = batch_prior(num_classes, label_lists)
     rows = []

@@ -41,6 +41,7 @@ from torch.utils.data import BatchSampler, Dataset, Sampler
 from mmcalidet.models.data_preprocessors import EdgeSampler
 from mmcalidet.models.data_preprocessors.edge_sampler import MODES
 from mmcalidet.priors import batch_prior
+from mmcalidet.utils.validation import check_int
 from projects.context_shift.context_shift.simulated_sites import (
     SITE_KINDS, SimulatedSites, SiteKey, dataset_label_lists)
 
@@ -74,11 +75,13 @@ class SiteSimulatedDataset(Dataset):
         self.dataset = DATASETS.build(dataset) if isinstance(dataset,
                                                              dict) else dataset
         if site_support is not None:
-            lo, hi = (int(v) for v in site_support)
-            if not 1 <= lo <= hi:
+            if len(site_support) != 2:
                 raise ValueError('SiteSimulatedDataset: site_support must be '
-                                 f'(lo, hi) with 1 <= lo <= hi, got '
-                                 f'{site_support}')
+                                 f'(lo, hi), got {site_support}')
+            lo = check_int('SiteSimulatedDataset: site_support[0]',
+                           site_support[0], low=1)
+            hi = check_int('SiteSimulatedDataset: site_support[1]',
+                           site_support[1], low=lo)
             site_support = (lo, hi)
         self.site_support = site_support
         if num_classes is None:
