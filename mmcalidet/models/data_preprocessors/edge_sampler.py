@@ -414,9 +414,7 @@ class EdgeSampler(nn.Module):
             raise ValueError('EdgeSampler: the "sim_site" mode has no '
                              'training images to draw from yet')
         rng = np.random.default_rng([seed, 49])
-        lo, hi = self.site_support
-        log_n = rng.uniform(np.log(lo), np.log(hi))
-        num = int(np.clip(np.round(np.exp(log_n)), lo, hi))
+        num = log_uniform_size(rng, *self.site_support)
         tilt = rng.normal(0.0, self.site_tilt_std, size=self.num_classes)
         bank = self._site_bank[:self._site_bank_len]
         logits = bank @ tilt
@@ -533,6 +531,22 @@ class EdgeSampler(nn.Module):
                         inputs.device)
             ds.set_metainfo(dict(prior_mode=mode))
         return inputs, data_samples
+
+
+def log_uniform_size(rng: np.random.Generator, low: int, high: int) -> int:
+    """A site's number of images, log-uniform in ``[low, high]`` (the
+    ``'sim_site'`` mode's support n).
+
+    Args:
+        rng (np.random.Generator): the generator drawn from (one draw).
+        low (int): the smallest size (>= 1).
+        high (int): the largest size.
+
+    Returns:
+        int: the size, rounded, within the range.
+    """
+    log_n = rng.uniform(np.log(low), np.log(high))
+    return int(np.clip(np.round(np.exp(log_n)), low, high))
 
 
 def _shown(prior) -> str:

@@ -39,7 +39,8 @@ from mmengine.dist import get_dist_info
 from torch.utils.data import BatchSampler, Dataset, Sampler
 
 from mmcalidet.models.data_preprocessors import EdgeSampler
-from mmcalidet.models.data_preprocessors.edge_sampler import MODES
+from mmcalidet.models.data_preprocessors.edge_sampler import (MODES,
+                                                              log_uniform_size)
 from mmcalidet.priors import batch_prior
 from mmcalidet.utils.validation import check_int
 from projects.context_shift.context_shift.simulated_sites import (
@@ -84,6 +85,7 @@ class SiteSimulatedDataset(Dataset):
                            site_support[1], low=lo)
             site_support = (lo, hi)
         self.site_support = site_support
+        self._last_site: Optional[Tuple[SiteKey, Dict]] = None
         if num_classes is None:
             classes = self.metainfo.get('classes')
             if not classes:
@@ -105,15 +107,26 @@ class SiteSimulatedDataset(Dataset):
         if isinstance(item, (tuple, list)):
             index, key = item
             data = self.dataset[int(index)]
-            prior, measured = self.site_statistics(key)
-            data['data_samples'].set_metainfo(
-                dict(
-                    site_prior=prior,
-                    site=f'{key[0]} {key[1]}',
-                    site_size=len(measured),
-                    site_shares=self.sites.presence[measured].mean(0)))
+            data['data_samples'].set_metainfo(self.site_metainfo(key))
             return data
         return self.dataset[item]
+
+    def site_metainfo(self, key: SiteKey) -> Dict:
+        """What a site's items carry: ``site_prior``, ``site`` (its key),
+        ``site_size`` and ``site_shares`` (of the images the prior was
+        measured on); kept for the last site asked, whose batch asks again
+        for each of its items."""
+        key = (str(key[0]), int(key[1]))
+        if self._last_site is None or self._last_site[0] != key:
+            prior, measured = self.site_statistics(key)
+            self._last_site = (key,
+                               dict(
+                                   site_prior=prior,
+                                   site=f'{key[0]} {key[1]}',
+                                   site_size=len(measured),
+                                   site_shares=self.sites.presence[measured]
+                                   .mean(0)))
+        return dict(self._last_site[1])
 
     def site_statistics(self, key: SiteKey) -> Tuple[np.ndarray, np.ndarray]:
         """A site's prior and the images it was measured on: all the
@@ -133,9 +146,7 @@ class SiteSimulatedDataset(Dataset):
             return self.sites.statistics(key), members
         rng = np.random.default_rng(
             [SITE_KINDS.index(str(key[0])), int(key[1]), 7])
-        lo, hi = self.site_support
-        num = int(np.clip(np.round(np.exp(rng.uniform(np.log(lo),
-                                                      np.log(hi)))), lo, hi))
+        num = log_uniform_size(rng, *self.site_support)
         chosen = np.sort(
             rng.choice(members, size=num, replace=len(members) < num))
         prior = batch_prior(self.sites.num_classes,
@@ -241,17 +252,19 @@ class SiteEdgeSampler(EdgeSampler):
         if self.batch_scope != 'local':
             raise ValueError('SiteEdgeSampler: only batch_scope="local" '
                              '(each rank draws its own site)')
-        self._sites: List[Tuple[Optional[str], Optional[np.ndarray]]] = []
-        self._site_support: List[Tuple] = []
+        #: per sample of the batch: its ``site``, ``site_prior``,
+        #: ``site_size`` and ``site_shares`` (``None`` outside a site)
+        self._sites: List[Tuple] = []
 
     def forward(self, inputs, data_samples):
-        """The EdgeSampler's, reading each sample's site and
-        ``site_prior``."""
-        self._sites = [(ds.metainfo.get('site'), ds.metainfo.get('site_prior'))
-                       for ds in data_samples]
-        self._site_support = [(ds.metainfo.get('site_size'),
-                               ds.metainfo.get('site_shares'))
-                              for ds in data_samples]
+        """The EdgeSampler's, reading each sample's site, ``site_prior``
+        and its support."""
+        self._sites = [
+            tuple(
+                ds.metainfo.get(name)
+                for name in ('site', 'site_prior', 'site_size', 'site_shares'))
+            for ds in data_samples
+        ]
         return super().forward(inputs, data_samples)
 
     def sample_support(self, mode, label_lists, noise_seed):
@@ -263,7 +276,7 @@ class SiteEdgeSampler(EdgeSampler):
                                                   noise_seed)
         n = np.array(whole_n, dtype=np.float64)
         p = np.array(whole_p, dtype=np.float64)
-        for k, (size, shares) in enumerate(self._site_support):
+        for k, (_, _, size, shares) in enumerate(self._sites):
             if size is not None:
                 n[k] = float(size)
                 p[k] = np.asarray(shares, dtype=np.float64)
@@ -276,7 +289,7 @@ class SiteEdgeSampler(EdgeSampler):
             return super()._distinct_priors(mode, label_lists)
         # one prior (and one noise draw) per site in the batch
         priors, index, seen = [], [], {}
-        for site, site_prior in self._sites:
+        for site, site_prior, _, _ in self._sites:
             if site not in seen:
                 seen[site] = len(priors)
                 priors.append(
