@@ -18,6 +18,16 @@ A cache is a folder (or the same arrays in memory)::
                      E_b batches of the evaluation)
     metainfo.json    per image: img_id, img_path, img_shape, scale_factor,
                      ... (what the losses, heads and evaluators read)
+    targets.npy      (N, Q, 4) float32, a dense head's cache only: per
+                     cached location its level, assigned label (K:
+                     background), soft quality target and loss weight
+
+A DETR cache (``meta['head'] == 'decoder'``) holds decoder queries. A
+one-stage dense head's cache (``'dense'``, :mod:`.dense`) holds, as its
+Q "queries" of one layer, the classification features (the input of each
+level's classification conv) at the assigner's positive locations and a
+sample of negative ones, their predicted boxes (normalised cx, cy, w, h)
+and ``targets.npy``; padding rows have weight 0.
 
 Opening checks every file against ``meta.json`` (header shape and type,
 file size, JSON digest), so a torn or missing file is named instead of
@@ -36,15 +46,24 @@ from torch import Tensor
 from .npy import npy_problem
 from .samples import rebuild_data_sample
 
-#: bumped when the folder layout changes (older caches are made again)
-CACHE_FORMAT = 2
+#: bumped when the folder layout changes (the caches of formats this
+#: version cannot read are made again)
+CACHE_FORMAT = 3
+#: the formats read: 2 is a format-3 decoder cache without a ``head`` key
+READ_FORMATS = (2, 3)
 META_FILE = 'meta.json'
 METAINFO_FILE = 'metainfo.json'
 #: the arrays of a cache, each in ``<name>.npy``
 ARRAYS = ('hidden', 'boxes', 'gt_bboxes', 'gt_labels', 'gt_offsets',
           'batch_ids')
+#: the extra array of a dense head's cache
+DENSE_ARRAYS = ('targets', )
+#: the kinds of cache (``meta['head']``): decoder queries, dense locations
+HEADS = ('decoder', 'dense')
 #: the arrays memory-mapped on open (the others are small and loaded)
 MAPPED = ('hidden', 'boxes')
+#: the columns of ``targets.npy``
+TARGET_COLUMNS = ('level', 'label', 'score', 'weight')
 
 
 class CacheError(ValueError):
@@ -85,11 +104,28 @@ def read_meta(folder: str) -> Dict:
         raise CacheError(path, f'unreadable ({exc})') from None
     if not isinstance(meta, dict) or not isinstance(meta.get('arrays'), dict):
         raise CacheError(path, 'not a decoder cache meta file')
-    if meta.get('format') != CACHE_FORMAT:
+    if meta.get('format') not in READ_FORMATS:
         raise CacheError(
             path, f'cache format {meta.get("format")}, this '
-            f'version reads {CACHE_FORMAT}')
+            f'version reads {list(READ_FORMATS)}')
+    if meta.get('head', 'decoder') not in HEADS:
+        raise CacheError(path, f'head {meta.get("head")!r} is none of '
+                         f'{HEADS}')
     return meta
+
+
+def cache_arrays(meta: Dict) -> Tuple[str, ...]:
+    """The arrays a cache of this meta file holds.
+
+    Args:
+        meta (dict): the content of ``meta.json``.
+
+    Returns:
+        tuple[str]: the array names (a dense head's adds ``targets``).
+    """
+    if meta.get('head', 'decoder') == 'dense':
+        return ARRAYS + DENSE_ARRAYS
+    return ARRAYS
 
 
 def _expected_shapes(meta: Dict) -> Dict[str, Tuple[int, ...]]:
@@ -104,7 +140,36 @@ def _expected_shapes(meta: Dict) -> Dict[str, Tuple[int, ...]]:
         gt_bboxes=(m, 4),
         gt_labels=(m, ),
         gt_offsets=(n + 1, ),
-        batch_ids=(n, ))
+        batch_ids=(n, ),
+        targets=(n, q, len(TARGET_COLUMNS)))
+
+
+def targets_problem(targets: np.ndarray, num_levels: int,
+                    num_classes: int) -> Optional[str]:
+    """What is wrong with a dense cache's ``targets`` array, if anything.
+
+    Args:
+        targets (np.ndarray): (N, Q, 4) level, label, score, weight.
+        num_levels (int): the head's levels.
+        num_classes (int): K (label K is the background).
+
+    Returns:
+        str | None: the first problem found.
+    """
+    targets = np.asarray(targets)
+    if not np.isfinite(targets).all():
+        return 'holds values that are not finite'
+    level, label, score, weight = np.moveaxis(targets, -1, 0)
+    for name, values, top in (('level', level, num_levels - 1),
+                              ('label', label, num_classes)):
+        if (values != np.round(values)).any() or (values < 0).any() or \
+                (values > top).any():
+            return f'a {name} is not an integer in [0, {top}]'
+    if (score < 0).any() or (score > 1).any():
+        return 'a quality score is outside [0, 1]'
+    if (weight < 0).any():
+        return 'a loss weight is negative'
+    return None
 
 
 def check_cache(folder: str) -> Dict:
@@ -123,15 +188,16 @@ def check_cache(folder: str) -> Dict:
     """
     meta = read_meta(folder)
     meta_path = osp.join(folder, META_FILE)
+    names = cache_arrays(meta)
     try:
         expected = _expected_shapes(meta)
         recorded = {
             name: tuple(meta['arrays'][name]['shape'])
-            for name in ARRAYS
+            for name in names
         }
     except (KeyError, TypeError, IndexError) as exc:
         raise CacheError(meta_path, f'incomplete ({exc!r})') from None
-    for name in ARRAYS:
+    for name in names:
         if recorded[name] != expected[name]:
             raise CacheError(
                 meta_path, f'{name} recorded as {recorded[name]}, '
@@ -156,7 +222,25 @@ def check_cache(folder: str) -> Dict:
         raise CacheError(
             osp.join(folder, 'gt_offsets.npy'),
             'not increasing from 0 to the number of ground-truth boxes')
+    if 'targets' in names:
+        _check_targets(folder, meta)
     return meta
+
+
+def _check_targets(folder: str, meta: Dict) -> None:
+    """Refuse a dense cache's ``targets.npy`` with impossible values."""
+    path = osp.join(folder, 'targets.npy')
+    try:
+        num_levels = int(meta['num_levels'])
+        num_classes = int(meta['num_classes'])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CacheError(
+            osp.join(folder, META_FILE),
+            f'a dense cache without num_levels / num_classes ({exc!r})'
+        ) from None
+    problem = targets_problem(np.load(path), num_levels, num_classes)
+    if problem:
+        raise CacheError(path, problem)
 
 
 class DecoderCache:
@@ -175,6 +259,8 @@ class DecoderCache:
         meta (dict): what ``meta.json`` holds (fingerprint, counts,
             ``num_decoder_layers``, ``layers``, ``classes``).
         folder (str, optional): the folder the arrays are mapped from.
+        targets (np.ndarray, optional): (N, Q, 4) a dense head's location
+            targets (``targets.npy``).
     """
 
     def __init__(self,
@@ -186,12 +272,19 @@ class DecoderCache:
                  batch_ids: np.ndarray,
                  metainfo: List[Dict],
                  meta: Dict,
-                 folder: Optional[str] = None) -> None:
+                 folder: Optional[str] = None,
+                 targets: Optional[np.ndarray] = None) -> None:
         n = len(hidden)
         if not (len(boxes) == n == len(metainfo) == len(batch_ids) ==
-                len(gt_offsets) - 1):
+                len(gt_offsets) - 1) or (targets is not None
+                                         and len(targets) != n):
             raise ValueError('the cache arrays disagree on the number of '
                              'images')
+        if (targets is None) != (meta.get('head') != 'dense'):
+            raise ValueError('a dense head\'s cache has targets, a '
+                             'decoder cache has none')
+        #: (N, Q, 4) a dense head's location targets, else None
+        self.targets = targets
         self.hidden = hidden
         self.boxes = boxes
         self.gt_bboxes = gt_bboxes
@@ -223,7 +316,7 @@ class DecoderCache:
             np.load(
                 osp.join(folder, f'{name}.npy'),
                 mmap_mode='r' if name in MAPPED else None)
-            for name in ARRAYS
+            for name in cache_arrays(meta)
         }
         path = osp.join(folder, METAINFO_FILE)
         try:
@@ -364,6 +457,14 @@ class DecoderCache:
             boxes[None],
             all_layers=True)
         return torch.from_numpy(hidden), torch.from_numpy(boxes)
+
+    def targets_of(self, index: int) -> Optional[Tensor]:
+        """A dense cache's (Q, 4) location targets of an image (level,
+        label, score, weight; float32), or ``None`` for a decoder
+        cache."""
+        if self.targets is None:
+            return None
+        return torch.from_numpy(np.array(self.targets[index], np.float32))
 
     def get(
         self,

@@ -124,7 +124,10 @@ class DecoderCacheWriter:
         self.classes = list(classes) if classes else None
         self.info = dict(info or {})
         self._files: Dict[str, NpyAppender] = {}
-        self._chunks: Dict[str, List[np.ndarray]] = dict(hidden=[], boxes=[])
+        self._chunks: Dict[str, List[np.ndarray]] = dict(
+            hidden=[], boxes=[], targets=[])
+        # 'decoder' or 'dense' (targets given), set by the first add
+        self._head: Optional[str] = None
         self._gt_bboxes: List[np.ndarray] = []
         self._gt_labels: List[np.ndarray] = []
         self._metainfo: List[Dict] = []
@@ -170,24 +173,41 @@ class DecoderCacheWriter:
                 errno.ENOSPC, f'no space left on the device for the decoder '
                 f'cache {where} (the partial folder was removed)') from None
 
-    def add(self, hidden: Tensor, boxes: Tensor,
-            data_samples: Sequence[DetDataSample], batch_id: int) -> None:
-        """Append a batch, as :func:`run_decoder` gives it.
+    def add(self,
+            hidden: Tensor,
+            boxes: Tensor,
+            data_samples: Sequence[DetDataSample],
+            batch_id: int,
+            targets: Optional[Tensor] = None) -> None:
+        """Append a batch, as :func:`run_decoder` (or, for a dense head,
+        :func:`~mmcalidet.decoder_cache.dense.run_dense_head`) gives it.
 
         Args:
             hidden (Tensor): (L, B, Q, d) every decoder layer's hidden
-                states.
+                states (a dense head's: L = 1, its cached locations).
             boxes (Tensor): (L, B, Q, 4) their boxes (normalised cxcywh).
             data_samples (Sequence[DetDataSample]): the batch's samples.
             batch_id (int): the data-loader batch index.
+            targets (Tensor, optional): (B, Q, 4) a dense head's location
+                targets (level, label, score, weight); given for every
+                batch of a dense cache, for none of a decoder cache.
         """
         if hidden.dim() != 4 or tuple(boxes.shape) != tuple(
                 hidden.shape[:3]) + (4, ) or \
-                len(data_samples) != hidden.shape[1]:
-            raise ValueError('hidden (L, B, Q, d), boxes (L, B, Q, 4) and B '
-                             'data samples expected, got '
-                             f'{tuple(hidden.shape)}, {tuple(boxes.shape)}, '
-                             f'{len(data_samples)}')
+                len(data_samples) != hidden.shape[1] or (
+                    targets is not None and tuple(targets.shape) !=
+                    (hidden.shape[1], hidden.shape[2], 4)):
+            raise ValueError(
+                'hidden (L, B, Q, d), boxes (L, B, Q, 4), B '
+                'data samples (and targets (B, Q, 4)) expected, '
+                f'got {tuple(hidden.shape)}, '
+                f'{tuple(boxes.shape)}, {len(data_samples)}' +
+                ('' if targets is None else f', {tuple(targets.shape)}'))
+        head = 'decoder' if targets is None else 'dense'
+        if self._head is not None and head != self._head:
+            raise ValueError(f'a {self._head} cache takes no {head} batch '
+                             '(targets for every batch or for none)')
+        self._head = head
         shape = (hidden.shape[0], hidden.shape[2], hidden.shape[3])
         if self._shape is not None and shape != self._shape:
             raise ValueError(f'hidden states of shape {tuple(hidden.shape)} '
@@ -201,6 +221,9 @@ class DecoderCacheWriter:
                 'cpu', getattr(torch, self.dtype)).numpy(),
             boxes=boxes.detach().transpose(0, 1).to('cpu',
                                                     torch.float32).numpy())
+        if targets is not None:
+            arrays['targets'] = targets.detach().to('cpu',
+                                                    torch.float32).numpy()
         if self.folder is None:
             for name, arr in arrays.items():
                 self._chunks[name].append(arr.copy())
@@ -243,6 +266,7 @@ class DecoderCacheWriter:
             num_queries=int(num_queries),
             embed_dims=int(dims),
             dtype=self.dtype,
+            head=self._head,
             classes=self.classes,
             arrays={
                 name: dict(shape=list(shapes[name]), dtype=dtypes[name])
@@ -263,7 +287,7 @@ class DecoderCacheWriter:
             self._done = self._committed = True
             arrays = {
                 name: np.concatenate(chunks)
-                for name, chunks in self._chunks.items()
+                for name, chunks in self._chunks.items() if chunks
             }
             self._chunks = {}
             arrays.update(small)
