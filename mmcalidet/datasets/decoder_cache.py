@@ -27,7 +27,8 @@ from ..decoder_cache import DecoderCache, ensure_decoder_cache
 
 #: the ``source`` keys :func:`ensure_decoder_cache` takes
 SOURCE_KEYS = ('config', 'checkpoint', 'passes', 'indices', 'batch_size',
-               'dtype', 'device', 'progress', 'seed', 'layers')
+               'dtype', 'device', 'progress', 'seed', 'layers',
+               'num_locations')
 
 
 @DATASETS.register_module()
@@ -37,8 +38,9 @@ class DecoderCacheDataset(Dataset):
 
     Each item is ``dict(inputs=dict(hidden_states=(L, Q, d), bbox_preds=(L,
     Q, 4)), data_samples=DetDataSample)`` with ``gt_instances`` and the
-    metainfo the losses read; :class:`DecoderCachePreprocessor` batches
-    them and draws the priors.
+    metainfo the losses read (a one-stage head's cache adds the locations'
+    ``targets`` (Q, 4) to ``inputs``); :class:`DecoderCachePreprocessor`
+    batches them and draws the priors.
 
     Args:
         cache_dir (str): the cache folder.
@@ -49,7 +51,8 @@ class DecoderCacheDataset(Dataset):
             :func:`~mmcalidet.decoder_cache.match_baseline`), and
             optionally ``passes``, ``indices``,
             ``batch_size``, ``dtype``, ``device``, ``progress``, ``seed``,
-            ``layers`` (see :func:`~mmcalidet.decoder_cache.
+            ``layers``, ``num_locations`` (a one-stage detector's cached
+            locations per image) (see :func:`~mmcalidet.decoder_cache.
             build_decoder_cache`). Without it the folder must hold a
             complete cache (a missing or torn file raises a
             ``ValueError`` naming it).
@@ -109,6 +112,8 @@ class DecoderCacheDataset(Dataset):
 
     def __getitem__(self, index: int) -> Dict[str, Union[Dict, DetDataSample]]:
         hidden, boxes = self.cache.layers_of(index)
-        return dict(
-            inputs=dict(hidden_states=hidden, bbox_preds=boxes),
-            data_samples=self.cache.data_sample(index))
+        inputs = dict(hidden_states=hidden, bbox_preds=boxes)
+        targets = self.cache.targets_of(index)
+        if targets is not None:
+            inputs['targets'] = targets
+        return dict(inputs=inputs, data_samples=self.cache.data_sample(index))

@@ -8,7 +8,8 @@ encoder's proposal head stays uncalibrated), so they are computed once and
 reused. Modules: ``fingerprint`` (what makes a cache), ``baseline`` (the one
 checkpoint a calibrator and its cache share), ``store`` (the
 folder format, its validation, the :class:`DecoderCache` reader),
-``writer`` (atomic writing), ``build`` (running the detector), ``samples``
+``writer`` (atomic writing), ``build`` (running the detector), ``dense``
+and ``dense_targets`` (a one-stage head's cached locations), ``samples``
 and ``npy`` (the stored data samples and arrays).
 """
 from .baseline import TrunkMismatchError, match_baseline, same_checkpoint
@@ -16,6 +17,8 @@ from .build import (build_decoder_cache, cache_folder, cache_hidden_states,
                     cache_images, ensure_decoder_cache, fill_cache,
                     image_batches, open_or_make, run_decoder, stale_reasons,
                     train_fingerprint)
+from .dense import (DEFAULT_NUM_LOCATIONS, fill_dense_cache, is_dense_model,
+                    run_dense_head)
 from .fingerprint import (cache_fingerprint, checkpoint_fingerprint,
                           config_fingerprint, fingerprint_digest,
                           weights_fingerprint)
@@ -31,5 +34,7 @@ __all__ = [
     'image_batches', 'cache_folder', 'open_or_make', 'stale_reasons',
     'build_decoder_cache', 'ensure_decoder_cache', 'train_fingerprint',
     'strip_data_sample', 'with_predictions', 'remove_stale_folders',
-    'match_baseline', 'same_checkpoint', 'TrunkMismatchError'
+    'match_baseline', 'same_checkpoint', 'TrunkMismatchError',
+    'fill_dense_cache', 'run_dense_head', 'is_dense_model',
+    'DEFAULT_NUM_LOCATIONS'
 ]

@@ -7,7 +7,8 @@ once per image and keep the decoder outputs (:class:`DecoderCache`).
   evaluation);
 * :func:`build_decoder_cache` / :func:`ensure_decoder_cache`: a config's
   training set from a checkpoint, every layer (the calibrator's training
-  set).
+  set); for a one-stage detector (RTMDet) the positive and sampled
+  negative locations of its dense head (:mod:`.dense`).
 """
 import os.path as osp
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
@@ -17,6 +18,7 @@ import torch
 from mmengine.logging import print_log
 
 from ..utils.progress import progress_bar
+from .dense import fill_dense_cache, is_dense_model
 from .fingerprint import (cache_fingerprint, fingerprint_changes,
                           fingerprint_digest)
 from .store import CacheError, DecoderCache
@@ -325,15 +327,22 @@ def train_fingerprint(config: str,
                       batch_size: int = 8,
                       dtype: str = 'float32',
                       layers: str = 'all',
-                      seed: Optional[int] = None) -> Dict:
+                      seed: Optional[int] = None,
+                      num_locations: Optional[int] = None) -> Dict:
     """The fingerprint of a training-set cache
-    (:func:`build_decoder_cache`'s arguments)."""
+    (:func:`build_decoder_cache`'s arguments; ``num_locations`` recorded
+    where given)."""
     if passes < 1:
         raise ValueError(f'passes must be >= 1, got {passes}')
     if dtype not in ('float32', 'float16'):
         raise ValueError(f'dtype must be float32 or float16, got {dtype!r}')
-    return cache_fingerprint(config, checkpoint, 'train', passes, indices,
-                             batch_size, dtype, layers, seed)
+    if num_locations is not None and int(num_locations) < 1:
+        raise ValueError(f'num_locations must be >= 1, got {num_locations}')
+    fingerprint = cache_fingerprint(config, checkpoint, 'train', passes,
+                                    indices, batch_size, dtype, layers, seed)
+    if num_locations is not None:
+        fingerprint['num_locations'] = int(num_locations)
+    return fingerprint
 
 
 def build_decoder_cache(config: str,
@@ -346,11 +355,17 @@ def build_decoder_cache(config: str,
                         device: str = 'cpu',
                         progress: bool = True,
                         seed: Optional[int] = None,
-                        layers: str = 'all') -> DecoderCache:
+                        layers: str = 'all',
+                        num_locations: Optional[int] = None) -> DecoderCache:
     """Run a trained detector over its training set (the config's
     ``train_dataloader.dataset``, training pipeline) and cache the hidden
     states and boxes of every decoder layer with the ground truth, into
     ``cache_dir`` (replaced atomically; see :class:`DecoderCacheWriter`).
+
+    A one-stage detector (RTMDet, CaliRTMDet) gets a dense head's cache
+    instead: per image the classification features and targets of its
+    positive and ``num_locations`` - positives sampled negative locations
+    (:func:`~mmcalidet.decoder_cache.dense.fill_dense_cache`).
 
     The detector runs in eval mode (no denoising queries, batch-norm
     statistics frozen). With a random training pipeline each of
@@ -370,12 +385,16 @@ def build_decoder_cache(config: str,
         progress (bool): show a progress bar.
         seed (int, optional): random seed of the augmentations.
         layers (str): ``'all'`` decoder layers (training) or ``'last'``.
+        num_locations (int, optional): a one-stage detector's cached
+            locations per image (default
+            :data:`~mmcalidet.decoder_cache.dense.DEFAULT_NUM_LOCATIONS`).
 
     Returns:
         DecoderCache: the cache.
     """
     fingerprint = train_fingerprint(config, checkpoint, passes, indices,
-                                    batch_size, dtype, layers, seed)
+                                    batch_size, dtype, layers, seed,
+                                    num_locations)
     return _make_train_cache(config, checkpoint, cache_dir, fingerprint,
                              device, progress)
 
@@ -425,6 +444,16 @@ def _make_train_cache(config: str, checkpoint: str, cache_dir: str,
         info=dict(
             config_path=osp.abspath(config),
             checkpoint_path=osp.abspath(checkpoint)))
+    if is_dense_model(model):
+        return fill_dense_cache(
+            model,
+            batches,
+            writer,
+            fingerprint.get('num_locations'),
+            fingerprint['seed'],
+            progress,
+            total=len(entries),
+            desc='dense head cache (train)')
     return fill_cache(
         model,
         batches,
@@ -434,20 +463,20 @@ def _make_train_cache(config: str, checkpoint: str, cache_dir: str,
         desc='decoder cache (train)')
 
 
-def ensure_decoder_cache(
-        cache_dir: str,
-        config: str,
-        checkpoint: str,
-        passes: int = 1,
-        indices: Optional[Sequence[int]] = None,
-        batch_size: int = 8,
-        dtype: str = 'float32',
-        device: str = 'cpu',
-        progress: bool = True,
-        seed: Optional[int] = None,
-        layers: str = 'all',
-        force: bool = False,
-        logger: Optional[Callable[[str], None]] = None) -> tuple:
+def ensure_decoder_cache(cache_dir: str,
+                         config: str,
+                         checkpoint: str,
+                         passes: int = 1,
+                         indices: Optional[Sequence[int]] = None,
+                         batch_size: int = 8,
+                         dtype: str = 'float32',
+                         device: str = 'cpu',
+                         progress: bool = True,
+                         seed: Optional[int] = None,
+                         layers: str = 'all',
+                         force: bool = False,
+                         logger: Optional[Callable[[str], None]] = None,
+                         num_locations: Optional[int] = None) -> tuple:
     """The training-set cache of ``cache_dir`` where it is complete and of
     this source, else made again (:func:`build_decoder_cache`; one line
     says why, naming a torn file or the changed settings).
@@ -455,7 +484,8 @@ def ensure_decoder_cache(
     Args:
         cache_dir (str): the cache folder.
         config, checkpoint, passes, indices, batch_size, dtype, device,
-        progress, seed, layers: see :func:`build_decoder_cache`.
+        progress, seed, layers, num_locations: see
+        :func:`build_decoder_cache`.
         force (bool): make it even when current.
         logger (callable, optional): where the message goes.
 
@@ -463,7 +493,8 @@ def ensure_decoder_cache(
         tuple[DecoderCache, bool]: the cache and whether it was made.
     """
     fingerprint = train_fingerprint(config, checkpoint, passes, indices,
-                                    batch_size, dtype, layers, seed)
+                                    batch_size, dtype, layers, seed,
+                                    num_locations)
 
     return open_or_make(
         cache_dir,

@@ -45,7 +45,8 @@ class DecoderCachePreprocessor(DetDataPreprocessor):
         Returns:
             dict: ``dict(inputs=..., data_samples=[...])``; for cached
             outputs ``inputs`` is ``dict(hidden_states=(L, B, Q, d),
-            bbox_preds=(L, B, Q, 4))``.
+            bbox_preds=(L, B, Q, 4))``, and ``targets`` (B, Q, 4) for a
+            dense head's cached locations.
         """
         if not is_cached_batch(data.get('inputs')):
             return super().forward(data, training)
@@ -53,6 +54,9 @@ class DecoderCachePreprocessor(DetDataPreprocessor):
         inputs = data['inputs']
         hidden = torch.stack(list(inputs['hidden_states']), dim=1).float()
         boxes = torch.stack(list(inputs['bbox_preds']), dim=1).float()
+        batch = dict(hidden_states=hidden, bbox_preds=boxes)
+        if 'targets' in inputs:  # a dense head's cached locations
+            batch['targets'] = torch.stack(list(inputs['targets'])).float()
         samples = data['data_samples']
         if training and self.batch_augments is not None:
             for aug in self.batch_augments:
@@ -60,7 +64,6 @@ class DecoderCachePreprocessor(DetDataPreprocessor):
                     raise TypeError(
                         'cached decoder outputs take only the EdgeSampler '
                         f'batch augment, got {type(aug).__name__}')
-                hidden, samples = aug(hidden, samples)
-        return dict(
-            inputs=dict(hidden_states=hidden, bbox_preds=boxes),
-            data_samples=samples)
+                batch['hidden_states'], samples = aug(batch['hidden_states'],
+                                                      samples)
+        return dict(inputs=batch, data_samples=samples)
