@@ -11,6 +11,10 @@ names (its checkpoints are the detector's), the same inference, and a
 ``loss`` that takes the cached decoder outputs of
 :class:`~mmcalidet.models.data_preprocessors.DecoderCachePreprocessor`
 instead of images. The detector's own ``loss`` takes images only.
+
+A one-stage CaliDet (``CaliRTMDet``) trains the same way on a dense
+head's cache, whose batches add the locations' ``targets``
+(:func:`~.cached_dense_losses.cached_dense_head_losses`).
 """
 from functools import partial
 from typing import Dict, Type
@@ -22,6 +26,7 @@ from mmdet.structures import SampleList
 from torch import Tensor, nn
 
 from ..data_preprocessors import is_cached_batch
+from .cached_dense_losses import cached_dense_head_losses
 from .calibratable import CalibratableDetectorMixin
 
 
@@ -83,11 +88,13 @@ def cached_head_losses(head: nn.Module,
 
 class CachedCalibrationMixin:
     """Put in front of a CaliDet detector by :func:`CachedCalibration`:
-    ``loss`` trains the calibrator on cached decoder outputs.
+    ``loss`` trains the calibrator on cached decoder outputs (a DETR's) or
+    cached locations (a one-stage dense head's).
 
     Args:
         cache_train_cls_branches (bool): let the decoder layers'
-            classification branches learn too; by default only the
+            classification branches (a dense head's per-level
+            classification convs) learn too; by default only the
             CaliFormer does. Defaults to False.
         *args, **kwargs: the arguments of the detector.
     """
@@ -103,10 +110,15 @@ class CachedCalibrationMixin:
         """What the training updates, by name in the detector: the
         CaliFormer and, with ``cache_train_cls_branches``, the decoder
         layers' classification branches (not the encoder's proposal
-        classifier)."""
+        classifier), a dense head's classification convs."""
         head = self.bbox_head
         modules = {'bbox_head.califormer': head.califormer}
-        if self.cache_train_cls_branches:
+        if self.cache_train_cls_branches and hasattr(head, 'dense_cls_convs'):
+            modules.update({
+                f'bbox_head.{name}': conv
+                for name, conv in head.dense_cls_convs().items()
+            })
+        elif self.cache_train_cls_branches:
             modules.update({
                 f'bbox_head.{name}': branch
                 for name, branch in head.decoder_cls_branches().items()
@@ -123,7 +135,8 @@ class CachedCalibrationMixin:
 
         Args:
             batch_inputs (dict): ``hidden_states`` (L, B, Q, d) and
-                ``bbox_preds`` (L, B, Q, 4).
+                ``bbox_preds`` (L, B, Q, 4); a dense cache's add
+                ``targets`` (B, Q, 4).
             batch_data_samples (list[DetDataSample]): with
                 ``gt_instances`` (and ``prior`` / ``sample_prior``).
 
@@ -145,14 +158,36 @@ class CachedCalibrationMixin:
         support, marginals = self.batch_support(batch_data_samples)
         if priors is None:
             priors = self.prior.expand(hidden.shape[1], -1, -1)
+        cali_vectors = self.bbox_head.get_cali_vectors(priors, support,
+                                                       marginals)
+        if self._dense_batch(batch_inputs):
+            return cached_dense_head_losses(
+                self.bbox_head,
+                hidden,
+                batch_inputs['targets'],
+                batch_data_samples,
+                cali_vectors,
+                priors,
+                train_cls_convs=self.cache_train_cls_branches)
         return cached_head_losses(
             self.bbox_head,
             hidden,
             batch_inputs['bbox_preds'],
             batch_data_samples,
-            self.bbox_head.get_cali_vectors(priors, support, marginals),
+            cali_vectors,
             priors,
             train_cls_branches=self.cache_train_cls_branches)
+
+    def _dense_batch(self, batch_inputs: Dict[str, Tensor]) -> bool:
+        """Whether the batch is a dense head's cached locations; refuse a
+        cache of the other kind than the head."""
+        dense = 'targets' in batch_inputs
+        if dense != hasattr(self.bbox_head, 'dense_cls_convs'):
+            raise TypeError(
+                f'{type(self.bbox_head).__name__} cannot train on a '
+                f'{"dense head" if dense else "decoder"} cache: make the '
+                "cache from this detector's baseline")
+        return dense
 
 
 _CACHED_TYPES: Dict[type, type] = {}
