@@ -21,8 +21,9 @@ from mmcalidet.decoder_cache.dense_targets import recording
 from mmcalidet.models.detectors import CachedCalibrationMixin, CaliRTMDet
 from mmcalidet.models.detectors.cached_dense_losses import (
     cached_dense_head_losses, calibrated_location_logits)
-from mmcalidet.testing import (build_detector, damage_cache_file, demo_batch,
-                               get_config, random_prior, run_tool)
+from mmcalidet.testing import (PROJECT_ROOT, build_detector, damage_cache_file,
+                               data_root, demo_batch, get_config, random_prior,
+                               run_tool)
 
 CONFIG = 'calidet/calidet_rtmdet_tiny_coco-mini_cached.py'
 BASELINE = 'calidet/rtmdet_tiny_coco-mini.py'
@@ -313,3 +314,28 @@ def test_tools_train_runs_the_cached_config(tmp_path):
         osp.join(tmp_path, 'iter_3.pth'), weights_only=False)['state_dict']
     for key, value in baseline.state_dict().items():
         assert torch.equal(state[key], value), key
+
+
+@pytest.mark.slow
+def test_the_cache_tool_makes_and_checks_a_dense_cache(tmp_path, capsys,
+                                                       monkeypatch):
+    import runpy
+    monkeypatch.setenv('MMCALIDET_DATA', data_root())
+    ckpt = str(tmp_path / 'rtmdet.pth')
+    save_checkpoint(
+        dict(state_dict=build_detector(BASELINE, seed=0).state_dict()), ckpt)
+    main = runpy.run_path(
+        osp.join(PROJECT_ROOT,
+                 'tools/analysis_tools/cache_decoder_outputs.py'),
+        run_name='tool')['main']
+    out = str(tmp_path / 'cache')
+    args = [
+        osp.join(PROJECT_ROOT, 'configs', BASELINE), ckpt, '--out', out,
+        '--num-images', '2', '--num-locations', '300', '--no-progress'
+    ]
+    assert main(args) == 0
+    assert 'cached 2 entries x 300 locations of a dense head' in \
+        capsys.readouterr().out
+    assert main(args) == 0 and 'is up to date' in capsys.readouterr().out
+    assert main(['--check', out]) == 0
+    assert 'valid: 2 entries x 300 locations' in capsys.readouterr().out

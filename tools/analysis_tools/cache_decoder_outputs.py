@@ -10,6 +10,10 @@ calibrator training (``DecoderCacheDataset``), or check a cache folder.
     python tools/analysis_tools/cache_decoder_outputs.py --check \
         work_dirs/dino_tiny_coco-mini/decoder_cache_train
 
+A one-stage detector (RTMDet) gets a dense head's cache: the features and
+targets of its positive and sampled negative locations, ``--num-locations``
+per image (its config's ``source.num_locations``).
+
 A calibrator config whose dataset has a ``source`` makes the cache itself
 on first use; this tool makes it ahead (e.g. on a GPU machine, or with more
 augmented passes) and says how large it is. A current cache (same config,
@@ -65,6 +69,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=positive_int,
         default=8,
         help='images per forward')
+    parser.add_argument(
+        '--num-locations',
+        type=positive_int,
+        help='a one-stage detector\'s cached locations per image (default '
+        '1024)')
     parser.add_argument('--device', default='cpu', help='e.g. cuda:0')
     parser.add_argument(
         '--force', action='store_true', help='remake an up-to-date cache')
@@ -82,7 +91,10 @@ def describe(cache) -> str:
     size = sum(
         osp.getsize(osp.join(cache.folder, f))
         for f in os.listdir(cache.folder))
-    return (f'{len(cache)} entries x {cache.num_layers} decoder layers in '
+    what = f'{cache.num_queries} locations of a dense head' \
+        if cache.meta.get('head') == 'dense' else \
+        f'{cache.num_layers} decoder layers'
+    return (f'{len(cache)} entries x {what} in '
             f'{cache.folder} ({size / 2**20:.1f} MiB)')
 
 
@@ -110,6 +122,7 @@ def main(argv=None) -> int:
             progress=not args.no_progress,
             seed=args.seed,
             layers=args.layers,
+            num_locations=args.num_locations,
             force=args.force,
             logger=lambda line: print(line, file=console, flush=True))
     if not made:
