@@ -34,7 +34,7 @@ train_dataloader = dict(
             config='configs/calidet/rtmdet_tiny_coco-mini.py',
             passes=2,
             num_locations=512)))
-# the CaliFormer alone, at the tiny schedule's lr (../_base_/calibrator.py)
-optim_wrapper = dict(
-    _base_.calibrator_optim_wrapper, optimizer=dict(fused=True))
+# the CaliFormer alone at the calibrator's lr (2e-4, ../_base_/calibrator.py):
+# RTMDet's 4e-3 trains a whole detector from scratch
+optim_wrapper = _base_.calibrator_optim_wrapper
 model_wrapper_cfg = _base_.calibrator_model_wrapper_cfg

@@ -274,6 +274,7 @@ def test_the_calibrator_config(model):
     assert dataset.source.num_locations == 512
     assert cfg.optim_wrapper.constructor == \
         'CalibratorOptimWrapperConstructor'
+    assert cfg.optim_wrapper.optimizer.lr == 2e-4
     head = copy.deepcopy(cfg.model.bbox_head)
     assert head.califormer.pop('zero_init_output') is True
     parent_head = copy.deepcopy(parent.model.bbox_head)
