@@ -18,16 +18,21 @@ A cache is a folder (or the same arrays in memory)::
                      E_b batches of the evaluation)
     metainfo.json    per image: img_id, img_path, img_shape, scale_factor,
                      ... (what the losses, heads and evaluators read)
-    targets.npy      (N, Q, 4) float32, a dense head's cache only: per
-                     cached location its level, assigned label (K:
-                     background), soft quality target and loss weight
+    targets.npy      (N, Q, 4) float32, a dense head's or a box head's
+                     cache only: per cached location (RoI) its level,
+                     assigned label (K: background), soft quality target
+                     and loss weight
 
 A DETR cache (``meta['head'] == 'decoder'``) holds decoder queries. A
 one-stage dense head's cache (``'dense'``, :mod:`.dense`) holds, as its
 Q "queries" of one layer, the classification features (the input of each
 level's classification conv) at the assigner's positive locations and a
 sample of negative ones, their predicted boxes (normalised cx, cy, w, h)
-and ``targets.npy``; padding rows have weight 0.
+and ``targets.npy``; padding rows have weight 0. A two-stage detector's
+box-head cache (``'roi'``, :mod:`.roi`) holds the classification features
+(the input of ``fc_cls``) of the RoIs its training sampler drew, their
+boxes and ``targets.npy`` (level 0, label, 1 for a positive, the label
+weight).
 
 Opening checks every file against ``meta.json`` (header shape and type,
 file size, JSON digest), so a torn or missing file is named instead of
@@ -56,10 +61,13 @@ METAINFO_FILE = 'metainfo.json'
 #: the arrays of a cache, each in ``<name>.npy``
 ARRAYS = ('hidden', 'boxes', 'gt_bboxes', 'gt_labels', 'gt_offsets',
           'batch_ids')
-#: the extra array of a dense head's cache
+#: the extra array of a dense head's or a box head's cache
 DENSE_ARRAYS = ('targets', )
-#: the kinds of cache (``meta['head']``): decoder queries, dense locations
-HEADS = ('decoder', 'dense')
+#: the kinds of cache (``meta['head']``): decoder queries, dense locations,
+#: a two-stage box head's sampled RoIs
+HEADS = ('decoder', 'dense', 'roi')
+#: the kinds whose caches hold ``targets.npy``
+TARGET_HEADS = ('dense', 'roi')
 #: the arrays memory-mapped on open (the others are small and loaded)
 MAPPED = ('hidden', 'boxes')
 #: the columns of ``targets.npy``
@@ -121,9 +129,10 @@ def cache_arrays(meta: Dict) -> Tuple[str, ...]:
         meta (dict): the content of ``meta.json``.
 
     Returns:
-        tuple[str]: the array names (a dense head's adds ``targets``).
+        tuple[str]: the array names (a dense or box head's adds
+        ``targets``).
     """
-    if meta.get('head', 'decoder') == 'dense':
+    if meta.get('head', 'decoder') in TARGET_HEADS:
         return ARRAYS + DENSE_ARRAYS
     return ARRAYS
 
@@ -228,7 +237,8 @@ def check_cache(folder: str) -> Dict:
 
 
 def _check_targets(folder: str, meta: Dict) -> None:
-    """Refuse a dense cache's ``targets.npy`` with impossible values."""
+    """Refuse a dense or box head's ``targets.npy`` with impossible
+    values."""
     path = osp.join(folder, 'targets.npy')
     try:
         num_levels = int(meta['num_levels'])
@@ -236,8 +246,8 @@ def _check_targets(folder: str, meta: Dict) -> None:
     except (KeyError, TypeError, ValueError) as exc:
         raise CacheError(
             osp.join(folder, META_FILE),
-            f'a dense cache without num_levels / num_classes ({exc!r})'
-        ) from None
+            f'a {meta["head"]} cache without num_levels / num_classes '
+            f'({exc!r})') from None
     problem = targets_problem(np.load(path), num_levels, num_classes)
     if problem:
         raise CacheError(path, problem)
@@ -280,10 +290,11 @@ class DecoderCache:
                                          and len(targets) != n):
             raise ValueError('the cache arrays disagree on the number of '
                              'images')
-        if (targets is None) != (meta.get('head') != 'dense'):
-            raise ValueError('a dense head\'s cache has targets, a '
+        if (targets is None) != (meta.get('head') not in TARGET_HEADS):
+            raise ValueError('a dense or box head\'s cache has targets, a '
                              'decoder cache has none')
-        #: (N, Q, 4) a dense head's location targets, else None
+        #: (N, Q, 4) a dense head's location (a box head's RoI) targets,
+        #: else None
         self.targets = targets
         self.hidden = hidden
         self.boxes = boxes

@@ -23,8 +23,8 @@ from torch import Tensor
 from .fingerprint import LAYERS
 from .npy import NpyAppender
 from .samples import gt_arrays, metainfo_record
-from .store import (CACHE_FORMAT, META_FILE, METAINFO_FILE, CacheError,
-                    DecoderCache)
+from .store import (CACHE_FORMAT, META_FILE, METAINFO_FILE, TARGET_HEADS,
+                    CacheError, DecoderCache)
 
 #: a private folder of one process: ``.<name>.<kind>-<pid>-<tag>@<host>``
 _PRIVATE = re.compile(r'^\.(?P<name>.+)\.(?P<kind>partial|old)-'
@@ -126,7 +126,8 @@ class DecoderCacheWriter:
         self._files: Dict[str, NpyAppender] = {}
         self._chunks: Dict[str, List[np.ndarray]] = dict(
             hidden=[], boxes=[], targets=[])
-        # 'decoder' or 'dense' (targets given), set by the first add
+        # 'decoder', or 'dense' / 'roi' (targets given), set by the first
+        # add
         self._head: Optional[str] = None
         self._gt_bboxes: List[np.ndarray] = []
         self._gt_labels: List[np.ndarray] = []
@@ -178,7 +179,8 @@ class DecoderCacheWriter:
             boxes: Tensor,
             data_samples: Sequence[DetDataSample],
             batch_id: int,
-            targets: Optional[Tensor] = None) -> None:
+            targets: Optional[Tensor] = None,
+            head: str = 'dense') -> None:
         """Append a batch, as :func:`run_decoder` (or, for a dense head,
         :func:`~mmcalidet.decoder_cache.dense.run_dense_head`) gives it.
 
@@ -191,6 +193,9 @@ class DecoderCacheWriter:
             targets (Tensor, optional): (B, Q, 4) a dense head's location
                 targets (level, label, score, weight); given for every
                 batch of a dense cache, for none of a decoder cache.
+            head (str): the kind of a cache with targets: ``'dense'``
+                (a one-stage head's locations) or ``'roi'`` (a box head's
+                sampled RoIs, :mod:`~mmcalidet.decoder_cache.roi`).
         """
         if hidden.dim() != 4 or tuple(boxes.shape) != tuple(
                 hidden.shape[:3]) + (4, ) or \
@@ -203,7 +208,10 @@ class DecoderCacheWriter:
                 f'got {tuple(hidden.shape)}, '
                 f'{tuple(boxes.shape)}, {len(data_samples)}' +
                 ('' if targets is None else f', {tuple(targets.shape)}'))
-        head = 'decoder' if targets is None else 'dense'
+        if head not in TARGET_HEADS:
+            raise ValueError(f'a cache with targets is one of '
+                             f'{TARGET_HEADS}, got {head!r}')
+        head = 'decoder' if targets is None else head
         if self._head is not None and head != self._head:
             raise ValueError(f'a {self._head} cache takes no {head} batch '
                              '(targets for every batch or for none)')
