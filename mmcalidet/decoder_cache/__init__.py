@@ -9,7 +9,8 @@ reused. Modules: ``fingerprint`` (what makes a cache), ``baseline`` (the one
 checkpoint a calibrator and its cache share), ``store`` (the
 folder format, its validation, the :class:`DecoderCache` reader),
 ``writer`` (atomic writing), ``build`` (running the detector), ``dense``
-and ``dense_targets`` (a one-stage head's cached locations), ``samples``
+and ``dense_targets`` (a one-stage head's cached locations), ``roi`` and
+``roi_targets`` (a two-stage box head's sampled RoIs), ``samples``
 and ``npy`` (the stored data samples and arrays).
 """
 from .baseline import TrunkMismatchError, match_baseline, same_checkpoint
@@ -22,6 +23,7 @@ from .dense import (DEFAULT_NUM_LOCATIONS, fill_dense_cache, is_dense_model,
 from .fingerprint import (cache_fingerprint, checkpoint_fingerprint,
                           config_fingerprint, fingerprint_digest,
                           weights_fingerprint)
+from .roi import fill_roi_cache, is_roi_model, run_roi_head
 from .samples import strip_data_sample, with_predictions
 from .store import CACHE_FORMAT, CacheError, DecoderCache, check_cache
 from .writer import DecoderCacheWriter, remove_stale_folders
@@ -36,5 +38,5 @@ __all__ = [
     'strip_data_sample', 'with_predictions', 'remove_stale_folders',
     'match_baseline', 'same_checkpoint', 'TrunkMismatchError',
     'fill_dense_cache', 'run_dense_head', 'is_dense_model',
-    'DEFAULT_NUM_LOCATIONS'
+    'DEFAULT_NUM_LOCATIONS', 'fill_roi_cache', 'run_roi_head', 'is_roi_model'
 ]

@@ -8,7 +8,8 @@ once per image and keep the decoder outputs (:class:`DecoderCache`).
 * :func:`build_decoder_cache` / :func:`ensure_decoder_cache`: a config's
   training set from a checkpoint, every layer (the calibrator's training
   set); for a one-stage detector (RTMDet) the positive and sampled
-  negative locations of its dense head (:mod:`.dense`).
+  negative locations of its dense head (:mod:`.dense`), for a two-stage
+  one (Faster R-CNN) the RoIs its box head's sampler draws (:mod:`.roi`).
 """
 import os.path as osp
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
@@ -21,6 +22,7 @@ from ..utils.progress import progress_bar
 from .dense import fill_dense_cache, is_dense_model
 from .fingerprint import (cache_fingerprint, fingerprint_changes,
                           fingerprint_digest)
+from .roi import fill_roi_cache, is_roi_model
 from .store import CacheError, DecoderCache
 from .writer import DecoderCacheWriter
 
@@ -365,7 +367,11 @@ def build_decoder_cache(config: str,
     A one-stage detector (RTMDet, CaliRTMDet) gets a dense head's cache
     instead: per image the classification features and targets of its
     positive and ``num_locations`` - positives sampled negative locations
-    (:func:`~mmcalidet.decoder_cache.dense.fill_dense_cache`).
+    (:func:`~mmcalidet.decoder_cache.dense.fill_dense_cache`); a
+    two-stage one (Faster R-CNN, CaliFasterRCNN) a box head's cache: per
+    image the classification features and targets of the RoIs its
+    training sampler draws, padded to ``num_locations`` (default the
+    sampler's ``num``; :func:`~mmcalidet.decoder_cache.roi.fill_roi_cache`).
 
     The detector runs in eval mode (no denoising queries, batch-norm
     statistics frozen). With a random training pipeline each of
@@ -387,7 +393,8 @@ def build_decoder_cache(config: str,
         layers (str): ``'all'`` decoder layers (training) or ``'last'``.
         num_locations (int, optional): a one-stage detector's cached
             locations per image (default
-            :data:`~mmcalidet.decoder_cache.dense.DEFAULT_NUM_LOCATIONS`).
+            :data:`~mmcalidet.decoder_cache.dense.DEFAULT_NUM_LOCATIONS`),
+            a two-stage detector's RoIs (default its sampler's ``num``).
 
     Returns:
         DecoderCache: the cache.
@@ -444,6 +451,15 @@ def _make_train_cache(config: str, checkpoint: str, cache_dir: str,
         info=dict(
             config_path=osp.abspath(config),
             checkpoint_path=osp.abspath(checkpoint)))
+    if is_roi_model(model):
+        return fill_roi_cache(
+            model,
+            batches,
+            writer,
+            fingerprint.get('num_locations'),
+            progress,
+            total=len(entries),
+            desc='RoI cache (train)')
     if is_dense_model(model):
         return fill_dense_cache(
             model,
