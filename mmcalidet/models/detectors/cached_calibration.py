@@ -14,7 +14,10 @@ instead of images. The detector's own ``loss`` takes images only.
 
 A one-stage CaliDet (``CaliRTMDet``) trains the same way on a dense
 head's cache, whose batches add the locations' ``targets``
-(:func:`~.cached_dense_losses.cached_dense_head_losses`).
+(:func:`~.cached_dense_losses.cached_dense_head_losses`); a two-stage one
+(``CaliFasterRCNN``) on a box head's cache of sampled RoIs, whose batches
+add the RoIs' ``targets``
+(:func:`~.cached_roi_losses.cached_roi_head_losses`).
 """
 from functools import partial
 from typing import Dict, Type
@@ -27,6 +30,7 @@ from torch import Tensor, nn
 
 from ..data_preprocessors import is_cached_batch
 from .cached_dense_losses import cached_dense_head_losses
+from .cached_roi_losses import cached_roi_head_losses
 from .calibratable import CalibratableDetectorMixin
 
 
@@ -94,8 +98,8 @@ class CachedCalibrationMixin:
     Args:
         cache_train_cls_branches (bool): let the decoder layers'
             classification branches (a dense head's per-level
-            classification convs) learn too; by default only the
-            CaliFormer does. Defaults to False.
+            classification convs, a box head's ``fc_cls``) learn too; by
+            default only the CaliFormer does. Defaults to False.
         *args, **kwargs: the arguments of the detector.
     """
 
@@ -106,23 +110,43 @@ class CachedCalibrationMixin:
         super().__init__(*args, **kwargs)
         self.cache_train_cls_branches = bool(cache_train_cls_branches)
 
+    def calibrated_head_name(self) -> str:
+        """The calibrated head's name in the detector (``bbox_head``, a
+        two-stage detector's ``roi_head.bbox_head``)."""
+        head = self.calibrated_head
+        return next(name for name, module in self.named_modules()
+                    if module is head)
+
+    def cache_kind(self) -> str:
+        """The kind of cache this detector's head trains on
+        (``meta['head']``): ``'decoder'`` (a DETR's), ``'dense'`` (a
+        one-stage head's) or ``'roi'`` (a two-stage box head's)."""
+        head = self.calibrated_head
+        if hasattr(head, 'dense_cls_convs'):
+            return 'dense'
+        return 'roi' if hasattr(head, 'roi_loma') else 'decoder'
+
     def calibrator_modules(self) -> Dict[str, nn.Module]:
         """What the training updates, by name in the detector: the
         CaliFormer and, with ``cache_train_cls_branches``, the decoder
         layers' classification branches (not the encoder's proposal
-        classifier), a dense head's classification convs."""
-        head = self.bbox_head
-        modules = {'bbox_head.califormer': head.califormer}
-        if self.cache_train_cls_branches and hasattr(head, 'dense_cls_convs'):
-            modules.update({
-                f'bbox_head.{name}': conv
-                for name, conv in head.dense_cls_convs().items()
-            })
-        elif self.cache_train_cls_branches:
-            modules.update({
-                f'bbox_head.{name}': branch
-                for name, branch in head.decoder_cls_branches().items()
-            })
+        classifier), a dense head's classification convs, a box head's
+        ``fc_cls``."""
+        head, prefix = self.calibrated_head, self.calibrated_head_name()
+        modules = {f'{prefix}.califormer': head.califormer}
+        if not self.cache_train_cls_branches:
+            return modules
+        kind = self.cache_kind()
+        if kind == 'dense':
+            branches = head.dense_cls_convs()
+        elif kind == 'roi':
+            branches = dict(fc_cls=head.fc_cls)
+        else:
+            branches = head.decoder_cls_branches()
+        modules.update({
+            f'{prefix}.{name}': branch
+            for name, branch in branches.items()
+        })
         return modules
 
     def loss(self, batch_inputs: Dict[str, Tensor],
@@ -135,8 +159,8 @@ class CachedCalibrationMixin:
 
         Args:
             batch_inputs (dict): ``hidden_states`` (L, B, Q, d) and
-                ``bbox_preds`` (L, B, Q, 4); a dense cache's add
-                ``targets`` (B, Q, 4).
+                ``bbox_preds`` (L, B, Q, 4); a dense or box head's cache
+                adds ``targets`` (B, Q, 4).
             batch_data_samples (list[DetDataSample]): with
                 ``gt_instances`` (and ``prior`` / ``sample_prior``).
 
@@ -158,19 +182,17 @@ class CachedCalibrationMixin:
         support, marginals = self.batch_support(batch_data_samples)
         if priors is None:
             priors = self.prior.expand(hidden.shape[1], -1, -1)
-        cali_vectors = self.bbox_head.get_cali_vectors(priors, support,
-                                                       marginals)
-        if self._dense_batch(batch_inputs):
-            return cached_dense_head_losses(
-                self.bbox_head,
-                hidden,
-                batch_inputs['targets'],
-                batch_data_samples,
-                cali_vectors,
-                priors,
-                train_cls_convs=self.cache_train_cls_branches)
+        head = self.calibrated_head
+        cali_vectors = head.get_cali_vectors(priors, support, marginals)
+        kind = self._batch_kind(batch_inputs)
+        if kind != 'decoder':
+            losses = cached_dense_head_losses if kind == 'dense' else \
+                cached_roi_head_losses
+            return losses(head, hidden, batch_inputs['targets'],
+                          batch_data_samples, cali_vectors, priors,
+                          self.cache_train_cls_branches)
         return cached_head_losses(
-            self.bbox_head,
+            head,
             hidden,
             batch_inputs['bbox_preds'],
             batch_data_samples,
@@ -178,16 +200,25 @@ class CachedCalibrationMixin:
             priors,
             train_cls_branches=self.cache_train_cls_branches)
 
-    def _dense_batch(self, batch_inputs: Dict[str, Tensor]) -> bool:
-        """Whether the batch is a dense head's cached locations; refuse a
-        cache of the other kind than the head."""
-        dense = 'targets' in batch_inputs
-        if dense != hasattr(self.bbox_head, 'dense_cls_convs'):
+    def _batch_kind(self, batch_inputs: Dict[str, Tensor]) -> str:
+        """The batch's kind of cache (:meth:`cache_kind`); refuse a
+        decoder cache's batch for a head that needs targets and the other
+        way round, and features of another width than the head's."""
+        kind = self.cache_kind()
+        head = self.calibrated_head
+        has_targets = 'targets' in batch_inputs
+        if has_targets != (kind != 'decoder'):
             raise TypeError(
-                f'{type(self.bbox_head).__name__} cannot train on a '
-                f'{"dense head" if dense else "decoder"} cache: make the '
-                "cache from this detector's baseline")
-        return dense
+                f'{type(head).__name__} cannot train on a '
+                f'{"dense or box head" if has_targets else "decoder"} '
+                "cache: make the cache from this detector's baseline")
+        dims = batch_inputs['hidden_states'].shape[-1]
+        if kind == 'roi' and dims != head.fc_cls.in_features:
+            raise TypeError(
+                f'{type(head).__name__} classifies {head.fc_cls.in_features}'
+                f'-wide RoI features, the cache holds {dims}-wide ones: '
+                "make the cache from this detector's baseline")
+        return kind
 
 
 _CACHED_TYPES: Dict[type, type] = {}
