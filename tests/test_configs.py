@@ -162,7 +162,9 @@ def test_every_config_builds_its_detector(name, tmp_path):
     head_cfg = _head_cfg(cfg.model)
     num_classes = head_cfg.num_classes
     head = getattr(model, 'calibrated_head', None)
-    head = model.bbox_head if head is None else head
+    if head is None:  # a plain detector: a two-stage one's box head
+        head = model.bbox_head if hasattr(model, 'bbox_head') else \
+            model.roi_head.bbox_head
     assert head.num_classes == num_classes, name
     if 'prior' in cfg.model:
         califormer = head.califormer
