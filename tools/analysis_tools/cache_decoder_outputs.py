@@ -12,7 +12,10 @@ calibrator training (``DecoderCacheDataset``), or check a cache folder.
 
 A one-stage detector (RTMDet) gets a dense head's cache: the features and
 targets of its positive and sampled negative locations, ``--num-locations``
-per image (its config's ``source.num_locations``).
+per image (its config's ``source.num_locations``). A two-stage detector
+(Faster R-CNN) gets a box head's cache: the classification features and
+targets of the RoIs its training sampler draws, padded to
+``--num-locations`` per image (default the sampler's ``num``).
 
 A calibrator config whose dataset has a ``source`` makes the cache itself
 on first use; this tool makes it ahead (e.g. on a GPU machine, or with more
@@ -91,9 +94,10 @@ def describe(cache) -> str:
     size = sum(
         osp.getsize(osp.join(cache.folder, f))
         for f in os.listdir(cache.folder))
-    what = f'{cache.num_queries} locations of a dense head' \
-        if cache.meta.get('head') == 'dense' else \
-        f'{cache.num_layers} decoder layers'
+    what = dict(
+        dense=f'{cache.num_queries} locations of a dense head',
+        roi=f'{cache.num_queries} RoIs of a box head').get(
+            cache.meta.get('head'), f'{cache.num_layers} decoder layers')
     return (f'{len(cache)} entries x {what} in '
             f'{cache.folder} ({size / 2**20:.1f} MiB)')
 
