@@ -39,8 +39,8 @@ class DecoderCacheDataset(Dataset):
     Each item is ``dict(inputs=dict(hidden_states=(L, Q, d), bbox_preds=(L,
     Q, 4)), data_samples=DetDataSample)`` with ``gt_instances`` and the
     metainfo the losses read (a one-stage head's cache adds the locations'
-    ``targets`` (Q, 4) to ``inputs``); :class:`DecoderCachePreprocessor`
-    batches them and draws the priors.
+    ``targets`` (Q, 4) to ``inputs``, a two-stage box head's the RoIs');
+    :class:`DecoderCachePreprocessor` batches them and draws the priors.
 
     Args:
         cache_dir (str): the cache folder.

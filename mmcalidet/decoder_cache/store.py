@@ -470,9 +470,9 @@ class DecoderCache:
         return torch.from_numpy(hidden), torch.from_numpy(boxes)
 
     def targets_of(self, index: int) -> Optional[Tensor]:
-        """A dense cache's (Q, 4) location targets of an image (level,
-        label, score, weight; float32), or ``None`` for a decoder
-        cache."""
+        """A dense (a RoI) cache's (Q, 4) location (RoI) targets of an
+        image (level, label, score, weight; float32), or ``None`` for a
+        decoder cache."""
         if self.targets is None:
             return None
         return torch.from_numpy(np.array(self.targets[index], np.float32))

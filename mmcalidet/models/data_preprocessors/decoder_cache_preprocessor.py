@@ -46,7 +46,7 @@ class DecoderCachePreprocessor(DetDataPreprocessor):
             dict: ``dict(inputs=..., data_samples=[...])``; for cached
             outputs ``inputs`` is ``dict(hidden_states=(L, B, Q, d),
             bbox_preds=(L, B, Q, 4))``, and ``targets`` (B, Q, 4) for a
-            dense head's cached locations.
+            dense head's cached locations or a box head's cached RoIs.
         """
         if not is_cached_batch(data.get('inputs')):
             return super().forward(data, training)
@@ -55,7 +55,7 @@ class DecoderCachePreprocessor(DetDataPreprocessor):
         hidden = torch.stack(list(inputs['hidden_states']), dim=1).float()
         boxes = torch.stack(list(inputs['bbox_preds']), dim=1).float()
         batch = dict(hidden_states=hidden, bbox_preds=boxes)
-        if 'targets' in inputs:  # a dense head's cached locations
+        if 'targets' in inputs:  # a dense head's locations, a box head's RoIs
             batch['targets'] = torch.stack(list(inputs['targets'])).float()
         samples = data['data_samples']
         if training and self.batch_augments is not None:
