@@ -33,7 +33,10 @@ def run_tool(script: str,
              timeout: int = 600,
              cwd: str = PROJECT_ROOT) -> subprocess.CompletedProcess:
     """Run a project script (``tools/...``, ``benchmarks/...``) under this
-    Python with the shared data folder, capturing its output.
+    Python with the shared data folder, capturing its output: in a process
+    of its own, forked from one that has imported torch, mmdet and
+    mmcalidet already (:mod:`~mmcalidet.testing.tool_server`; a new
+    interpreter with ``MMCALIDET_TOOL_SERVER=0``).
 
     Args:
         script (str): path relative to the project root (or absolute).
@@ -53,6 +56,10 @@ def run_tool(script: str,
     env.pop('MMCALIDET_LIGHT', None)
     if threads is not None:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    server = _tool_server()
+    if server is not None and server.serves(env):
+        return server.run(
+            osp.join(PROJECT_ROOT, script), list(args), env, cwd, timeout)
     return subprocess.run(
         [sys.executable, osp.join(PROJECT_ROOT, script), *args],
         cwd=cwd,
@@ -60,6 +67,24 @@ def run_tool(script: str,
         capture_output=True,
         text=True,
         timeout=timeout)
+
+
+_SERVER: list = []
+
+
+def _tool_server():
+    """This process's :class:`~mmcalidet.testing.tool_server.ToolServer`
+    (made on first use, ended at exit), or None where
+    ``MMCALIDET_TOOL_SERVER=0`` asks for a new interpreter per run."""
+    if os.environ.get('MMCALIDET_TOOL_SERVER', '1') == '0':
+        return None
+    if not _SERVER:
+        import atexit
+
+        from .tool_server import ToolServer
+        _SERVER.append(ToolServer(dict(os.environ)))
+        atexit.register(_SERVER[0].close)
+    return _SERVER[0]
 
 
 def run_tool_in_process(

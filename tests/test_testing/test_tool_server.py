@@ -1,0 +1,132 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""ToolServer: a script run in a forked child behaves as in a new
+interpreter (arguments, environment, folder, threads, seeds, output, exit
+status, a time limit), and run_tool uses it only where the imports are
+the run's own."""
+import os
+import signal
+import subprocess
+import textwrap
+
+import pytest
+
+from mmcalidet.testing import _utils, run_tool
+from mmcalidet.testing.tool_server import ToolServer
+
+SCRIPT = textwrap.dedent('''\
+    import os, random, sys
+    import torch
+    print('argv', sys.argv[1:])
+    print('cwd', os.getcwd())
+    print('env', os.environ.get('PROBE'), 'LIGHT' in os.environ)
+    print('threads', torch.get_num_threads())
+    print('path0', sys.path[0])
+    print('seed', random.random(), torch.initial_seed())
+    print('stderr line', file=sys.stderr)
+    if len(sys.argv) > 1 and sys.argv[1] == 'message':
+        sys.exit('the message')
+    if len(sys.argv) > 1 and sys.argv[1] == 'code':
+        sys.exit(3)
+    if len(sys.argv) > 1 and sys.argv[1] == 'raise':
+        raise ValueError('raised here')
+    if len(sys.argv) > 1 and sys.argv[1] == 'kill':
+        os.kill(os.getpid(), 9)
+    if len(sys.argv) > 1 and sys.argv[1] == 'sleep':
+        import time
+        time.sleep(60)
+    ''')
+
+
+@pytest.fixture(scope='module')
+def server():
+    server = ToolServer(dict(os.environ))
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / 'probe.py'
+    path.write_text(SCRIPT)
+    return str(path)
+
+
+def lines(res: subprocess.CompletedProcess) -> dict:
+    return dict(line.split(' ', 1) for line in res.stdout.splitlines())
+
+
+def test_a_run_is_its_own_process(server, script, tmp_path):
+    env = dict(os.environ, PROBE='yes', OMP_NUM_THREADS='1')
+    env.pop('MMCALIDET_LIGHT', None)
+    res = server.run(script, ['a', '--b=c'], env, str(tmp_path), 60)
+    out = lines(res)
+    assert res.returncode == 0, res.stderr
+    assert out['argv'] == "['a', '--b=c']"
+    assert out['cwd'] == str(tmp_path)
+    assert out['env'] == 'yes False'
+    assert out['threads'] == '1'
+    assert out['path0'] == str(tmp_path)
+    assert res.stderr == 'stderr line\n'
+    # another run: another environment, other threads and other seeds
+    env.update(PROBE='no', OMP_NUM_THREADS='2')
+    again = lines(server.run(script, [], env, str(tmp_path), 60))
+    assert again['env'] == 'no False' and again['threads'] == '2'
+    assert again['seed'] != out['seed']
+    assert again['seed'].split()[1] != out['seed'].split()[1]
+
+
+@pytest.mark.parametrize('how, code, stderr', [
+    ('message', 1, 'the message\n'),
+    ('code', 3, None),
+    ('raise', 1, 'ValueError: raised here'),
+    ('kill', -signal.SIGKILL, None),
+])
+def test_exit_status_as_the_interpreter_gives_it(server, script, tmp_path, how,
+                                                 code, stderr):
+    res = server.run(script, [how], dict(os.environ), str(tmp_path), 60)
+    assert res.returncode == code
+    if how != 'kill':  # what it printed before it ended
+        assert 'argv' in res.stdout
+    if stderr:
+        assert stderr in res.stderr
+        assert res.stderr.startswith('stderr line\n')
+
+
+def test_a_run_over_its_time_is_killed_and_the_server_goes_on(
+        server, script, tmp_path):
+    with pytest.raises(subprocess.TimeoutExpired):
+        server.run(script, ['sleep'], dict(os.environ), str(tmp_path), 2)
+    res = server.run(script, [], dict(os.environ), str(tmp_path), 60)
+    assert res.returncode == 0
+
+
+def test_run_tool_forks_only_where_the_imports_are_the_runs(
+        monkeypatch, tmp_path):
+    server = ToolServer(dict(os.environ))
+    assert server.serves(dict(os.environ))
+    assert not server.serves(dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert not server.serves(dict(os.environ, MMCALIDET_LIGHT='1'))
+    runs = []
+
+    class Recording(ToolServer):
+
+        def run(self, *args, **kwargs):
+            runs.append(args)
+            return super().run(*args, **kwargs)
+
+    monkeypatch.setattr(_utils, '_SERVER', [Recording(dict(os.environ))])
+    res = run_tool('tools/analysis_tools/compute_prior.py', '--help')
+    assert res.returncode == 0 and 'usage' in res.stdout
+    assert len(runs) == 1
+    # another PYTHONPATH: a new interpreter
+    monkeypatch.setenv('PYTHONPATH', str(tmp_path))
+    res = run_tool('tools/analysis_tools/compute_prior.py', '--help')
+    assert res.returncode == 0 and len(runs) == 1
+    # and none at all where asked
+    monkeypatch.delenv('PYTHONPATH')
+    monkeypatch.setenv('MMCALIDET_TOOL_SERVER', '0')
+    assert _utils._tool_server() is None
+    # the server ends with its client
+    proc = _utils._SERVER[0]._proc
+    _utils._SERVER[0].close()
+    assert proc.poll() is not None
