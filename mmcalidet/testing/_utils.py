@@ -31,7 +31,8 @@ def run_tool(script: str,
              *args: str,
              threads: Optional[int] = None,
              timeout: int = 600,
-             cwd: str = PROJECT_ROOT) -> subprocess.CompletedProcess:
+             cwd: str = PROJECT_ROOT,
+             env: Optional[dict] = None) -> subprocess.CompletedProcess:
     """Run a project script (``tools/...``, ``benchmarks/...``) under this
     Python with the shared data folder, capturing its output: in a process
     of its own, forked from one that has imported torch, mmdet and
@@ -45,12 +46,14 @@ def run_tool(script: str,
             for the run (e.g. 1: the same arithmetic on every machine).
         timeout (int): seconds before the run is killed.
         cwd (str): its working folder (default: the project root).
+        env (dict, optional): environment variables to set for the run,
+            beside this process's.
 
     Returns:
         subprocess.CompletedProcess: with ``returncode``, ``stdout`` and
         ``stderr`` (text).
     """
-    env = dict(os.environ, MMCALIDET_DATA=data_root())
+    env = dict(os.environ, MMCALIDET_DATA=data_root(), **(env or {}))
     # a tool that wants the light import asks for it itself; one run
     # in-process before may have left the switch set in this process
     env.pop('MMCALIDET_LIGHT', None)

@@ -20,7 +20,7 @@ from mmengine.runner import (find_latest_checkpoint, load_checkpoint,
 
 from mmcalidet.priors import sample_prior
 from mmcalidet.testing import (PROJECT_ROOT, build_detector, data_root,
-                               demo_batch, get_config)
+                               demo_batch, get_config, run_tool)
 
 pytestmark = pytest.mark.slow
 
@@ -33,16 +33,20 @@ FEW_ITERS = [
 
 
 def run(args, timeout=300, threads=None):
-    env = dict(os.environ, MMCALIDET_DATA=data_root())
-    if threads:
-        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    proc = subprocess.run(
-        args,
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout)
+    if args[0] == sys.executable:  # a project script: as run_tool runs it
+        proc = run_tool(*args[1:], threads=threads, timeout=timeout)
+    else:
+        env = dict(os.environ, MMCALIDET_DATA=data_root())
+        if threads:
+            env.update(
+                OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        proc = subprocess.run(
+            args,
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-5000:]
     return output

@@ -2,15 +2,13 @@
 """projects/context_shift/configs/: both twins train on generated data; the
 many-class configs differ from them only in classes and data, and build
 with K = 40."""
-import os
 import os.path as osp
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 
+from mmcalidet.testing import run_tool
 from projects.context_shift.context_shift.data import (MANY_CLASS_SCENES,
                                                        make_context_shift,
                                                        variant_classes)
@@ -34,15 +32,18 @@ def cs_data(tmp_path_factory):
     'projects/context_shift/configs/calidet_dino_tiny_context-shift.py'
 ])
 def test_twins_train_two_iterations(cs_data, tmp_path, config):
-    env = dict(os.environ, MMCALIDET_CS_DATA=cs_data)
-    env.pop('MMCALIDET_LIGHT', None)
-    res = subprocess.run([
-        sys.executable, 'tools/train.py', config, '--work-dir',
-        str(tmp_path), '--cfg-options', 'train_cfg.max_iters=2',
-        'train_cfg.val_interval=2', 'default_hooks.checkpoint.interval=2',
+    res = run_tool(
+        'tools/train.py',
+        config,
+        '--work-dir',
+        str(tmp_path),
+        '--cfg-options',
+        'train_cfg.max_iters=2',
+        'train_cfg.val_interval=2',
+        'default_hooks.checkpoint.interval=2',
         'load_from=None',
-        'default_hooks.logger.interval=1'
-    ], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        'default_hooks.logger.interval=1',
+        env=dict(MMCALIDET_CS_DATA=cs_data))
     log = res.stdout + res.stderr
     assert res.returncode == 0, log[-3000:]
     assert 'Iter(train) [2/2]' in log
