@@ -3,7 +3,7 @@
 from ._utils import (PROJECT_ROOT, brute_force_prior, build_detector,
                      captured_log, coco_mini_label_lists, damage_cache_file,
                      data_root, demo_batch, eval_inputs, get_config,
-                     known_scores_setup, match_config_classes,
+                     known_scores_setup, match_config_classes, popen_tool,
                      random_label_lists, random_prior, run_tool,
                      run_tool_in_process, save_coco_mini_prior,
                      set_known_scores, train_steps)
@@ -15,7 +15,8 @@ __all__ = [
     'PROJECT_ROOT', 'data_root', 'get_config', 'coco_mini_label_lists',
     'save_coco_mini_prior', 'demo_batch', 'train_steps', 'build_detector',
     'random_prior', 'eval_inputs', 'set_known_scores', 'run_tool',
-    'run_tool_in_process', 'random_label_lists', 'brute_force_prior',
+    'run_tool_in_process', 'popen_tool', 'random_label_lists',
+    'brute_force_prior',
     'captured_log', 'damage_cache_file', 'check_bad_priors_refused',
     'check_inference_priors', 'check_califormer_trains'
 ]

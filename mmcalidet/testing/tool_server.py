@@ -23,11 +23,12 @@ imports would not be the run's own).
 import json
 import os
 import os.path as osp
-import select
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from typing import Dict, List, Optional
 
 #: what the server imports before it forks (what the tools import)
@@ -48,10 +49,12 @@ def _run_child(request: Dict) -> None:
     import traceback
     code = 1
     try:
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        for fd, path in ((1, request['stdout']), (2, request['stderr'])):
-            os.dup2(os.open(path, os.O_WRONLY | os.O_TRUNC), fd)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.dup2(os.open(request['stdout'], os.O_WRONLY | os.O_APPEND), 1)
+        if request['stderr'] is None:  # into stdout, as subprocess.STDOUT
+            os.dup2(1, 2)
+        else:
+            os.dup2(os.open(request['stderr'], os.O_WRONLY | os.O_APPEND), 2)
         os.environ.clear()
         os.environ.update(request['env'])
         os.chdir(request['cwd'])
@@ -85,24 +88,94 @@ def _run_child(request: Dict) -> None:
         os._exit(code)
 
 
+def _write_status(path: str, code: int) -> None:
+    """Write a child's exit status to ``path``, whole (renamed into
+    place)."""
+    with open(path + '.tmp', 'w') as f:
+        f.write(str(code))
+    os.replace(path + '.tmp', path)
+
+
+def _reap(status_files: Dict[int, str], lock: threading.Lock) -> None:
+    """The server's reaper thread: wait for every child and write its exit
+    status (as ``subprocess`` gives it) to its request's status file."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:  # none running
+            time.sleep(0.02)
+            continue
+        with lock:
+            path = status_files.pop(pid, None)
+        if path is not None:
+            _write_status(path, os.waitstatus_to_exitcode(status))
+
+
 def serve() -> None:
     """The server's loop: import :data:`PRELOAD`, then for each request
-    (a JSON line on stdin) fork a child, report its pid and, when it has
-    ended, its exit status (JSON lines on stdout); end at stdin's end."""
+    (a JSON line on stdin) fork a child and report its pid (a JSON line on
+    stdout); a thread writes each child's exit status to the request's
+    status file when it ends. The server ends at stdin's end."""
     import importlib
     for name in PRELOAD:
         importlib.import_module(name)
+    status_files: Dict[int, str] = {}
+    lock = threading.Lock()
+    threading.Thread(
+        target=_reap, args=(status_files, lock), daemon=True).start()
     out = sys.stdout
     print(json.dumps(dict(ready=True)), file=out, flush=True)
     for line in sys.stdin:
         request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            _run_child(request)
+        with lock:  # the reaper must not miss a child that ends at once
+            pid = os.fork()
+            if pid == 0:
+                _run_child(request)
+            status_files[pid] = request['status']
         print(json.dumps(dict(pid=pid)), file=out, flush=True)
-        _, status = os.waitpid(pid, 0)
-        code = os.waitstatus_to_exitcode(status)
-        print(json.dumps(dict(returncode=code)), file=out, flush=True)
+
+
+class ForkedProcess:
+    """A run forked by the server, read as a ``subprocess.Popen``:
+    ``pid``, ``returncode``, ``poll``, ``wait`` and ``kill``.
+
+    Args:
+        pid (int): the child's process id.
+        status (str): the file its exit status is written to.
+        args (list[str]): the command it stands for.
+    """
+
+    def __init__(self, pid: int, status: str, args: List[str]) -> None:
+        self.pid, self.status, self.args = pid, status, args
+        self.returncode: Optional[int] = None
+
+    def poll(self) -> Optional[int]:
+        """The exit status, or None while it runs."""
+        if self.returncode is None and osp.isfile(self.status):
+            with open(self.status) as f:
+                self.returncode = int(f.read())
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        """Wait for the end; the exit status.
+
+        Raises:
+            subprocess.TimeoutExpired: still running after ``timeout`` s.
+        """
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def kill(self) -> None:
+        """Kill it (SIGKILL), unless it has ended."""
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 class ToolServer:
@@ -116,6 +189,8 @@ class ToolServer:
     def __init__(self, env: Dict[str, str]) -> None:
         self.env = {k: v for k, v in env.items() if k != 'MMCALIDET_LIGHT'}
         self._proc: Optional[subprocess.Popen] = None
+        self._folder = tempfile.TemporaryDirectory(prefix='tool_server_')
+        self._count = 0
 
     def serves(self, env: Dict[str, str]) -> bool:
         """Whether a run with this environment imports what the server
@@ -134,25 +209,56 @@ class ToolServer:
                                           stdout=subprocess.PIPE,
                                           env=self.env,
                                           text=True)
-            self._reply(None)
+            self._reply()
         return self._proc
 
-    def _reply(self, timeout: Optional[float]) -> Optional[Dict]:
-        """The server's next JSON line, or None after ``timeout`` s."""
-        stream = self._proc.stdout
-        if timeout is not None:
-            ready, _, _ = select.select([stream], [], [], max(timeout, 0))
-            if not ready:
-                return None
-        line = stream.readline()
+    def _reply(self) -> Dict:
+        """The server's next JSON line."""
+        line = self._proc.stdout.readline()
         if not line:
             raise RuntimeError('the tool server ended (exit status '
                                f'{self._proc.wait()})')
         return json.loads(line)
 
+    def start(self,
+              script: str,
+              args: List[str],
+              env: Dict[str, str],
+              cwd: str,
+              stdout: str,
+              stderr: Optional[str] = None) -> ForkedProcess:
+        """Start ``script`` with ``args`` in a forked child.
+
+        Args:
+            script (str): the script's absolute path.
+            args (list[str]): its command-line arguments.
+            env (dict): its environment.
+            cwd (str): its working folder.
+            stdout (str): the file its output is appended to.
+            stderr (str, optional): the file its errors are appended to;
+                None: into ``stdout``.
+
+        Returns:
+            ForkedProcess: the run.
+        """
+        server = self._server()
+        self._count += 1
+        status = osp.join(self._folder.name, f'{self._count}.status')
+        request = dict(
+            script=script,
+            args=list(args),
+            env=dict(env),
+            cwd=cwd,
+            stdout=stdout,
+            stderr=stderr,
+            status=status)
+        server.stdin.write(json.dumps(request) + '\n')
+        server.stdin.flush()
+        return ForkedProcess(self._reply()['pid'], status, [script, *args])
+
     def run(self, script: str, args: List[str], env: Dict[str, str], cwd: str,
             timeout: float) -> subprocess.CompletedProcess:
-        """Run ``script`` with ``args`` in a forked child.
+        """Run ``script`` with ``args`` in a forked child and wait for it.
 
         Args:
             script (str): the script's absolute path.
@@ -168,32 +274,23 @@ class ToolServer:
         Raises:
             subprocess.TimeoutExpired: it ran longer than ``timeout``.
         """
-        server = self._server()
         with tempfile.TemporaryDirectory() as folder:
             streams = [osp.join(folder, name) for name in ('out', 'err')]
             for path in streams:
                 open(path, 'w').close()
-            request = dict(
-                script=script,
-                args=list(args),
-                env=dict(env),
-                cwd=cwd,
-                stdout=streams[0],
-                stderr=streams[1])
-            server.stdin.write(json.dumps(request) + '\n')
-            server.stdin.flush()
-            pid = self._reply(None)['pid']
-            reply = self._reply(timeout)
-            if reply is None:
-                os.kill(pid, signal.SIGKILL)
-                self._reply(None)
-                raise subprocess.TimeoutExpired([script, *args], timeout)
+            proc = self.start(script, args, env, cwd, *streams)
+            try:
+                code = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise
             output = []
             for path in streams:
                 with open(path, errors='replace') as f:
                     output.append(f.read())
         return subprocess.CompletedProcess([sys.executable, script, *args],
-                                           reply['returncode'], *output)
+                                           code, *output)
 
     def close(self) -> None:
         """End the server (its stdin closes; it exits)."""
@@ -201,3 +298,4 @@ class ToolServer:
             self._proc.stdin.close()
             self._proc.wait(timeout=30)
         self._proc = None
+        self._folder.cleanup()

@@ -6,12 +6,13 @@ the run's own."""
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 
 import pytest
 
-from mmcalidet.testing import _utils, run_tool
-from mmcalidet.testing.tool_server import ToolServer
+from mmcalidet.testing import _utils, popen_tool, run_tool
+from mmcalidet.testing.tool_server import ForkedProcess, ToolServer
 
 SCRIPT = textwrap.dedent('''\
     import os, random, sys
@@ -130,3 +131,47 @@ def test_run_tool_forks_only_where_the_imports_are_the_runs(
     proc = _utils._SERVER[0]._proc
     _utils._SERVER[0].close()
     assert proc.poll() is not None
+
+
+def test_popen_tool_appends_to_the_log_and_reads_as_a_popen(
+        monkeypatch, script, tmp_path):
+    monkeypatch.setattr(_utils, '_SERVER', [ToolServer(dict(os.environ))])
+    log = tmp_path / 'train.log'
+    env = dict(os.environ, PROBE='log')
+    env.pop('MMCALIDET_LIGHT', None)
+    with open(log, 'w') as f:
+        f.write('the command line\n')
+        f.flush()
+        proc = popen_tool([sys.executable, script, 'sleep'],
+                          cwd=str(tmp_path),
+                          env=env,
+                          stdout=f,
+                          stderr=subprocess.STDOUT)
+    assert isinstance(proc, ForkedProcess)
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=0.5)
+    assert proc.poll() is None
+    proc.kill()
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    with open(log, 'w') as f:
+        f.write('the command line\n')
+        f.flush()
+        proc = popen_tool([sys.executable, script],
+                          cwd=str(tmp_path),
+                          env=env,
+                          stdout=f,
+                          stderr=subprocess.STDOUT)
+    assert proc.wait(timeout=60) == 0 and proc.returncode == 0
+    text = log.read_text()
+    # the line written before, then the run's output and errors
+    assert text.startswith('the command line\nargv []\n')
+    assert 'env log False' in text and 'stderr line' in text
+    # not a project script: a new interpreter
+    with open(log, 'w') as f:
+        other = popen_tool([sys.executable, '-c', 'print(1)'],
+                           cwd=str(tmp_path),
+                           env=env,
+                           stdout=f,
+                           stderr=subprocess.STDOUT)
+    assert isinstance(other, subprocess.Popen) and other.wait() == 0
+    _utils._SERVER[0].close()

@@ -48,6 +48,11 @@ SCHEDULES = dict(full=(3000, 1000, 10000), quick=(900, 300, 3000))
 TRAINING_KEYS = ('model', 'optim_wrapper', 'param_scheduler', 'load_from',
                  'randomness')
 
+#: how a training process starts: ``subprocess.Popen`` (the project's
+#: tests fork it from a process that has imported torch and mmdet once,
+#: ``mmcalidet.testing.popen_tool``)
+launch = subprocess.Popen
+
 
 def training_settings(config: str,
                       options: Sequence[str] = (),
@@ -184,7 +189,7 @@ class Training:
         with open(self.log, 'w') as log:
             log.write(' '.join(cmd[1:]) + '\n')
             log.flush()
-            self.proc = subprocess.Popen(
+            self.proc = launch(
                 cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.max_iters = max_iters
 

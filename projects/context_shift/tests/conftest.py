@@ -20,6 +20,16 @@ os.environ['PYTHONPATH'] = os.pathsep.join(
               if p])
 
 
+@pytest.fixture(autouse=True)
+def _trainings_forked(monkeypatch):
+    """The benchmark's trainings start as ``tools/train.py`` processes
+    forked from the test process's tool server (imports done once) rather
+    than as new interpreters (:func:`mmcalidet.testing.popen_tool`)."""
+    from mmcalidet.testing import popen_tool
+    from projects.context_shift.context_shift import training
+    monkeypatch.setattr(training, 'launch', popen_tool)
+
+
 @pytest.fixture
 def run_tool():
     """:func:`mmcalidet.testing.run_tool`: a script under this Python, its

@@ -63,7 +63,7 @@ def test_curve_trains_once_and_evaluates_every_snapshot(
         def wait(self):
             return 0
 
-    monkeypatch.setattr(training.subprocess, 'Popen', Recorded)
+    monkeypatch.setattr(training, 'launch', Recorded)
     parsed.no_progress = True
     tool['write_config'](parsed, [1, 2])
     assert trained and 'model.bbox_head.rho=0.5' in trained[0]

@@ -253,7 +253,7 @@ def test_benchmark_trains_again_what_ran_with_other_settings(
         def wait(self):
             return 0
 
-    monkeypatch.setattr(training.subprocess, 'Popen', Recorded)
+    monkeypatch.setattr(training, 'launch', Recorded)
     monkeypatch.chdir(ROOT)
     work = str(root / 'work')
 
