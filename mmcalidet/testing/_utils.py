@@ -77,36 +77,45 @@ def popen_tool(cmd: List[str],
                env: dict,
                stdout,
                stderr=None) -> subprocess.Popen:
-    """``subprocess.Popen`` for ``[sys.executable, script, *args]`` with
-    its output to a file: forked from the tool server as :func:`run_tool`
-    does (a :class:`~mmcalidet.testing.tool_server.ForkedProcess`, read as
-    a ``Popen``), else a new interpreter.
+    """``subprocess.Popen(cmd, cwd=cwd, env=env, stdout=stdout,
+    stderr=stderr, text=True)`` for ``[sys.executable, script, *args]``:
+    forked from the tool server as :func:`run_tool` does (a
+    :class:`~mmcalidet.testing.tool_server.ForkedProcess`, read as a
+    ``Popen``), else a new interpreter.
 
     Args:
         cmd (list[str]): the command.
         cwd (str): its working folder.
         env (dict): its environment.
-        stdout (file): the open file its output goes to.
+        stdout: an open file its output goes to, or ``subprocess.PIPE``
+            (with ``stderr=subprocess.STDOUT``; read with
+            ``communicate``).
         stderr: ``subprocess.STDOUT`` or an open file.
 
     Returns:
         subprocess.Popen | ForkedProcess: the run.
     """
     server = _tool_server()
+    into_stdout = stderr == subprocess.STDOUT
+    piped = stdout == subprocess.PIPE and into_stdout
     forkable = (
         server is not None and server.serves(env) and len(cmd) >= 2
-        and cmd[0] == sys.executable and cmd[1].endswith('.py')
-        and hasattr(stdout, 'name')
-        and (stderr == subprocess.STDOUT or hasattr(stderr, 'name')))
+        and cmd[0] == sys.executable and cmd[1].endswith('.py') and
+        (piped or hasattr(stdout, 'name') and
+         (into_stdout or hasattr(stderr, 'name'))))
     if not forkable:
         return subprocess.Popen(
-            cmd, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
-    stdout.flush()
-    if stderr != subprocess.STDOUT:
-        stderr.flush()
-    return server.start(
-        osp.abspath(cmd[1]), cmd[2:], env, cwd, stdout.name,
-        None if stderr == subprocess.STDOUT else stderr.name)
+            cmd, cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=True)
+    output = server.output_file() if piped else stdout.name
+    for stream in (stdout, stderr):
+        if hasattr(stream, 'flush'):
+            stream.flush()
+    proc = server.start(
+        osp.join(cwd, cmd[1]), cmd[2:], env, cwd, output,
+        None if into_stdout else stderr.name)
+    if piped:
+        proc.output = output
+    return proc
 
 
 _SERVER: list = []

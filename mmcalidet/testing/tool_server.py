@@ -17,8 +17,9 @@ pool, so forking it is safe.
 
 :func:`~mmcalidet.testing.run_tool` uses it unless ``MMCALIDET_TOOL_SERVER``
 is ``0``, and falls back to a new interpreter for a run whose
-``PYTHONPATH`` or light-import switch differs from the server's (the
-imports would not be the run's own).
+light-import switch differs from the server's, or whose ``PYTHONPATH``
+is not the server's with folders of new modules before it (the imports
+would not be the run's own).
 """
 import json
 import os
@@ -29,14 +30,44 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Set
 
 #: what the server imports before it forks (what the tools import)
 PRELOAD = ('torch', 'mmengine.runner', 'mmdet.apis', 'mmdet.models',
            'mmcalidet', 'mmcalidet.apis', 'mmcalidet.models',
            'mmcalidet.evaluation')
-#: the environment variables whose value the server's imports depend on
-IMPORT_ENV = ('PYTHONPATH', 'MMCALIDET_LIGHT')
+
+
+def _path_entries(env: Dict[str, str]) -> List[str]:
+    """The non-empty entries of an environment's ``PYTHONPATH``."""
+    return [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
+
+
+def extra_path(env: Dict[str, str], server_env: Dict[str, str],
+               imported: Set[str]) -> Optional[List[str]]:
+    """The folders a run's ``PYTHONPATH`` puts before the server's, or
+    None where the run's imports would differ from the server's (another
+    ``PYTHONPATH``, or a folder that holds a module the server imported).
+
+    Args:
+        env (dict): the run's environment.
+        server_env (dict): the server's.
+        imported (set[str]): the top-level modules the server imported.
+
+    Returns:
+        list[str] | None: the folders (empty: the same ``PYTHONPATH``).
+    """
+    entries, base = _path_entries(env), _path_entries(server_env)
+    if len(entries) < len(base) or entries[len(entries) - len(base):] != base:
+        return None
+    extra = entries[:len(entries) - len(base)]
+    for folder in extra:
+        names = os.listdir(folder) if osp.isdir(folder) else []
+        for name in names:
+            module = name[:-3] if name.endswith('.py') else name
+            if module in imported:
+                return None
+    return extra
 
 
 def _run_child(request: Dict) -> None:
@@ -60,7 +91,9 @@ def _run_child(request: Dict) -> None:
         os.chdir(request['cwd'])
         script = request['script']
         sys.argv = [script, *request['args']]
+        # as a new interpreter: the script's folder, then PYTHONPATH's
         sys.path[0] = osp.dirname(script)
+        sys.path[1:1] = request['extra_path']
         import numpy as np
         import torch
         threads = request['env'].get('OMP_NUM_THREADS')
@@ -124,7 +157,8 @@ def serve() -> None:
     threading.Thread(
         target=_reap, args=(status_files, lock), daemon=True).start()
     out = sys.stdout
-    print(json.dumps(dict(ready=True)), file=out, flush=True)
+    imported = sorted({name.split('.')[0] for name in list(sys.modules)})
+    print(json.dumps(dict(ready=True, modules=imported)), file=out, flush=True)
     for line in sys.stdin:
         request = json.loads(line)
         with lock:  # the reaper must not miss a child that ends at once
@@ -148,6 +182,22 @@ class ForkedProcess:
     def __init__(self, pid: int, status: str, args: List[str]) -> None:
         self.pid, self.status, self.args = pid, status, args
         self.returncode: Optional[int] = None
+        #: the file that stands for its stdout pipe (``communicate``)
+        self.output: Optional[str] = None
+
+    def communicate(self, timeout: Optional[float] = None) -> tuple:
+        """Wait for the end; what it wrote to the file that stands for
+        its stdout pipe (its errors with it), as ``Popen.communicate``
+        with ``stderr=subprocess.STDOUT, text=True`` gives it.
+
+        Raises:
+            subprocess.TimeoutExpired: still running after ``timeout`` s.
+        """
+        self.wait(timeout)
+        if self.output is None:
+            return None, None
+        with open(self.output, errors='replace') as f:
+            return f.read(), None
 
     def poll(self) -> Optional[int]:
         """The exit status, or None while it runs."""
@@ -191,25 +241,29 @@ class ToolServer:
         self._proc: Optional[subprocess.Popen] = None
         self._folder = tempfile.TemporaryDirectory(prefix='tool_server_')
         self._count = 0
+        self._imported: Set[str] = set()
 
     def serves(self, env: Dict[str, str]) -> bool:
         """Whether a run with this environment imports what the server
-        has imported."""
-        return all(env.get(name) == self.env.get(name) for name in IMPORT_ENV)
+        has imported: the same light switch, and the server's
+        ``PYTHONPATH`` or folders put before it that hold no module this
+        process has imported (a test's probe modules, say)."""
+        if env.get('MMCALIDET_LIGHT') != self.env.get('MMCALIDET_LIGHT'):
+            return False
+        self._server()  # what it imported
+        return extra_path(env, self.env, self._imported) is not None
 
     def _server(self) -> subprocess.Popen:
         """The running server process, started and preloaded if needed."""
         if self._proc is None or self._proc.poll() is not None:
-            self._proc = subprocess.Popen([
-                sys.executable, '-c',
-                'from mmcalidet.testing.tool_server import serve; '
-                'serve()'
-            ],
+            command = ('from mmcalidet.testing.tool_server import serve; '
+                       'serve()')
+            self._proc = subprocess.Popen([sys.executable, '-c', command],
                                           stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE,
                                           env=self.env,
                                           text=True)
-            self._reply()
+            self._imported = set(self._reply()['modules'])
         return self._proc
 
     def _reply(self) -> Dict:
@@ -219,6 +273,13 @@ class ToolServer:
             raise RuntimeError('the tool server ended (exit status '
                                f'{self._proc.wait()})')
         return json.loads(line)
+
+    def output_file(self) -> str:
+        """A new empty file in the server's folder, for a run's output."""
+        self._count += 1
+        path = osp.join(self._folder.name, f'{self._count}.out')
+        open(path, 'w').close()
+        return path
 
     def start(self,
               script: str,
@@ -251,7 +312,8 @@ class ToolServer:
             cwd=cwd,
             stdout=stdout,
             stderr=stderr,
-            status=status)
+            status=status,
+            extra_path=extra_path(env, self.env, self._imported) or [])
         server.stdin.write(json.dumps(request) + '\n')
         server.stdin.flush()
         return ForkedProcess(self._reply()['pid'], status, [script, *args])

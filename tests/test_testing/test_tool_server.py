@@ -103,28 +103,49 @@ def test_a_run_over_its_time_is_killed_and_the_server_goes_on(
 
 def test_run_tool_forks_only_where_the_imports_are_the_runs(
         monkeypatch, tmp_path):
+    base = os.environ.get('PYTHONPATH', '')
     server = ToolServer(dict(os.environ))
     assert server.serves(dict(os.environ))
-    assert not server.serves(dict(os.environ, PYTHONPATH=str(tmp_path)))
     assert not server.serves(dict(os.environ, MMCALIDET_LIGHT='1'))
+    # a folder of new modules before the server's PYTHONPATH: served
+    probes = tmp_path / 'probes'
+    probes.mkdir()
+    (probes / 'my_probe_module.py').write_text('X = 1\n')
+    with_probes = os.pathsep.join([str(probes), base])
+    assert server.serves(dict(os.environ, PYTHONPATH=with_probes))
+    # one that holds a module imported already, or another PYTHONPATH: not
+    shadow = tmp_path / 'shadow'
+    shadow.mkdir()
+    (shadow / 'torch').mkdir()
+    assert not server.serves(
+        dict(os.environ, PYTHONPATH=os.pathsep.join([str(shadow), base])))
+    if base:
+        assert not server.serves(dict(os.environ, PYTHONPATH=str(probes)))
+    server.close()
     runs = []
 
     class Recording(ToolServer):
 
-        def run(self, *args, **kwargs):
+        def start(self, *args, **kwargs):
             runs.append(args)
-            return super().run(*args, **kwargs)
+            return super().start(*args, **kwargs)
 
     monkeypatch.setattr(_utils, '_SERVER', [Recording(dict(os.environ))])
     res = run_tool('tools/analysis_tools/compute_prior.py', '--help')
     assert res.returncode == 0 and 'usage' in res.stdout
     assert len(runs) == 1
-    # another PYTHONPATH: a new interpreter
-    monkeypatch.setenv('PYTHONPATH', str(tmp_path))
+    # the probes' folder is on the run's sys.path, after the script's
+    script = tmp_path / 'uses_probe.py'
+    script.write_text('import sys, my_probe_module\n'
+                      'print(my_probe_module.X, sys.path[1])\n')
+    monkeypatch.setenv('PYTHONPATH', with_probes)
+    res = run_tool(str(script))
+    assert res.stdout == f'1 {probes}\n' and len(runs) == 2, res.stderr
+    # a shadowing folder: a new interpreter
+    monkeypatch.setenv('PYTHONPATH', os.pathsep.join([str(shadow), base]))
     res = run_tool('tools/analysis_tools/compute_prior.py', '--help')
-    assert res.returncode == 0 and len(runs) == 1
+    assert len(runs) == 2
     # and none at all where asked
-    monkeypatch.delenv('PYTHONPATH')
     monkeypatch.setenv('MMCALIDET_TOOL_SERVER', '0')
     assert _utils._tool_server() is None
     # the server ends with its client

@@ -21,7 +21,7 @@ from mmengine.config import Config
 
 import mmcalidet  # noqa: F401  (checkpoint types for torch.load)
 from mmcalidet.priors import batch_prior
-from mmcalidet.testing import PROJECT_ROOT, data_root
+from mmcalidet.testing import PROJECT_ROOT, data_root, popen_tool
 from mmcalidet.utils.cpu_dist import init_cpu_distributed
 
 HERE = osp.dirname(osp.abspath(__file__))
@@ -41,13 +41,14 @@ def start(args, **extra_env):
         PYTHONPATH=os.pathsep.join([HERE,
                                     os.environ.get('PYTHONPATH', '')]),
         **extra_env)
-    return subprocess.Popen(
+    # a project script forks from the tool server (the probes' folder is
+    # new modules before its PYTHONPATH); dist_train.sh is a new process
+    return popen_tool(
         args,
         cwd=PROJECT_ROOT,
         env=env,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True)
+        stderr=subprocess.STDOUT)
 
 
 def finish(proc, returncode=0, timeout=300):
