@@ -15,7 +15,7 @@
 # (projects/context_shift/tools/benchmark.py --detector rtmdet runs it all.)
 _base_ = [
     '../../../configs/calidet/calidet_rtmdet_tiny_coco-mini_cached.py',
-    './_base_/context_shift_data.py'
+    './_base_/context_shift_data.py', './_base_/rtmdet_size.py'
 ]
 
 rtmdet_config = 'projects/context_shift/configs/rtmdet_tiny_context-shift.py'
@@ -23,7 +23,12 @@ rtmdet_config = 'projects/context_shift/configs/rtmdet_tiny_context-shift.py'
 load_from = 'work_dirs/context_shift/rtmdet/iter_3000.pth'
 
 prior = '{{$MMCALIDET_CS_DATA:data/context_shift}}/priors/E_t.json'
-model = dict(prior=prior, bbox_head=dict(num_classes=10))
+# the RTMDet's size (_base_/rtmdet_size.py), with the CaliRTMDet's parts
+model = dict(
+    prior=prior,
+    backbone=_base_.cs_rtmdet_backbone,
+    neck=_base_.cs_rtmdet_neck,
+    bbox_head=_base_.cs_rtmdet_head)
 
 # 128 px scenes have 336 locations over RTMDet's three levels: all cached
 train_dataloader = dict(

@@ -2,18 +2,22 @@
 # 128 px scenes): the one-stage baseline of
 # `projects/context_shift/tools/benchmark.py --detector rtmdet`, the
 # RTMDet-tiny of configs/calidet/rtmdet_tiny_coco-mini.py (random init, BN,
-# RTMDet's AdamW at 4e-3) on the data of dino_tiny_context-shift.py
-# (_base_/context_shift_data.py). Data folder: $MMCALIDET_CS_DATA (default
-# data/context_shift).
+# RTMDet's AdamW at 4e-3), narrowed (_base_/rtmdet_size.py), on the data of
+# dino_tiny_context-shift.py (_base_/context_shift_data.py). Data folder:
+# $MMCALIDET_CS_DATA (default data/context_shift).
 #   python tools/train.py \
 #       projects/context_shift/configs/rtmdet_tiny_context-shift.py \
 #       --work-dir work_dirs/context_shift/rtmdet
 _base_ = [
     '../../../configs/calidet/rtmdet_tiny_coco-mini.py',
-    './_base_/context_shift_data.py'
+    './_base_/context_shift_data.py', './_base_/rtmdet_size.py'
 ]
 
-model = dict(bbox_head=dict(num_classes=10))
+# RTMDet-tiny narrowed for the 128 px scenes (_base_/rtmdet_size.py)
+model = dict(
+    backbone=_base_.cs_rtmdet_backbone,
+    neck=_base_.cs_rtmdet_neck,
+    bbox_head=_base_.cs_rtmdet_head)
 
 train_dataloader = _base_.cs_train_dataloader
 val_dataloader = _base_.cs_val_dataloader
