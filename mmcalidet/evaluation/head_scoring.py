@@ -14,10 +14,11 @@ its dense head as ``model.predict`` runs it, or with a post-hoc correction
 Priors, memoisation and supports are the :class:`Rescorer`'s; only the
 scoring step differs.
 """
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 import torch
+from mmdet.structures import DetDataSample
 from mmengine.structures import InstanceData
 from torch import Tensor
 
@@ -125,7 +126,8 @@ class HeadRescorer(Rescorer):
                 bar.update(len(idx))
         return results
 
-    def _plain_predict(self, feats, samples,
+    def _plain_predict(self, feats: Tuple[Tensor, ...],
+                       samples: List[DetDataSample],
                        priors: Optional[Tensor]) -> List[InstanceData]:
         """A plain one-stage detector's detections of a batch: its dense
         head's outputs, the class logits of every location corrected
