@@ -7,13 +7,18 @@ the detectors without a decoder (``CaliRTMDet``, ``CaliFasterRCNN``): from
 a :class:`~mmcalidet.evaluation.FeatureCache` it reruns the detector's
 prediction heads (``predict_from_feats``: the dense head, or the RPN and
 the RoI head) with V' of the prior, so the result equals ``model.predict``
-under the same prior on the same batches. Priors, memoisation and
-supports are the :class:`Rescorer`'s; only the scoring step differs.
+under the same prior on the same batches. It also scores a plain one-stage
+detector (``RTMDet``, the baseline a ``CaliRTMDet`` is compared with):
+its dense head as ``model.predict`` runs it, or with a post-hoc correction
+(:mod:`mmcalidet.evaluation.baselines`) of every location's class logits.
+Priors, memoisation and supports are the :class:`Rescorer`'s; only the
+scoring step differs.
 """
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 import torch
+from mmdet.structures import DetDataSample
 from mmengine.structures import InstanceData
 from torch import Tensor
 
@@ -30,11 +35,14 @@ class HeadRescorer(Rescorer):
         model (nn.Module): a calibratable one- or two-stage detector
             (``CalibratableSingleStageMixin`` /
             ``CalibratableTwoStageMixin``, e.g. ``CaliRTMDet``,
-            ``CaliFasterRCNN``), the one that filled the cache.
+            ``CaliFasterRCNN``) or a plain one-stage detector (a
+            ``bbox_head`` and no RoI head, e.g. ``RTMDet``), the one that
+            filled the cache.
         cache (FeatureCache): its features of the images.
-        correction: must be ``None``: a CaliDet detector calibrates itself
-            (post-hoc corrections need a plain DETR and a
-            :class:`Rescorer`).
+        correction (callable, optional): a post-hoc correction
+            ``correction(logits, priors) -> logits`` of a plain one-stage
+            detector's class logits (B, locations, K); ``None`` for a
+            CaliDet detector, which calibrates itself.
         batch_size (int): images per re-scoring step.
 
     The heads run in eval mode (the model's mode is restored after).
@@ -53,21 +61,25 @@ class HeadRescorer(Rescorer):
 
     def _check_model(self, model: torch.nn.Module,
                      correction: Optional[Callable]) -> None:
-        """Refuse all but a calibratable one- or two-stage detector, and
-        any post-hoc correction."""
+        """Refuse all but a calibratable one- or two-stage detector or a
+        plain one-stage one, and a post-hoc correction of a CaliDet
+        detector."""
         supported = ('a calibratable one- or two-stage detector '
                      '(CalibratableSingleStageMixin or '
                      'CalibratableTwoStageMixin, e.g. CaliRTMDet, '
-                     'CaliFasterRCNN)')
-        if correction is not None:
+                     'CaliFasterRCNN) or a plain one-stage detector (e.g. '
+                     'RTMDet)')
+        if self.calibratable and correction is not None:
             raise ValueError(
-                'HeadRescorer takes no post-hoc correction: it scores '
-                f'{supported}, which calibrates itself')
-        if not (self.calibratable and hasattr(model, 'predict_from_feats')):
-            raise TypeError(
-                f'HeadRescorer scores {supported}; got '
-                f'{type(model).__name__} (a DETR-family detector: Rescorer '
-                'on a DecoderCache)')
+                'HeadRescorer takes no post-hoc correction of a CaliDet '
+                'detector, which calibrates itself')
+        if self.calibratable and hasattr(model, 'predict_from_feats'):
+            return
+        if not self.calibratable and is_plain_one_stage(model):
+            return
+        raise TypeError(
+            f'HeadRescorer scores {supported}; got {type(model).__name__} '
+            '(a DETR-family detector: Rescorer on a DecoderCache)')
 
     def _vectors(self, priors: Optional[Tensor]) -> Tensor:
         """V' of a (K, K) prior or a (B, K, K) stack, with the supports
@@ -88,25 +100,94 @@ class HeadRescorer(Rescorer):
                 desc='scoring', enabled=progress, total=len(indices),
                 unit='img') as bar:
             cali = None
-            if stack is None and fn is None:
+            if self.calibratable and stack is None and fn is None:
                 cali = self._vectors(shared)
             for positions in self.cache.batches(indices, self.batch_size):
                 idx = indices[positions]
                 feats, samples = self.cache.get(idx, self.device)
-                vectors = cali
+                priors = shared
                 if stack is not None:
-                    vectors = self._vectors(stack[torch.as_tensor(
-                        positions, device=stack.device)])
+                    priors = stack[torch.as_tensor(
+                        positions, device=stack.device)]
                 elif fn is not None:
-                    vectors = self._vectors(
-                        self._check(self._as_tensor(fn(idx)), len(idx)))
-                batch = self.model.predict_from_feats(
-                    feats, samples, rescale=True, cali_vectors=vectors)
+                    priors = self._check(self._as_tensor(fn(idx)), len(idx))
+                if not self.calibratable:
+                    batch = self._plain_predict(feats, samples, priors)
+                else:
+                    batch = self.model.predict_from_feats(
+                        feats,
+                        samples,
+                        rescale=True,
+                        cali_vectors=cali
+                        if priors is shared else self._vectors(priors))
                 for pos, result in zip(positions, batch):
                     results[int(pos)] = result if \
                         self.device.type == 'cpu' else result.cpu()
                 bar.update(len(idx))
         return results
+
+    def _plain_predict(self, feats: Tuple[Tensor, ...],
+                       samples: List[DetDataSample],
+                       priors: Optional[Tensor]) -> List[InstanceData]:
+        """A plain one-stage detector's detections of a batch: its dense
+        head's outputs, the class logits of every location corrected
+        together (levels concatenated) under ``priors`` when there is a
+        correction, then the head's ``predict_by_feat``.
+
+        Args:
+            feats (tuple[Tensor]): the levels' (B, C, H, W) features.
+            samples (list[DetDataSample]): their data samples.
+            priors (Tensor, optional): (K, K) or (B, K, K).
+
+        Returns:
+            list[InstanceData]: per image ``bboxes``, ``scores``,
+            ``labels`` (original image coordinates).
+        """
+        head = self.model.bbox_head
+        outs = list(head(feats))
+        if self.correction is not None:
+            if priors is None:
+                raise ValueError('a post-hoc correction needs a prior')
+            outs[0] = corrected_levels(outs[0], priors, self.correction)
+        elif priors is not None:
+            raise ValueError(f'{type(self.model).__name__} takes no prior; '
+                             'pass a post-hoc correction to use one')
+        return head.predict_by_feat(
+            *outs, batch_img_metas=[s.metainfo for s in samples], rescale=True)
+
+
+def is_plain_one_stage(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a plain one-stage detector HeadRescorer scores:
+    ``extract_feat``, a dense ``bbox_head`` with ``predict_by_feat``, no
+    RoI head and no decoder."""
+    head = getattr(model, 'bbox_head', None)
+    return (hasattr(model, 'extract_feat') and head is not None
+            and hasattr(head, 'predict_by_feat')
+            and not hasattr(model, 'roi_head')
+            and not hasattr(model, 'decoder'))
+
+
+def corrected_levels(levels: List[Tensor], priors: Tensor,
+                     correction: Callable) -> List[Tensor]:
+    """A post-hoc correction of a dense head's class logits: the levels'
+    (B, K, H, W) maps as one (B, locations, K) tensor, corrected, split
+    back.
+
+    Args:
+        levels (list[Tensor]): per level, (B, K, H, W) logits.
+        priors (Tensor): (K, K) or (B, K, K).
+        correction (callable): ``correction(logits, priors) -> logits``.
+
+    Returns:
+        list[Tensor]: the corrected levels, shaped as given.
+    """
+    flat = [x.flatten(2).transpose(1, 2) for x in levels]
+    sizes = [x.shape[1] for x in flat]
+    fixed = correction(torch.cat(flat, dim=1), priors)
+    return [
+        part.transpose(1, 2).reshape(level.shape)
+        for part, level in zip(fixed.split(sizes, dim=1), levels)
+    ]
 
 
 def rescorer_for(model: torch.nn.Module,
@@ -134,7 +215,7 @@ def rescorer_for(model: torch.nn.Module,
     if isinstance(images, DecoderCache):
         return Rescorer(model, images, correction, batch_size)
     images = list(images)
-    if hasattr(model, 'predict_from_feats'):
+    if hasattr(model, 'predict_from_feats') or is_plain_one_stage(model):
         cache = FeatureCache.from_batches(model, image_batches(model, images))
         return HeadRescorer(model, cache, correction, batch_size)
     return Rescorer(model, cache_images(model, images), correction, batch_size)

@@ -19,6 +19,8 @@ from .baselines import (CORRECTION_NAMES, CORRECTIONS, build_correction,
                         class_frequencies)
 from .cache import cache_hidden_states, eval_fingerprint
 from .coco import CocoEvaluator, coco_evaluator_from_cfg
+from .feature_cache import FeatureCache
+from .head_scoring import rescorer_for
 from .scoring import Rescorer, is_calibratable
 from .sweep import Method
 
@@ -101,6 +103,15 @@ def resolve_train_prior(src, model, cfg, classes: Sequence[str]):
         raise ValueError('pass --train-prior (E_t): the detector has no '
                          'deployment prior')
     return load_prior_source(src, classes, len(classes), return_meta=True)
+
+
+def has_decoder(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a DETR-family detector, evaluated on a decoder
+    cache; a one- or two-stage detector is evaluated on a
+    :class:`FeatureCache` (:class:`~mmcalidet.evaluation.HeadRescorer`).
+    """
+    from mmdet.models.detectors import DetectionTransformer
+    return isinstance(model, DetectionTransformer)
 
 
 #: what of a data preprocessor decides the images a detector sees
@@ -208,7 +219,8 @@ class EvalSetup:
 
     Attributes:
         methods (list[Method]): the rows of the tables.
-        cache (DecoderCache): the main model's cache.
+        cache (DecoderCache | FeatureCache): the main model's cache (a
+            FeatureCache for a one- or two-stage detector).
         evaluator (CocoEvaluator): COCO metrics of the test set.
         train_prior (np.ndarray): E_t; ``train_meta`` its file's keys.
         classes (list[str]): class names.
@@ -316,9 +328,17 @@ class EvalSetup:
     def _cache(self, model, loader, cfg, checkpoint: str, name: str):
         """The decoder cache of ``model`` on the test loader: in memory, or
         made or reused in the ``cache_dir`` (reported, and recorded in
-        ``info['decoder_caches']``)."""
+        ``info['decoder_caches']``); for a one- or two-stage detector (no
+        decoder), its :class:`FeatureCache`, in memory."""
         opts = self._options
         cache_dir, dtype = opts['cache_dir'], opts['cache_dtype']
+        if not has_decoder(model):
+            if cache_dir is not None:
+                opts['report'](f'{name}: {type(model).__name__} has no '
+                               'decoder; its features stay in memory (the '
+                               'cache folder holds decoder caches)')
+            return FeatureCache.from_batches(
+                model, loader, progress=opts['progress'], total=len(loader))
         fingerprint = None if cache_dir is None else eval_fingerprint(
             cfg, checkpoint, model, loader.batch_size, dtype)
         cache = cache_hidden_states(
@@ -352,7 +372,7 @@ class EvalSetup:
     def _add(self, model, cache) -> None:
         name = type(model).__name__
         batch = self.rescore_batch_size
-        rescorer = Rescorer(model, cache, batch_size=batch)
+        rescorer = rescorer_for(model, cache, batch_size=batch)
         self.methods.append(Method(name, rescorer))
         if is_calibratable(model):
             self._register_train_support(rescorer)
@@ -369,4 +389,4 @@ class EvalSetup:
             fn = build_correction(corr, self.train_prior, freq, **kwargs)
             self.methods.append(
                 Method(f'{name} + {CORRECTION_NAMES[corr]}',
-                       Rescorer(model, cache, fn, batch)))
+                       rescorer_for(model, cache, fn, batch)))

@@ -3,7 +3,9 @@
 scored under any prior from its cached features gives what
 ``model.predict`` gives under the same prior (E0, shared, per image),
 remembers what it scored, and serves the site-prior fit and the
-self-calibration; a plain detector or a correction is refused.
+self-calibration; a plain one-stage detector gives its ``model.predict``,
+alone or under a post-hoc correction of its locations' logits; a
+correction of a CaliDet detector is refused.
 
 Four real coco-mini val images at most 256 px, random weights: only the
 equality of two paths is asserted, never what the weights detect."""
@@ -18,10 +20,12 @@ from mmdet.registry import DATASETS
 from mmengine.dataset import pseudo_collate
 
 from mmcalidet.evaluation import (CocoEvaluator, FeatureCache, HeadRescorer,
-                                  Method, PriorSpec, Rescorer,
-                                  SelfCalibrationResult, SitePriorFit,
-                                  cache_evaluator, evaluate_priors,
-                                  fit_site_prior, self_calibrate)
+                                  Method, PriorReweighting, PriorSpec,
+                                  Rescorer, SelfCalibrationResult,
+                                  SitePriorFit, cache_evaluator,
+                                  evaluate_priors, fit_site_prior,
+                                  rescorer_for, self_calibrate)
+from mmcalidet.evaluation.head_scoring import corrected_levels
 from mmcalidet.evaluation.online import stream_site
 from mmcalidet.priors import flat_prior
 from mmcalidet.testing import (build_detector, data_root, get_config,
@@ -270,12 +274,11 @@ def test_site_fit_self_calibration_stream_and_sweep_run_on_it(
     assert 'AP' in rows[0]
 
 
-def test_plain_detectors_corrections_and_bad_input_are_refused(
+def test_other_models_corrections_and_bad_input_are_refused(
         rtmdet, rtmdet_data):
     _, cache = rtmdet_data
-    plain = build_detector('calidet/rtmdet_tiny_coco-mini.py', seed=0)
     with pytest.raises(TypeError, match='calibratable one- or two-stage'):
-        HeadRescorer(plain, cache)
+        HeadRescorer(torch.nn.Linear(2, 2), cache)
     with pytest.raises(ValueError, match='no post-hoc correction'):
         HeadRescorer(rtmdet, cache, correction=lambda logits, p: logits)
     with pytest.raises(TypeError, match='HeadRescorer'):
@@ -291,3 +294,103 @@ def test_plain_detectors_corrections_and_bad_input_are_refused(
     assert len(sizes) == 2  # three landscape images, one portrait
     with pytest.raises(ValueError, match='different feature sizes'):
         cache.get([0, 3])
+
+
+@pytest.fixture(scope='module')
+def plain_rtmdet():
+    """The plain RTMDet-tiny (random weights), classification towers not
+    0 and no class bias, every detection kept."""
+    model = build_detector('calidet/rtmdet_tiny_coco-mini.py', seed=0)
+    head = model.bbox_head
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in head.cls_convs.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+        for conv in head.rtm_cls:
+            conv.bias.zero_()
+    head.test_cfg.update(
+        score_thr=0.0, nms_pre=200, max_per_img=50, min_bbox_size=-1)
+    return model.eval()
+
+
+def test_a_plain_one_stage_detector_and_its_corrections(plain_rtmdet):
+    batches = coco_mini_batches(RTMDET)
+    cache = FeatureCache.from_batches(plain_rtmdet, batches)
+    rescorer = rescorer_for(plain_rtmdet, cache, batch_size=3)
+    assert isinstance(rescorer, HeadRescorer)
+    assert not rescorer.calibratable
+    plain = model_predictions(plain_rtmdet, batches)
+    assert_same(rescorer.predict(), plain)
+    with pytest.raises(ValueError, match='takes no prior'):
+        rescorer.predict(flat_prior(K))
+    # the marginal re-weighting is the identity at its reference E_t, and
+    # moves the scores under another prior (shared or per image)
+    e_t = random_prior(13)
+    freq = np.linspace(0.05, 0.5, K)
+    reweight = HeadRescorer(plain_rtmdet, cache, PriorReweighting(e_t, freq))
+    assert reweight.calibratable is False and reweight.correction is not None
+    assert_same(reweight.predict(e_t), plain)
+    with pytest.raises(ValueError, match='needs a prior'):
+        reweight.predict()
+    other = reweight.predict(random_prior(17))
+    assert not torch.allclose(other[0].scores, plain[0].scores)
+    stack = np.stack([random_prior(17)] * len(cache))
+    assert_same(reweight.predict(stack), other)
+
+
+def test_a_correction_sees_every_location_of_an_image_at_once():
+    levels = [torch.randn(2, 3, 4, 4), torch.randn(2, 3, 2, 2)]
+    seen = []
+
+    def add_class_index(logits, priors):
+        seen.append(tuple(logits.shape))
+        return logits + torch.arange(3.0)
+
+    out = corrected_levels(levels, torch.eye(3), add_class_index)
+    assert seen == [(2, 20, 3)]
+    for before, after in zip(levels, out):
+        assert after.shape == before.shape
+        torch.testing.assert_close(
+            after - before,
+            torch.arange(3.0).view(1, 3, 1, 1).expand_as(before))
+
+
+def test_eval_setup_evaluates_a_one_stage_pair_on_one_feature_cache(tmp_path):
+    """EvalSetup of a CaliRTMDet that keeps a plain RTMDet's weights:
+    one FeatureCache serves both, and the plain RTMDet's rows (alone and
+    re-weighted) are HeadRescorers on it; at E_t the re-weighting gives
+    the plain RTMDet's detections."""
+    from mmengine.runner import save_checkpoint
+
+    from mmcalidet.evaluation import EvalSetup
+    plain = build_detector('calidet/rtmdet_tiny_coco-mini.py', seed=0)
+    plain_file = str(tmp_path / 'rtmdet.pth')
+    save_checkpoint(dict(state_dict=plain.state_dict()), plain_file)
+    cali = build_detector(RTMDET, seed=1)
+    missing = cali.load_state_dict(plain.state_dict(), strict=False)
+    assert not missing.unexpected_keys
+    cali_file = str(tmp_path / 'cali.pth')
+    save_checkpoint(dict(state_dict=cali.state_dict()), cali_file)
+    configs = osp.join(
+        osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))),
+        'configs', 'calidet')
+    setup = EvalSetup(
+        osp.join(configs, 'calidet_rtmdet_tiny_coco-mini.py'),
+        cali_file,
+        baseline_config=osp.join(configs, 'rtmdet_tiny_coco-mini.py'),
+        baseline_checkpoint=plain_file,
+        posthoc=['reweight'],
+        max_images=2,
+        progress=False)
+    assert isinstance(setup.cache, FeatureCache) and len(setup.cache) == 2
+    assert setup.info['shared_cache'] is True
+    names = [m.name for m in setup.methods]
+    assert names == ['CaliRTMDet', 'RTMDet', 'RTMDet + marginal re-weighting']
+    assert all(
+        isinstance(m.rescorer, HeadRescorer)
+        and m.rescorer.cache is setup.cache for m in setup.methods)
+    alone = setup.methods[1].rescorer.predict()
+    reweighted = setup.methods[2].rescorer.predict(setup.train_prior)
+    assert len(reweighted) == len(alone) == 2
+    for a, b in zip(reweighted, alone):
+        torch.testing.assert_close(a.scores, b.scores)

@@ -7,13 +7,13 @@ project's README.md."""
 from .data import VARIANTS as DATA_VARIANTS
 from .data import make_context_shift, variant_classes
 from .evaluation import SITES, claims, evaluate_all, write_results
-from .training import (SCHEDULES, VARIANTS, Training, ensure_data,
-                       ran_schedule, schedule, train_both, trained_config,
-                       training_settings)
+from .training import (DETECTORS, SCHEDULES, VARIANTS, Training,
+                       detector_configs, ensure_data, ran_schedule, schedule,
+                       train_both, trained_config, training_settings)
 
 __all__ = [
     'DATA_VARIANTS', 'make_context_shift', 'variant_classes', 'SITES',
     'claims', 'evaluate_all', 'write_results', 'SCHEDULES', 'VARIANTS',
     'Training', 'ensure_data', 'ran_schedule', 'schedule', 'train_both',
-    'trained_config', 'training_settings'
+    'trained_config', 'training_settings', 'DETECTORS', 'detector_configs'
 ]

@@ -99,8 +99,11 @@ def _eval_setup(trained: Dict, posthoc: Sequence[str], progress: bool,
             device='cuda' if torch.cuda.is_available() else 'cpu',
             progress=progress)
     if setup.info.get('shared_cache'):
+        plain, cali = trained.get('names', ('DINO', 'CaliDINO'))
+        kind = 'decoder' if trained.get('detector', 'dino') == 'dino' \
+            else 'feature'
         print(
-            '[eval] the CaliDINO keeps the DINO\'s trunk: one decoder '
+            f'[eval] the {cali} keeps the {plain}\'s trunk: one {kind} '
             'cache serves both',
             flush=True)
     return setup
@@ -408,22 +411,26 @@ def write_results(out_dir: str, results: Dict, trained: Dict, sched: Dict,
                f'{platform.python_version()}')
     cmd = ('python projects/context_shift/tools/benchmark.py ' +
            ' '.join(argv)).strip()
-    calidet = ('CaliDINO the same schedule from scratch.'
+    plain, cali = trained.get('names', ('DINO', 'CaliDINO'))
+    outputs = 'decoder outputs' if trained.get('detector', 'dino') == \
+        'dino' else 'dense locations (classification features)'
+    calidet = (f'{cali} the same schedule from scratch.'
                if sched['init'] == 'scratch' else
-               f'CaliDINO: {sched["calidet"]} CaliFormer updates on the '
-               'final DINO\'s cached decoder outputs ('
+               f'{cali}: {sched["calidet"]} CaliFormer updates on the '
+               f'final {plain}\'s cached {outputs} ('
                f'{_decay(sched["calidet_decay"], "update")}; the trunk '
-               'stays the DINO\'s).' if sched['init'] == 'cached' else
-               f'CaliDINO {sched["calidet"]} iterations from the DINO\'s '
+               f'stays the {plain}\'s).' if sched['init'] == 'cached' else
+               f'{cali} {sched["calidet"]} iterations from the {plain}\'s '
                f'iteration {sched["start"]} '
                f'({_decay(sched["calidet_decay"], "its iteration")}).')
+    caches = 'decoder caches' if plain == 'DINO' else 'feature caches'
     iters = len(next(iter(results['curves'].values()))) - 1
     sections = [
         (None, f'Command: `{cmd}`'), (None, f'Machine: {machine}'),
-        (None, f'Schedule: plain DINO {sched["dino"]} iterations of 4 '
+        (None, f'Schedule: plain {plain} {sched["dino"]} iterations of 4 '
          f'images ({_decay(sched["decay"])}); ' + calidet),
-        (None, f'Wall-clock: DINO training {_mins(secs["dino"])}, CaliDINO '
-         f'training {_mins(secs["calidet"])}, decoder caches '
+        (None, f'Wall-clock: {plain} training {_mins(secs["dino"])}, {cali} '
+         f'training {_mins(secs["calidet"])}, {caches} '
          f'{t["cache"]:.0f} s, injection table {t["injection"]:.0f} s, '
          f'sites {t["sites"]:.0f} s, deployment '
          f'{t.get("deployment", 0):.0f} s, sweep {t.get("sweep", 0):.0f} '
@@ -468,9 +475,15 @@ def write_results(out_dir: str, results: Dict, trained: Dict, sched: Dict,
              'streamed predictions against E_t on the same images.'))
     data = {k: v for k, v in results.items() if not k.endswith('_md')}
     data.update(
-        schedule=sched, training_seconds=secs, machine=machine, command=cmd)
-    return write_report(out_dir, 'results', 'Context-shift benchmark results',
-                        sections, data)[0]
+        schedule=sched,
+        training_seconds=secs,
+        machine=machine,
+        command=cmd,
+        detector=trained.get('detector', 'dino'),
+        methods=dict(plain=plain, calidet=cali))
+    title = 'Context-shift benchmark results' + (
+        '' if plain == 'DINO' else f' ({plain} and {cali})')
+    return write_report(out_dir, 'results', title, sections, data)[0]
 
 
 def _decay(at: Optional[int], unit: str = '') -> str:

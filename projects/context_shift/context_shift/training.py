@@ -41,6 +41,16 @@ VARIANTS = {
         'calidet_dino_tiny_context-shift_many-class_cached.py',
         data='data/context_shift_many-class'),
 }
+#: the benchmark's detectors (``--detector``): the DETR
+#: (DINO, the default) and the one-stage RTMDet, whose CaliRTMDet is
+#: calibrated on the plain RTMDet's dense cache (10 classes only)
+DETECTORS = ('dino', 'rtmdet')
+ONE_STAGE = dict(
+    rtmdet=dict(
+        baseline=CONFIGS + 'rtmdet_tiny_context-shift.py',
+        cached=CONFIGS + 'calidet_rtmdet_tiny_context-shift_cached.py',
+        variants=('digits', ),
+        names=('RTMDet', 'CaliRTMDet')))
 #: (dino iterations, fine-tune iterations, calibrator updates) per mode
 SCHEDULES = dict(full=(3000, 1000, 10000), quick=(900, 300, 3000))
 
@@ -439,13 +449,61 @@ def cache_dataset_key(config: str) -> str:
                      'not a calibrator config (--calidet-init cached)')
 
 
+def detector_configs(args: argparse.Namespace) -> Dict:
+    """The configs and folders of ``--detector`` (checked against the
+    variant and ``--calidet-init``).
+
+    Args:
+        args (argparse.Namespace): the benchmark's options (``detector``,
+            ``variant``, ``calidet_init``, ``calibrator_config``).
+
+    Returns:
+        dict: ``baseline`` (the plain detector's config), ``calidet`` (the
+        fine-tune config; ``None`` for a one-stage detector), ``cached``
+        (the calibrator config), ``baseline_dir`` and ``calidet_dir``
+        (sub-folder names), ``cache_dir`` (the training cache's folder
+        name, inside the baseline's) and ``names`` (plain, CaliDet).
+
+    Raises:
+        ValueError: a one-stage detector with another variant or init.
+    """
+    detector = getattr(args, 'detector', 'dino')
+    if detector == 'dino':
+        configs = VARIANTS[args.variant]
+        return dict(
+            baseline=configs['dino'],
+            calidet=configs['calidet'],
+            cached=args.calibrator_config or configs['cached'],
+            baseline_dir='dino',
+            calidet_dir='calidet',
+            cache_dir='decoder_cache_train',
+            names=('DINO', 'CaliDINO'))
+    one = ONE_STAGE[detector]
+    if args.variant not in one['variants']:
+        raise ValueError(f'--detector {detector} has configs for --variant '
+                         f'{" or ".join(one["variants"])} only')
+    if args.calidet_init != 'cached':
+        raise ValueError(f'--detector {detector}: only --calidet-init '
+                         'cached (the calibrator on its dense cache)')
+    return dict(
+        baseline=one['baseline'],
+        calidet=None,
+        cached=args.calibrator_config or one['cached'],
+        baseline_dir=detector,
+        calidet_dir=f'calidet_{detector}',
+        cache_dir='dense_cache_train',
+        names=one['names'])
+
+
 def train_both(args, sched: Dict, work_dir: str) -> Dict:
-    """Train the plain DINO and the CaliDINO (see :func:`schedule`)."""
-    configs = VARIANTS[args.variant]
-    dino_config, calidet_config = configs['dino'], configs['calidet']
-    cached_config = args.calibrator_config or configs['cached']
-    dino_dir = args.dino_work_dir or osp.join(work_dir, 'dino')
-    cali_dir = osp.join(work_dir, 'calidet')
+    """Train the plain detector (DINO or ``--detector``) and its CaliDet
+    twin (see :func:`schedule`)."""
+    configs = detector_configs(args)
+    dino_config, calidet_config = configs['baseline'], configs['calidet']
+    cached_config = configs['cached']
+    dino_dir = args.dino_work_dir or osp.join(work_dir,
+                                              configs['baseline_dir'])
+    cali_dir = osp.join(work_dir, configs['calidet_dir'])
     common = ['default_hooks.logger.interval=50'] + list(args.cfg_options)
     # both trainings seeded (before the user's overrides, which may reset
     # it): the same command trains the same models
@@ -491,7 +549,7 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
         cali_opts += [
             f'load_from={start}',  # the cache's source too (train.py)
             f'{cache}.source.config={dino_config}',
-            f'{cache}.cache_dir={osp.join(dino_dir, "decoder_cache_train")}',
+            f'{cache}.cache_dir={osp.join(dino_dir, configs["cache_dir"])}',
             f'default_hooks.logger.interval={max(1, sched["calidet"] // 10)}'
         ]
         secs['calidet'] = training(
@@ -510,6 +568,8 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
             cali_opts + common + list(args.calidet_options), args.retrain
             or secs['dino'] > 0, args.data).wait()
     return dict(
+        detector=getattr(args, 'detector', 'dino'),
+        names=configs['names'],
         dino_dir=dino_dir,
         calidet_dir=cali_dir,
         dino_config=dino_config,
