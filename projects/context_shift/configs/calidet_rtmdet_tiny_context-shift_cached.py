@@ -22,6 +22,7 @@ rtmdet_config = 'projects/context_shift/configs/rtmdet_tiny_context-shift.py'
 # the baseline, named once: tools/train.py makes the cache from it
 load_from = 'work_dirs/context_shift/rtmdet/iter_3000.pth'
 
+metainfo = _base_.cs_metainfo
 prior = '{{$MMCALIDET_CS_DATA:data/context_shift}}/priors/E_t.json'
 # the RTMDet's size (_base_/rtmdet_size.py), with the CaliRTMDet's parts
 model = dict(

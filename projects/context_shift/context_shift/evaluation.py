@@ -387,6 +387,33 @@ def claims(prior_rows,
     return out
 
 
+def _calibrator_schedule(sched: Dict, trained: Dict, plain: str,
+                         cali: str) -> str:
+    """The calibrated detector's schedule, in words (results.md).
+
+    Args:
+        sched (dict): the schedule as run (:func:`ran_schedule`).
+        trained (dict): :func:`train_both`'s result.
+        plain (str): the plain detector's name.
+        cali (str): the calibrated detector's name.
+
+    Returns:
+        str: one sentence.
+    """
+    outputs = 'decoder outputs' if trained.get('detector', 'dino') == \
+        'dino' else 'dense locations (classification features)'
+    if sched['init'] == 'scratch':
+        return f'{cali} the same schedule from scratch.'
+    if sched['init'] == 'cached':
+        return (f'{cali}: {sched["calidet"]} CaliFormer updates on the '
+                f'final {plain}\'s cached {outputs} ('
+                f'{_decay(sched["calidet_decay"], "update")}; the trunk '
+                f'stays the {plain}\'s).')
+    return (f'{cali} {sched["calidet"]} iterations from the {plain}\'s '
+            f'iteration {sched["start"]} '
+            f'({_decay(sched["calidet_decay"], "its iteration")}).')
+
+
 def write_results(out_dir: str, results: Dict, trained: Dict, sched: Dict,
                   argv: Sequence[str], total: float) -> str:
     """Write ``results.md`` and ``results.json``.
@@ -412,17 +439,7 @@ def write_results(out_dir: str, results: Dict, trained: Dict, sched: Dict,
     cmd = ('python projects/context_shift/tools/benchmark.py ' +
            ' '.join(argv)).strip()
     plain, cali = trained.get('names', ('DINO', 'CaliDINO'))
-    outputs = 'decoder outputs' if trained.get('detector', 'dino') == \
-        'dino' else 'dense locations (classification features)'
-    calidet = (f'{cali} the same schedule from scratch.'
-               if sched['init'] == 'scratch' else
-               f'{cali}: {sched["calidet"]} CaliFormer updates on the '
-               f'final {plain}\'s cached {outputs} ('
-               f'{_decay(sched["calidet_decay"], "update")}; the trunk '
-               f'stays the {plain}\'s).' if sched['init'] == 'cached' else
-               f'{cali} {sched["calidet"]} iterations from the {plain}\'s '
-               f'iteration {sched["start"]} '
-               f'({_decay(sched["calidet_decay"], "its iteration")}).')
+    calidet = _calibrator_schedule(sched, trained, plain, cali)
     caches = 'decoder caches' if plain == 'DINO' else 'feature caches'
     iters = len(next(iter(results['curves'].values()))) - 1
     sections = [

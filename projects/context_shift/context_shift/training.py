@@ -495,6 +495,25 @@ def detector_configs(args: argparse.Namespace) -> Dict:
         names=one['names'])
 
 
+def _schedule_options(iters: int, decay: int, interval: int) -> List[str]:
+    """The ``--cfg-options`` of a training's schedule.
+
+    Args:
+        iters (int): its iterations.
+        decay (int): the iteration of its learning-rate step.
+        interval (int): iterations between checkpoints.
+
+    Returns:
+        list[str]: the options.
+    """
+    return [
+        f'train_cfg.max_iters={iters}', f'train_cfg.val_begin={iters + 1}',
+        f'param_scheduler.0.end={iters}',
+        f'param_scheduler.0.milestones=[{decay}]',
+        f'default_hooks.checkpoint.interval={interval}'
+    ]
+
+
 def train_both(args, sched: Dict, work_dir: str) -> Dict:
     """Train the plain detector (DINO or ``--detector``) and its CaliDet
     twin (see :func:`schedule`)."""
@@ -512,21 +531,13 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
     def training(*a, **kw) -> Training:
         return Training(*a, progress=not args.no_progress, **kw)
 
-    def opts(iters, decay, interval):
-        return [
-            f'train_cfg.max_iters={iters}', f'train_cfg.val_begin={iters + 1}',
-            f'param_scheduler.0.end={iters}',
-            f'param_scheduler.0.milestones=[{decay}]',
-            f'default_hooks.checkpoint.interval={interval}'
-        ]
-
     interval = sched['dino'] - sched['start'] if sched['init'] == \
         'same-budget' else sched['dino']
-    dino_opts = opts(sched['dino'], sched['decay'], interval) + [
+    dino_opts = _schedule_options(sched['dino'], sched['decay'], interval) + [
         'default_hooks.checkpoint.max_keep_ckpts=-1'
     ] + seeded + common
-    cali_opts = opts(sched['calidet'], sched['calidet_decay'],
-                     sched['calidet']) + seeded
+    cali_opts = _schedule_options(sched['calidet'], sched['calidet_decay'],
+                                  sched['calidet']) + seeded
     if sched['init'] == 'scratch':
         # the DINO's lr for every part, side by side with the DINO
         cali_opts += [
