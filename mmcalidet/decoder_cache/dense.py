@@ -25,14 +25,12 @@ import contextlib
 from typing import Iterable, Optional
 
 import torch
-from mmdet.structures import SampleList
-from mmdet.structures.bbox import bbox_xyxy_to_cxcywh
-from torch import Tensor, nn
+from torch import nn
 
-from ..utils.progress import progress_bar
 from .dense_targets import dense_cls_convs, recording, select_locations
+from .samples import normalised_cxcywh
 from .store import DecoderCache
-from .writer import DecoderCacheWriter
+from .writer import DecoderCacheWriter, fill_targets_cache
 
 #: cached locations per image when a source names none
 DEFAULT_NUM_LOCATIONS = 1024
@@ -71,14 +69,6 @@ def _head_loss_records(model: nn.Module, batch: dict) -> tuple:
     return samples, levels, record
 
 
-def _normalised_boxes(bboxes: Tensor, samples: SampleList) -> Tensor:
-    """(B, N, 4) pixel x1y1x2y2 boxes as normalised cx, cy, w, h."""
-    scale = bboxes.new_tensor(
-        [[s.metainfo['img_shape'][1], s.metainfo['img_shape'][0]] * 2
-         for s in samples])
-    return bbox_xyxy_to_cxcywh(bboxes) / scale[:, None]
-
-
 def run_dense_head(model: nn.Module, batch: dict, num_locations: int,
                    generator: torch.Generator) -> tuple:
     """Run a one-stage detector's head loss on a batch and keep, per
@@ -108,7 +98,10 @@ def run_dense_head(model: nn.Module, batch: dict, num_locations: int,
     # (anchors, labels, label weights, box targets, assign metrics, ...)
     labels, weights, _, scores = (
         torch.cat(t, 1) for t in record['targets'][1:5])
-    boxes = _normalised_boxes(record['bboxes'], samples)
+    boxes = torch.stack([
+        normalised_cxcywh(bboxes, sample.metainfo['img_shape'])
+        for bboxes, sample in zip(record['bboxes'], samples)
+    ])
     hidden, kept_boxes, targets = [], [], []
     for i in range(b):
         index, weight = select_locations(labels[i], weights[i].float(),
@@ -160,12 +153,6 @@ def fill_dense_cache(model: nn.Module,
         num_levels=int(head.prior_generator.num_levels),
         num_classes=int(head.num_classes),
         num_locations=num_locations)
-    with writer, torch.no_grad(), progress_bar(
-            desc=desc, enabled=progress, total=total, unit='img',
-            leave=True) as bar:
-        for batch_id, batch in enumerate(data):
-            samples, hidden, boxes, targets = run_dense_head(
-                model, batch, num_locations, generator)
-            writer.add(hidden, boxes, samples, batch_id, targets=targets)
-            bar.update(len(samples))
-        return writer.commit()
+    return fill_targets_cache(
+        lambda batch: run_dense_head(model, batch, num_locations, generator),
+        data, writer, 'dense', progress, total, desc)

@@ -26,13 +26,12 @@ from typing import Iterable, Optional
 
 import torch
 from mmdet.structures import SampleList
-from mmdet.structures.bbox import bbox_xyxy_to_cxcywh
 from torch import Tensor, nn
 
-from ..utils.progress import progress_bar
 from .roi_targets import pad_rois, recording_rois, roi_cls_layer
+from .samples import normalised_cxcywh
 from .store import DecoderCache
-from .writer import DecoderCacheWriter
+from .writer import DecoderCacheWriter, fill_targets_cache
 
 
 def is_roi_model(model: nn.Module) -> bool:
@@ -113,11 +112,11 @@ def run_roi_head(model: nn.Module,
     images, rois = record['rois'][:, 0], record['rois'][:, 1:]
     hidden, boxes, targets = [], [], []
     for i, sample in enumerate(samples):
-        h, w = sample.metainfo['img_shape'][:2]
-        scale = rois.new_tensor([w, h, w, h])
         hidden.append(pad_rois(record['feats'], images, i, num_rois))
         boxes.append(
-            pad_rois(bbox_xyxy_to_cxcywh(rois) / scale, images, i, num_rois))
+            pad_rois(
+                normalised_cxcywh(rois, sample.metainfo['img_shape']), images,
+                i, num_rois))
         targets.append(_roi_targets(record, i, num_rois, num_classes))
     return (samples, torch.stack(hidden)[None], torch.stack(boxes)[None],
             torch.stack(targets))
@@ -153,13 +152,6 @@ def fill_roi_cache(model: nn.Module,
         num_levels=1,
         num_classes=int(model.roi_head.bbox_head.num_classes),
         num_locations=num_rois)
-    with writer, torch.no_grad(), progress_bar(
-            desc=desc, enabled=progress, total=total, unit='img',
-            leave=True) as bar:
-        for batch_id, batch in enumerate(data):
-            samples, hidden, boxes, targets = run_roi_head(
-                model, batch, num_rois)
-            writer.add(
-                hidden, boxes, samples, batch_id, targets=targets, head='roi')
-            bar.update(len(samples))
-        return writer.commit()
+    return fill_targets_cache(
+        lambda batch: run_roi_head(model, batch, num_rois), data, writer,
+        'roi', progress, total, desc)

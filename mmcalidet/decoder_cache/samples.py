@@ -2,11 +2,12 @@
 """Data samples to and from what a decoder cache stores of them: the
 metainfo the heads and evaluators read, and the ground-truth boxes and
 classes."""
-from typing import Dict, Tuple
+from typing import Dict, Sequence, Tuple
 
 import numpy as np
 import torch
 from mmdet.structures import DetDataSample
+from mmdet.structures.bbox import bbox_xyxy_to_cxcywh
 from mmengine.structures import InstanceData
 
 #: metainfo keys kept per image (what the DETR losses, ``predict_by_feat``
@@ -91,3 +92,19 @@ def with_predictions(data_sample: DetDataSample, pred) -> DetDataSample:
             out.set_field(data_sample.get(key), key)
     out.pred_instances = pred
     return out
+
+
+def normalised_cxcywh(bboxes: torch.Tensor,
+                      img_shape: Sequence[int]) -> torch.Tensor:
+    """Pixel x1, y1, x2, y2 boxes of an image as the caches keep them:
+    cx, cy, w, h normalised by the image's width and height.
+
+    Args:
+        bboxes (Tensor): (..., 4) boxes.
+        img_shape (Sequence[int]): the image's (height, width).
+
+    Returns:
+        Tensor: (..., 4) the normalised boxes.
+    """
+    h, w = img_shape[:2]
+    return bbox_xyxy_to_cxcywh(bboxes) / bboxes.new_tensor([w, h, w, h])

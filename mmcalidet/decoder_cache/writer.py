@@ -12,7 +12,7 @@ import shutil
 import socket
 import uuid
 import weakref
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ from mmdet.structures import DetDataSample
 from mmengine.logging import print_log
 from torch import Tensor
 
+from ..utils.progress import progress_bar
 from .fingerprint import LAYERS
 from .npy import NpyAppender
 from .samples import gt_arrays, metainfo_record
@@ -379,3 +380,39 @@ class DecoderCacheWriter:
         if self.folder is not None and osp.isdir(self.folder) and \
                 _PRIVATE.match(osp.basename(self.folder)):
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def fill_targets_cache(run_batch: Callable[[dict], tuple],
+                       data: Iterable[dict],
+                       writer: DecoderCacheWriter,
+                       head: str,
+                       progress: bool = True,
+                       total: Optional[int] = None,
+                       desc: str = 'cache') -> DecoderCache:
+    """Write what ``run_batch`` keeps of each batch (no gradients) into a
+    cache with targets and commit it (a failure removes what was written):
+    the loop of a dense head's and a box head's cache.
+
+    Args:
+        run_batch (callable): ``run_batch(batch)`` gives the data samples,
+            the features (1, B, Q, d), the boxes (1, B, Q, 4) and the
+            targets (B, Q, 4) of a batch.
+        data (Iterable[dict]): batches as a data loader yields them.
+        writer (DecoderCacheWriter): where they go.
+        head (str): the cache's kind, ``'dense'`` or ``'roi'``.
+        progress (bool): show a progress bar.
+        total (int, optional): images, for the progress bar.
+        desc (str): the progress bar's label.
+
+    Returns:
+        DecoderCache: the cache.
+    """
+    with writer, torch.no_grad(), progress_bar(
+            desc=desc, enabled=progress, total=total, unit='img',
+            leave=True) as bar:
+        for batch_id, batch in enumerate(data):
+            samples, hidden, boxes, targets = run_batch(batch)
+            writer.add(
+                hidden, boxes, samples, batch_id, targets=targets, head=head)
+            bar.update(len(samples))
+        return writer.commit()
