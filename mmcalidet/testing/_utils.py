@@ -98,11 +98,12 @@ def popen_tool(cmd: List[str],
     server = _tool_server()
     into_stdout = stderr == subprocess.STDOUT
     piped = stdout == subprocess.PIPE and into_stdout
+    # the command's form first: serves() starts the server
     forkable = (
-        server is not None and server.serves(env) and len(cmd) >= 2
-        and cmd[0] == sys.executable and cmd[1].endswith('.py') and
+        server is not None and len(cmd) >= 2 and cmd[0] == sys.executable
+        and cmd[1].endswith('.py') and
         (piped or hasattr(stdout, 'name') and
-         (into_stdout or hasattr(stderr, 'name'))))
+         (into_stdout or hasattr(stderr, 'name'))) and server.serves(env))
     if not forkable:
         return subprocess.Popen(
             cmd, cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=True)
