@@ -19,6 +19,7 @@ import torch
 from mmengine.logging import print_log
 
 from ..utils.progress import progress_bar
+from ..utils.validation import check_int
 from .dense import fill_dense_cache, is_dense_model
 from .fingerprint import (cache_fingerprint, fingerprint_changes,
                           fingerprint_digest)
@@ -338,12 +339,12 @@ def train_fingerprint(config: str,
         raise ValueError(f'passes must be >= 1, got {passes}')
     if dtype not in ('float32', 'float16'):
         raise ValueError(f'dtype must be float32 or float16, got {dtype!r}')
-    if num_locations is not None and int(num_locations) < 1:
-        raise ValueError(f'num_locations must be >= 1, got {num_locations}')
+    num_locations = check_int(
+        'num_locations', num_locations, 1, allow_none=True)
     fingerprint = cache_fingerprint(config, checkpoint, 'train', passes,
                                     indices, batch_size, dtype, layers, seed)
     if num_locations is not None:
-        fingerprint['num_locations'] = int(num_locations)
+        fingerprint['num_locations'] = num_locations
     return fingerprint
 
 

@@ -27,6 +27,7 @@ from typing import Iterable, Optional
 import torch
 from torch import nn
 
+from ..utils.validation import check_int
 from .dense_targets import dense_cls_convs, recording, select_locations
 from .samples import normalised_cxcywh
 from .store import DecoderCache
@@ -145,8 +146,11 @@ def fill_dense_cache(model: nn.Module,
     Returns:
         DecoderCache: the cache (``head='dense'``).
     """
-    num_locations = int(num_locations or DEFAULT_NUM_LOCATIONS)
-    generator = torch.Generator().manual_seed(int(seed or 0))
+    num_locations = check_int(
+        'num_locations', DEFAULT_NUM_LOCATIONS
+        if num_locations is None else num_locations, 1)
+    generator = torch.Generator().manual_seed(
+        check_int('seed', 0 if seed is None else seed, 0))
     model.eval()
     head = model.bbox_head
     writer.info.update(

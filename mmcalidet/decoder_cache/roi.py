@@ -28,6 +28,7 @@ import torch
 from mmdet.structures import SampleList
 from torch import Tensor, nn
 
+from ..utils.validation import check_int
 from .roi_targets import pad_rois, recording_rois, roi_cls_layer
 from .samples import normalised_cxcywh
 from .store import DecoderCache
@@ -146,7 +147,9 @@ def fill_roi_cache(model: nn.Module,
     Returns:
         DecoderCache: the cache (``head='roi'``).
     """
-    num_rois = int(num_rois or default_num_rois(model))
+    num_rois = check_int(
+        'num_rois', default_num_rois(model) if num_rois is None else num_rois,
+        1)
     model.eval()
     writer.info.update(
         num_levels=1,
