@@ -5,9 +5,12 @@ any prior.
 :class:`HeadRescorer` is the :class:`~mmcalidet.evaluation.Rescorer` of
 the detectors without a decoder (``CaliRTMDet``, ``CaliFasterRCNN``): from
 a :class:`~mmcalidet.evaluation.FeatureCache` it reruns the detector's
-prediction heads (``predict_from_feats``: the dense head, or the RPN and
-the RoI head) with V' of the prior, so the result equals ``model.predict``
-under the same prior on the same batches. It also scores a plain one-stage
+prediction heads with V' of the prior, so the result equals
+``model.predict`` under the same prior on the same batches: a two-stage
+detector's RPN and RoI head (``predict_from_feats``); a one-stage
+detector's dense head once per image, after which a prior costs the
+calibration term and the post-processing
+(:class:`~mmcalidet.evaluation.dense_outputs.DenseHeadOutputs`). It also scores a plain one-stage
 detector (``RTMDet``, the baseline a ``CaliRTMDet`` is compared with):
 its dense head as ``model.predict`` runs it, or with a post-hoc correction
 (:mod:`mmcalidet.evaluation.baselines`) of every location's class logits.
@@ -23,6 +26,7 @@ from mmengine.structures import InstanceData
 from torch import Tensor
 
 from ..utils.progress import progress_bar
+from .dense_outputs import DenseHeadOutputs, has_dense_head
 from .feature_cache import FeatureCache, evaluating
 from .scoring import Rescorer
 
@@ -58,6 +62,9 @@ class HeadRescorer(Rescorer):
                             '(FeatureCache.from_batches(model, batches)), got '
                             f'{type(cache).__name__}')
         super().__init__(model, cache, correction, batch_size)
+        #: a one-stage head's outputs, run once per image (two-stage: None)
+        self._dense = DenseHeadOutputs(model.bbox_head) \
+            if has_dense_head(model) else None
 
     def _check_model(self, model: torch.nn.Module,
                      correction: Optional[Callable]) -> None:
@@ -104,67 +111,64 @@ class HeadRescorer(Rescorer):
                 cali = self._vectors(shared)
             for positions in self.cache.batches(indices, self.batch_size):
                 idx = indices[positions]
-                feats, samples = self.cache.get(idx, self.device)
                 priors = shared
                 if stack is not None:
                     priors = stack[torch.as_tensor(
                         positions, device=stack.device)]
                 elif fn is not None:
                     priors = self._check(self._as_tensor(fn(idx)), len(idx))
-                if not self.calibratable:
-                    batch = self._plain_predict(feats, samples, priors)
-                else:
-                    batch = self.model.predict_from_feats(
-                        feats,
-                        samples,
-                        rescale=True,
-                        cali_vectors=cali
-                        if priors is shared else self._vectors(priors))
+                if self.calibratable:
+                    priors = cali if priors is shared else \
+                        self._vectors(priors)
+                batch = self._predict_batch(idx, priors)
                 for pos, result in zip(positions, batch):
                     results[int(pos)] = result if \
                         self.device.type == 'cpu' else result.cpu()
                 bar.update(len(idx))
         return results
 
-    def _plain_predict(self, feats: Tuple[Tensor, ...],
-                       samples: List[DetDataSample],
-                       priors: Optional[Tensor]) -> List[InstanceData]:
-        """A plain one-stage detector's detections of a batch: its dense
-        head's outputs, the class logits of every location corrected
-        together (levels concatenated) under ``priors`` when there is a
-        correction, then the head's ``predict_by_feat``.
+    def _predict_batch(self, idx: np.ndarray,
+                       prior: Optional[Tensor]) -> List[InstanceData]:
+        """The detections of a batch of cached images.
 
         Args:
-            feats (tuple[Tensor]): the levels' (B, C, H, W) features.
-            samples (list[DetDataSample]): their data samples.
-            priors (Tensor, optional): (K, K) or (B, K, K).
+            idx (np.ndarray): their cache indices (one feature size).
+            prior (Tensor, optional): V' of a CaliDet detector, (K, d) or
+                (B, K, d); a plain detector's prior for its correction,
+                (K, K) or (B, K, K), or ``None``.
 
         Returns:
             list[InstanceData]: per image ``bboxes``, ``scores``,
             ``labels`` (original image coordinates).
         """
-        head = self.model.bbox_head
-        outs = list(head(feats))
-        if self.correction is not None:
-            if priors is None:
+        if self._dense is None:
+            feats, samples = self.cache.get(idx, self.device)
+            return self.model.predict_from_feats(
+                feats, samples, rescale=True, cali_vectors=prior)
+        outs, inputs = self._dense.get(
+            idx, lambda: self.cache.get(idx, self.device)[0])
+        if self.calibratable:
+            outs[0] = self._dense.calibrated_scores(outs[0], inputs, prior)
+        elif self.correction is not None:
+            if prior is None:
                 raise ValueError('a post-hoc correction needs a prior')
-            outs[0] = corrected_levels(outs[0], priors, self.correction)
-        elif priors is not None:
+            outs[0] = corrected_levels(outs[0], prior, self.correction)
+        elif prior is not None:
             raise ValueError(f'{type(self.model).__name__} takes no prior; '
                              'pass a post-hoc correction to use one')
-        return head.predict_by_feat(
-            *outs, batch_img_metas=[s.metainfo for s in samples], rescale=True)
+        return self.model.bbox_head.predict_by_feat(
+            *outs,
+            batch_img_metas=[
+                self.cache.data_samples[int(k)].metainfo for k in idx
+            ],
+            rescale=True)
 
 
 def is_plain_one_stage(model: torch.nn.Module) -> bool:
     """Whether ``model`` is a plain one-stage detector HeadRescorer scores:
     ``extract_feat``, a dense ``bbox_head`` with ``predict_by_feat``, no
     RoI head and no decoder."""
-    head = getattr(model, 'bbox_head', None)
-    return (hasattr(model, 'extract_feat') and head is not None
-            and hasattr(head, 'predict_by_feat')
-            and not hasattr(model, 'roi_head')
-            and not hasattr(model, 'decoder'))
+    return hasattr(model, 'extract_feat') and has_dense_head(model)
 
 
 def corrected_levels(levels: List[Tensor], priors: Tensor,

@@ -29,7 +29,8 @@ model = dict(
     prior=prior,
     backbone=_base_.cs_rtmdet_backbone,
     neck=_base_.cs_rtmdet_neck,
-    bbox_head=_base_.cs_rtmdet_head)
+    bbox_head=_base_.cs_rtmdet_head,
+    test_cfg=_base_.cs_rtmdet_test_cfg)
 
 # 128 px scenes have 336 locations over RTMDet's three levels: all cached
 train_dataloader = dict(

@@ -17,7 +17,8 @@ _base_ = [
 model = dict(
     backbone=_base_.cs_rtmdet_backbone,
     neck=_base_.cs_rtmdet_neck,
-    bbox_head=_base_.cs_rtmdet_head)
+    bbox_head=_base_.cs_rtmdet_head,
+    test_cfg=_base_.cs_rtmdet_test_cfg)
 
 train_dataloader = _base_.cs_train_dataloader
 val_dataloader = _base_.cs_val_dataloader
