@@ -48,7 +48,8 @@ class DenseHeadOutputs:
         """Bytes of everything kept."""
         return sum(x.numel() * x.element_size()
                    for outs, inputs in self._kept.values()
-                   for x in [t for level in outs for t in level] + list(inputs))
+                   for x in [t for level in outs
+                             for t in level] + list(inputs))
 
     def _run(self, feats: Tuple[Tensor, ...]) -> Tuple[tuple, List[Tensor]]:
         """The head's outputs on a batch (V' = 0 for a CaliDet head) and
@@ -57,14 +58,21 @@ class DenseHeadOutputs:
             return tuple(self.head(feats)), []
         convs = list(self.head.dense_cls_convs().values())
         seen: Dict[int, Tuple[Tensor, Tensor]] = {}
+
+        def keep(level: int):
+
+            def hook(conv, args, out):
+                seen[level] = (args[0], out)
+
+            return hook
+
         hooks = [
-            conv.register_forward_hook(
-                lambda mod, args, out, i=i: seen.__setitem__(i, (args[0], out)))
-            for i, conv in enumerate(convs)
+            conv.register_forward_hook(keep(i)) for i, conv in enumerate(convs)
         ]
         k, d = self.head.num_classes, self.head.calibrated_feature_dims()
         try:
-            outs = tuple(self.head(feats, cali_vectors=feats[0].new_zeros(k, d)))
+            outs = tuple(
+                self.head(feats, cali_vectors=feats[0].new_zeros(k, d)))
         finally:
             for hook in hooks:
                 hook.remove()
@@ -96,8 +104,8 @@ class DenseHeadOutputs:
             outs, inputs = self._run(feats())
             for i, k in enumerate(idx):
                 self._kept[k] = (tuple(
-                    tuple(level[i] for level in out) for out in outs),
-                                 tuple(x[i] for x in inputs))
+                    tuple(level[i] for level in out)
+                    for out in outs), tuple(x[i] for x in inputs))
         kept = [self._kept[k] for k in idx]
         outs = [[
             torch.stack([img[0][o][level] for img in kept])
@@ -140,4 +148,3 @@ def has_dense_head(model: nn.Module) -> bool:
     return (head is not None and hasattr(head, 'predict_by_feat')
             and not hasattr(model, 'roi_head')
             and not hasattr(model, 'decoder'))
-

@@ -10,18 +10,18 @@ prediction heads with V' of the prior, so the result equals
 detector's RPN and RoI head (``predict_from_feats``); a one-stage
 detector's dense head once per image, after which a prior costs the
 calibration term and the post-processing
-(:class:`~mmcalidet.evaluation.dense_outputs.DenseHeadOutputs`). It also scores a plain one-stage
-detector (``RTMDet``, the baseline a ``CaliRTMDet`` is compared with):
-its dense head as ``model.predict`` runs it, or with a post-hoc correction
-(:mod:`mmcalidet.evaluation.baselines`) of every location's class logits.
+(:class:`~mmcalidet.evaluation.dense_outputs.DenseHeadOutputs`). It also
+scores a plain one-stage detector (``RTMDet``, the baseline a
+``CaliRTMDet`` is compared with): its dense head as ``model.predict`` runs
+it, or with a post-hoc correction (:mod:`mmcalidet.evaluation.baselines`)
+of every location's class logits.
 Priors, memoisation and supports are the :class:`Rescorer`'s; only the
 scoring step differs.
 """
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional
 
 import numpy as np
 import torch
-from mmdet.structures import DetDataSample
 from mmengine.structures import InstanceData
 from torch import Tensor
 
