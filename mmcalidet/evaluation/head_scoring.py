@@ -7,7 +7,8 @@ the detectors without a decoder (``CaliRTMDet``, ``CaliFasterRCNN``): from
 a :class:`~mmcalidet.evaluation.FeatureCache` it reruns the detector's
 prediction heads with V' of the prior, so the result equals
 ``model.predict`` under the same prior on the same batches: a two-stage
-detector's RPN and RoI head (``predict_from_feats``); a one-stage
+detector's RPN once per image (its proposals are kept), its RoI head under
+each prior; a one-stage
 detector's dense head once per image, after which a prior costs the
 calibration term and the post-processing
 (:class:`~mmcalidet.evaluation.dense_outputs.DenseHeadOutputs`). It also
@@ -18,7 +19,7 @@ of every location's class logits.
 Priors, memoisation and supports are the :class:`Rescorer`'s; only the
 scoring step differs.
 """
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -65,17 +66,19 @@ class HeadRescorer(Rescorer):
         #: a one-stage head's outputs, run once per image (two-stage: None)
         self._dense = DenseHeadOutputs(model.bbox_head) \
             if has_dense_head(model) else None
+        #: a two-stage detector's RPN proposals per cache index
+        self._proposals: Dict[int, InstanceData] = {}
 
     def _check_model(self, model: torch.nn.Module,
                      correction: Optional[Callable]) -> None:
         """Refuse all but a calibratable one- or two-stage detector or a
-        plain one-stage one, and a post-hoc correction of a CaliDet
-        detector."""
+        plain one- or two-stage one, and a post-hoc correction of a CaliDet
+        detector or of a two-stage one."""
         supported = ('a calibratable one- or two-stage detector '
                      '(CalibratableSingleStageMixin or '
                      'CalibratableTwoStageMixin, e.g. CaliRTMDet, '
-                     'CaliFasterRCNN) or a plain one-stage detector (e.g. '
-                     'RTMDet)')
+                     'CaliFasterRCNN) or a plain one- or two-stage detector '
+                     '(e.g. RTMDet, FasterRCNN)')
         if self.calibratable and correction is not None:
             raise ValueError(
                 'HeadRescorer takes no post-hoc correction of a CaliDet '
@@ -83,6 +86,15 @@ class HeadRescorer(Rescorer):
         if self.calibratable and hasattr(model, 'predict_from_feats'):
             return
         if not self.calibratable and is_plain_one_stage(model):
+            return
+        if not self.calibratable and is_plain_two_stage(model):
+            if correction is not None:
+                raise ValueError(
+                    'the post-hoc corrections act on sigmoid class logits '
+                    f'(a DETR\'s or a one-stage head\'s); '
+                    f'{type(model).__name__}\'s RoI head scores with a '
+                    'softmax: compare its plain row only (--posthoc with '
+                    'no names)')
             return
         raise TypeError(
             f'HeadRescorer scores {supported}; got {type(model).__name__} '
@@ -142,9 +154,7 @@ class HeadRescorer(Rescorer):
             ``labels`` (original image coordinates).
         """
         if self._dense is None:
-            feats, samples = self.cache.get(idx, self.device)
-            return self.model.predict_from_feats(
-                feats, samples, rescale=True, cali_vectors=prior)
+            return self._two_stage_predict(idx, prior)
         outs, inputs = self._dense.get(
             idx, lambda: self.cache.get(idx, self.device)[0])
         if self.calibratable:
@@ -163,12 +173,46 @@ class HeadRescorer(Rescorer):
             ],
             rescale=True)
 
+    def _two_stage_predict(self, idx: np.ndarray,
+                           prior: Optional[Tensor]) -> List[InstanceData]:
+        """A two-stage detector's detections of a batch, as
+        ``TwoStageDetector.predict`` gives them after ``extract_feat``: the
+        RPN's proposals (run once per image and kept: the prior does not
+        reach the RPN), then the RoI head, calibrated by V' ``prior``."""
+        feats, samples = self.cache.get(idx, self.device)
+        if samples[0].get('proposals', None) is not None:
+            proposals = [s.proposals for s in samples]
+        else:
+            if any(int(k) not in self._proposals for k in idx):
+                found = self.model.rpn_head.predict(
+                    feats, samples, rescale=False)
+                self._proposals.update(zip(map(int, idx), found))
+            proposals = [self._proposals[int(k)] for k in idx]
+        if not self.calibratable:
+            if prior is not None:
+                raise ValueError(f'{type(self.model).__name__} takes no '
+                                 'prior')
+            return self.model.roi_head.predict(
+                feats, proposals, samples, rescale=True)
+        with self.model.calibrated_head.calibrated(prior):
+            return self.model.roi_head.predict(
+                feats, proposals, samples, rescale=True)
+
 
 def is_plain_one_stage(model: torch.nn.Module) -> bool:
     """Whether ``model`` is a plain one-stage detector HeadRescorer scores:
     ``extract_feat``, a dense ``bbox_head`` with ``predict_by_feat``, no
     RoI head and no decoder."""
     return hasattr(model, 'extract_feat') and has_dense_head(model)
+
+
+def is_plain_two_stage(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a plain two-stage detector HeadRescorer scores
+    (without a correction): ``extract_feat``, an RPN head and a RoI head,
+    and no calibration (``predict_from_feats``)."""
+    return (hasattr(model, 'extract_feat') and hasattr(model, 'rpn_head')
+            and hasattr(model, 'roi_head')
+            and not hasattr(model, 'predict_from_feats'))
 
 
 def corrected_levels(levels: List[Tensor], priors: Tensor,
@@ -199,7 +243,7 @@ def rescorer_for(model: torch.nn.Module,
                  correction: Optional[Callable] = None,
                  batch_size: int = 64) -> Rescorer:
     """The re-scorer of a detector over images: a :class:`HeadRescorer`
-    for a one- or two-stage CaliDet detector, else a :class:`Rescorer`.
+    for a one- or two-stage detector, else a :class:`Rescorer`.
 
     Args:
         model (nn.Module): the detector.
@@ -219,7 +263,8 @@ def rescorer_for(model: torch.nn.Module,
     if isinstance(images, DecoderCache):
         return Rescorer(model, images, correction, batch_size)
     images = list(images)
-    if hasattr(model, 'predict_from_feats') or is_plain_one_stage(model):
+    if hasattr(model, 'predict_from_feats') or is_plain_one_stage(model) \
+            or is_plain_two_stage(model):
         cache = FeatureCache.from_batches(model, image_batches(model, images))
         return HeadRescorer(model, cache, correction, batch_size)
     return Rescorer(model, cache_images(model, images), correction, batch_size)

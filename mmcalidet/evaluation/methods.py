@@ -20,7 +20,7 @@ from .baselines import (CORRECTION_NAMES, CORRECTIONS, build_correction,
 from .cache import cache_hidden_states, eval_fingerprint
 from .coco import CocoEvaluator, coco_evaluator_from_cfg
 from .feature_cache import FeatureCache
-from .head_scoring import rescorer_for
+from .head_scoring import is_plain_two_stage, rescorer_for
 from .scoring import Rescorer, is_calibratable
 from .sweep import Method
 
@@ -200,7 +200,8 @@ class EvalSetup:
         posthoc (Sequence[str], optional): post-hoc corrections of a plain
             detector (:data:`CORRECTIONS`; one named twice is compared
             once); ``None``: both, the marginal re-weighting only when
-            E_t's file has class frequencies.
+            E_t's file has class frequencies; none for a plain two-stage
+            detector (its RoI head scores with a softmax).
         cooc_beta (float): strength of the co-occurrence rescoring.
         train_prior (optional): E_t (see :func:`train_prior`).
         max_images (int, optional): evaluate the first N test images.
@@ -377,7 +378,14 @@ class EvalSetup:
         if is_calibratable(model):
             self._register_train_support(rescorer)
             return
-        for corr in (CORRECTIONS if self.posthoc is None else self.posthoc):
+        posthoc = self.posthoc
+        if posthoc is None and is_plain_two_stage(model):
+            # the corrections act on sigmoid logits; a RoI head's softmax
+            # has none (asked for by name, they are refused)
+            self._options['report'](f'{name}: no post-hoc correction of a '
+                                    'two-stage detector\'s softmax scores')
+            posthoc = []
+        for corr in (CORRECTIONS if posthoc is None else posthoc):
             freq = None
             if corr == 'reweight':
                 if self.posthoc is None and \

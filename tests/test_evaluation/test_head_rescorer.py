@@ -186,6 +186,28 @@ def test_equals_model_predict_under_e0_a_shared_and_per_image_priors(
     assert_same(rescorer.predict(stack), per_image)
 
 
+@pytest.mark.parametrize('name', ['rtmdet', 'faster_rcnn'])
+def test_what_the_prior_does_not_reach_runs_once_per_image(name, request):
+    """The dense head (one-stage) or the RPN (two-stage) runs on the first
+    scoring of an image only; later priors reuse what it gave."""
+    model = request.getfixturevalue(name)
+    _, cache = request.getfixturevalue(f'{name}_data')
+    part = model.bbox_head if name == 'rtmdet' else model.rpn_head
+    calls = []
+    hook = part.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        rescorer = HeadRescorer(model, cache, batch_size=1)
+        first = rescorer.predict(random_prior(3))
+        assert len(calls) == len(cache)
+        rescorer.predict(random_prior(5))
+        rescorer.predict(image_priors()[:len(cache)])
+        again = rescorer.predict(random_prior(3))
+    finally:
+        hook.remove()
+    assert len(calls) == len(cache)
+    assert_same(again, first)
+
+
 def test_any_images_in_any_order_equal_model_predict(rtmdet, rtmdet_data):
     batches, cache = rtmdet_data
     rescorer = HeadRescorer(rtmdet, cache, batch_size=3)

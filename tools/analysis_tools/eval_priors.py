@@ -21,7 +21,8 @@ import sys
 import time
 
 from mmcalidet.evaluation import (CONTENT_PRIORS, STANDARD_PRIORS,
-                                  cache_evaluator, protocol, write_report)
+                                  FeatureCache, cache_evaluator, protocol,
+                                  write_report)
 from mmcalidet.evaluation.baselines import describe_corrections
 from mmcalidet.evaluation.sweep import parse_prior_names
 from mmcalidet.utils.cli import finite_float, run_tool
@@ -89,7 +90,8 @@ def main(argv=None) -> int:
     if posthoc:
         notes += '\n' + '\n'.join(f'- {k}: {v}'
                                   for k, v in describe_corrections().items())
-    timing = (f'{setup.info["num_images"]} images; decoder cache '
+    kind = 'feature' if isinstance(setup.cache, FeatureCache) else 'decoder'
+    timing = (f'{setup.info["num_images"]} images; {kind} cache '
               f'{setup.cache.bytes_per_image / 2**20:.3f} MiB/image; cache '
               f'pass {cached - start:.1f} s, {len(rows)} re-scored '
               f'evaluations {done - cached:.1f} s.')
