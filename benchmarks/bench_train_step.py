@@ -193,7 +193,9 @@ def main() -> None:
         from mmcalidet.models.layers.dense_deform_attn import \
             use_dense_deform_attn
         use_dense_deform_attn(False)
-    batch = make_batch(args.batch_size, args.size, model.bbox_head.num_classes)
+    head = model.roi_head.bbox_head if hasattr(model, 'roi_head') \
+        else model.bbox_head  # a two-stage detector classifies RoIs
+    batch = make_batch(args.batch_size, args.size, head.num_classes)
     row = paired(lambda: detector_step(model, optim, batch),
                  lambda: backbone_step(model, backbone, batch), args.iters,
                  args.warmup)
@@ -203,7 +205,7 @@ def main() -> None:
           f'threads={torch.get_num_threads()} torch={torch.__version__} '
           f'deformable attention: {attention}')
     print(f'{"step":34s}{"min s":>8s}{"median s":>10s}')
-    print(f'{"DINO training iteration":34s}{row["a"]:8.3f}'
+    print(f'{type(model).__name__ + " training iteration":34s}{row["a"]:8.3f}'
           f'{row["a_median"]:10.3f}')
     print(f'{"ResNet-18 forward + backward":34s}{row["b"]:8.3f}')
     print(f'ratio {row["ratio"]:.2f} (per-pair IQR {row["iqr"]:.2f}; '
