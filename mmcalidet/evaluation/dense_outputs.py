@@ -33,7 +33,10 @@ class DenseHeadOutputs:
 
     Memory: what the head outputs plus, for a CaliDet head, the
     classification convs' input (``feat_channels`` per location), per
-    image; ``nbytes`` says how much.
+    image; ``nbytes`` says how much. What is kept is the head's output for
+    its weights at the first scoring, as a ``FeatureCache`` holds the
+    trunk's: a head trained further needs a new one (the CaliFormer and
+    ``rho`` are read at each scoring).
     """
 
     def __init__(self, head: nn.Module) -> None:
