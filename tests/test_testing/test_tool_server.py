@@ -14,6 +14,10 @@ import pytest
 from mmcalidet.testing import _utils, popen_tool, run_tool
 from mmcalidet.testing.tool_server import ForkedProcess, ToolServer
 
+# each test starts a tool server (a process that imports torch and mmdet)
+# and runs scripts in it: the tier of the tools run as subprocesses
+pytestmark = pytest.mark.slow
+
 SCRIPT = textwrap.dedent('''\
     import os, random, sys
     import torch
