@@ -5,8 +5,9 @@ docs/user_guides/evaluate.md and self_calibrate.md), one module per step:
 * ``methods``: the detectors of a run, their decoder caches, the methods
   (table rows) -- :class:`EvalSetup`;
 * ``cache``, ``scoring``: decoder caches and re-scoring under any prior;
-* ``feature_cache``, ``head_scoring``: the same for one- and two-stage
-  CaliDet detectors (cached ``extract_feat`` outputs, their heads rerun)
+* ``feature_cache``, ``head_scoring``, ``dense_outputs``: the same for
+  one- and two-stage detectors (cached ``extract_feat`` outputs; what the
+  prior does not reach, a dense head or an RPN, run once per image)
   -- :class:`FeatureCache`, :class:`HeadRescorer`;
 * ``sweep``: the injection table's priors and evaluation;
 * ``partitions``: subsets, sites and self-calibration subsets, each under
