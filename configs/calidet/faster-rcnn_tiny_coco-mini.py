@@ -1,7 +1,7 @@
-# mmdet's Faster R-CNN for CPU tests and benchmarks (the baseline of
-# calidet_faster-rcnn_tiny_coco-mini.py and of its calibrator on cached
-# RoIs): a ResNet-18 (random init) on coco-mini with the tiny schedule,
-# fewer proposals and sampled RoIs, as the CaliDet config.
+# mmdet's Faster R-CNN for CPU tests and benchmarks (the baseline and the
+# base of calidet_faster-rcnn_tiny_coco-mini.py, and so of its calibrator on
+# cached RoIs): a ResNet-18 (random init) on coco-mini with the tiny
+# schedule, fewer proposals and sampled RoIs.
 _base_ = [
     'mmdet::faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py',
     '../_base_/datasets/coco-mini.py', '../_base_/schedules/tiny.py'
