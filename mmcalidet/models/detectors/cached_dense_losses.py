@@ -18,6 +18,8 @@ from mmdet.structures import SampleList
 from mmdet.utils import reduce_mean
 from torch import Tensor, nn
 
+from ..layers.calibration_term import add_calibration
+
 
 def cached_level_logits(convs: List[nn.Conv2d], hidden: Tensor,
                         levels: Tensor) -> Tensor:
@@ -63,9 +65,7 @@ def calibrated_location_logits(head: nn.Module,
     with torch.set_grad_enabled(train_cls_convs and torch.is_grad_enabled()):
         logits = cached_level_logits(convs, hidden, levels)
     deltas = convs[0].channel_deltas(cali_vectors.to(hidden.dtype))
-    if deltas.dim() == 2:
-        return logits + head.rho * hidden @ deltas.t()
-    return logits + head.rho * torch.einsum('bqd,bcd->bqc', hidden, deltas)
+    return add_calibration(logits, hidden, deltas, head.rho)
 
 
 def cached_dense_head_losses(

@@ -18,6 +18,8 @@ from mmdet.models.losses import accuracy
 from mmdet.structures import SampleList
 from torch import Tensor, nn
 
+from ..layers.calibration_term import add_calibration
+
 
 def calibrated_roi_logits(head: nn.Module,
                           hidden: Tensor,
@@ -40,9 +42,7 @@ def calibrated_roi_logits(head: nn.Module,
     with torch.set_grad_enabled(train_fc_cls and torch.is_grad_enabled()):
         logits = F.linear(hidden, fc.weight, fc.bias)
     deltas = fc.output_deltas(cali_vectors.to(hidden.dtype))
-    if deltas.dim() == 2:
-        return logits + head.rho * hidden @ deltas.t()
-    return logits + head.rho * torch.einsum('bqd,bcd->bqc', hidden, deltas)
+    return add_calibration(logits, hidden, deltas, head.rho)
 
 
 def cached_roi_head_losses(head: nn.Module,
