@@ -12,6 +12,6 @@ cs_rtmdet_head = dict(
     num_classes=10, in_channels=64, feat_channels=64, stacked_convs=1)
 # test: the 300 best (location, class) pairs of each level enter the NMS, 100
 # detections an image (COCO's maxDets) instead of mmdet's 30,000 and 300: the
-# NMS of every pair was most of a re-scoring's cost, and the pairs past the
-# 300th of a level rarely survive it.
+# NMS of every pair was most of a re-scoring's cost (AP at E_t unchanged on
+# the demo's data-seed-0 models).
 cs_rtmdet_test_cfg = dict(nms_pre=300, max_per_img=100)
