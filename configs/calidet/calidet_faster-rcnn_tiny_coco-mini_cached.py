@@ -32,5 +32,11 @@ train_dataloader = dict(
             passes=2,
             num_locations=128)))
 # the CaliFormer alone at the calibrator's lr (2e-4, ../_base_/calibrator.py)
-optim_wrapper = _base_.calibrator_optim_wrapper
+# with AdamW, as every calibrator: the Faster R-CNN's SGD at that lr would
+# leave a transformer barely trained
+optim_wrapper = dict(
+    _base_.calibrator_optim_wrapper,
+    optimizer=dict(
+        _delete_=True, type='AdamW', lr=2e-4, weight_decay=1e-4,
+        fused=True))
 model_wrapper_cfg = _base_.calibrator_model_wrapper_cfg

@@ -16,7 +16,8 @@ so "DINO + correction at E_t" is the plain DINO.
   marginals scale them by how much more often E says a class appears next
   to the other classes than E_ref does (E holds conditionals only, so the
   marginals it implies are relative). It ignores which classes an image
-  shows.
+  shows. On a softmax classifier (a two-stage detector's RoI head) it is
+  Saerens et al.'s own form: ``PriorReweighting.softmax_shift``.
 * :class:`CooccurrenceRescoring` -- *co-occurrence rescoring* (a simple
   context rescoring of our own, in the spirit of classical co-occurrence
   context models, not a published method): every class c gets the
@@ -122,6 +123,21 @@ class PriorReweighting:
         freq = _as_tensor(self.class_freq, priors)
         ratio = self.implied_presence(priors) / ref.clamp_min(1e-12)
         return (freq * ratio).clamp(self.eps, 1 - self.eps)
+
+    def softmax_shift(self, priors: Tensor) -> Tensor:
+        """The correction of a softmax classifier (a RoI head's K classes
+        and background): Saerens et al.'s own form, each foreground
+        logit plus ``log(pi_target / pi_source)``, the background's
+        unchanged (its marginal kept).
+
+        Args:
+            priors (Tensor): (K, K) or (B, K, K).
+
+        Returns:
+            Tensor: the shift of the K foreground logits, (K,) or (B, K).
+        """
+        freq = _as_tensor(self.class_freq, priors)
+        return torch.log(self.target_marginals(priors)) - torch.log(freq)
 
     def __call__(self, logits: Tensor, priors) -> Tensor:
         """Corrected logits.

@@ -15,7 +15,10 @@ calibration term and the post-processing
 scores a plain one-stage detector (``RTMDet``, the baseline a
 ``CaliRTMDet`` is compared with): its dense head as ``model.predict`` runs
 it, or with a post-hoc correction (:mod:`mmcalidet.evaluation.baselines`)
-of every location's class logits.
+of every location's class logits; and a plain two-stage detector
+(``FasterRCNN``), as ``model.predict`` runs it or with the marginal
+re-weighting of its RoI head's softmax
+(:mod:`mmcalidet.evaluation.roi_correction`).
 Priors, memoisation and supports are the :class:`Rescorer`'s; only the
 scoring step differs.
 """
@@ -29,6 +32,7 @@ from torch import Tensor
 from ..utils.progress import progress_bar
 from .dense_outputs import DenseHeadOutputs, has_dense_head
 from .feature_cache import FeatureCache, evaluating
+from .roi_correction import check_softmax_correction, corrected_roi_scores
 from .scoring import Rescorer
 
 
@@ -40,14 +44,14 @@ class HeadRescorer(Rescorer):
         model (nn.Module): a calibratable one- or two-stage detector
             (``CalibratableSingleStageMixin`` /
             ``CalibratableTwoStageMixin``, e.g. ``CaliRTMDet``,
-            ``CaliFasterRCNN``) or a plain one-stage detector (a
-            ``bbox_head`` and no RoI head, e.g. ``RTMDet``), the one that
-            filled the cache.
+            ``CaliFasterRCNN``) or a plain one- or two-stage detector (e.g.
+            ``RTMDet``, ``FasterRCNN``), the one that filled the cache.
         cache (FeatureCache): its features of the images.
         correction (callable, optional): a post-hoc correction
             ``correction(logits, priors) -> logits`` of a plain one-stage
-            detector's class logits (B, locations, K); ``None`` for a
-            CaliDet detector, which calibrates itself.
+            detector's class logits (B, locations, K), or one with a
+            ``softmax_shift`` for a plain two-stage detector's RoI head;
+            ``None`` for a CaliDet detector, which calibrates itself.
         batch_size (int): images per re-scoring step.
 
     The heads run in eval mode (the model's mode is restored after).
@@ -72,8 +76,8 @@ class HeadRescorer(Rescorer):
     def _check_model(self, model: torch.nn.Module,
                      correction: Optional[Callable]) -> None:
         """Refuse all but a calibratable one- or two-stage detector or a
-        plain one- or two-stage one, and a post-hoc correction of a CaliDet
-        detector or of a two-stage one."""
+        plain one- or two-stage one, a post-hoc correction of a CaliDet
+        detector, and one without a softmax form of a two-stage one."""
         supported = ('a calibratable one- or two-stage detector '
                      '(CalibratableSingleStageMixin or '
                      'CalibratableTwoStageMixin, e.g. CaliRTMDet, '
@@ -89,12 +93,7 @@ class HeadRescorer(Rescorer):
             return
         if not self.calibratable and is_plain_two_stage(model):
             if correction is not None:
-                raise ValueError(
-                    'the post-hoc corrections act on sigmoid class logits '
-                    f'(a DETR\'s or a one-stage head\'s); '
-                    f'{type(model).__name__}\'s RoI head scores with a '
-                    'softmax: compare its plain row only (--posthoc with '
-                    'no names)')
+                check_softmax_correction(correction, type(model).__name__)
             return
         raise TypeError(
             f'HeadRescorer scores {supported}; got {type(model).__name__} '
@@ -189,9 +188,17 @@ class HeadRescorer(Rescorer):
                 self._proposals.update(zip(map(int, idx), found))
             proposals = [self._proposals[int(k)] for k in idx]
         if not self.calibratable:
+            if self.correction is not None:
+                if prior is None:
+                    raise ValueError('a post-hoc correction needs a prior')
+                with corrected_roi_scores(self.model.roi_head,
+                                          self.correction, prior):
+                    return self.model.roi_head.predict(
+                        feats, proposals, samples, rescale=True)
             if prior is not None:
                 raise ValueError(f'{type(self.model).__name__} takes no '
-                                 'prior')
+                                 'prior; pass a post-hoc correction to use '
+                                 'one')
             return self.model.roi_head.predict(
                 feats, proposals, samples, rescale=True)
         with self.model.calibrated_head.calibrated(prior):

@@ -200,8 +200,9 @@ class EvalSetup:
         posthoc (Sequence[str], optional): post-hoc corrections of a plain
             detector (:data:`CORRECTIONS`; one named twice is compared
             once); ``None``: both, the marginal re-weighting only when
-            E_t's file has class frequencies; none for a plain two-stage
-            detector (its RoI head scores with a softmax).
+            E_t's file has class frequencies; for a plain two-stage
+            detector the re-weighting only (its RoI head scores with a
+            softmax).
         cooc_beta (float): strength of the co-occurrence rescoring.
         train_prior (optional): E_t (see :func:`train_prior`).
         max_images (int, optional): evaluate the first N test images.
@@ -380,11 +381,12 @@ class EvalSetup:
             return
         posthoc = self.posthoc
         if posthoc is None and is_plain_two_stage(model):
-            # the corrections act on sigmoid logits; a RoI head's softmax
-            # has none (asked for by name, they are refused)
-            self._options['report'](f'{name}: no post-hoc correction of a '
-                                    'two-stage detector\'s softmax scores')
-            posthoc = []
+            # a RoI head's softmax has the re-weighting only (the
+            # co-occurrence rescoring, asked for by name, is refused)
+            self._options['report'](f'{name}: the marginal re-weighting '
+                                    'only (its RoI head scores with a '
+                                    'softmax)')
+            posthoc = ['reweight']
         for corr in (CORRECTIONS if posthoc is None else posthoc):
             freq = None
             if corr == 'reweight':

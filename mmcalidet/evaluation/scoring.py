@@ -87,9 +87,13 @@ class Rescorer:
     def head(self) -> torch.nn.Module:
         """The head whose classification is re-scored: the model's
         ``calibrated_head`` (the one owning the CaliFormer), else its
-        ``bbox_head``."""
+        ``bbox_head`` (a plain two-stage detector: its RoI head's)."""
         head = getattr(self.model, 'calibrated_head', None)
-        return self.model.bbox_head if head is None else head
+        if head is not None:
+            return head
+        if hasattr(self.model, 'roi_head'):
+            return self.model.roi_head.bbox_head
+        return self.model.bbox_head
 
     @property
     def reads_support(self) -> bool:

@@ -4,7 +4,8 @@ scored under any prior from its cached features gives what
 ``model.predict`` gives under the same prior (E0, shared, per image),
 remembers what it scored, and serves the site-prior fit and the
 self-calibration; a plain one-stage detector gives its ``model.predict``,
-alone or under a post-hoc correction of its locations' logits; a
+alone or under a post-hoc correction of its locations' logits, a plain
+two-stage one alone or re-weighted on its RoI head's softmax; a
 correction of a CaliDet detector is refused.
 
 Four real coco-mini val images at most 256 px, random weights: only the
@@ -19,12 +20,12 @@ from mmdet.datasets import CocoDataset
 from mmdet.registry import DATASETS
 from mmengine.dataset import pseudo_collate
 
-from mmcalidet.evaluation import (CocoEvaluator, FeatureCache, HeadRescorer,
-                                  Method, PriorReweighting, PriorSpec,
-                                  Rescorer, SelfCalibrationResult,
-                                  SitePriorFit, cache_evaluator,
-                                  evaluate_priors, fit_site_prior,
-                                  rescorer_for, self_calibrate)
+from mmcalidet.evaluation import (CocoEvaluator, CooccurrenceRescoring,
+                                  FeatureCache, HeadRescorer, Method,
+                                  PriorReweighting, PriorSpec, Rescorer,
+                                  SelfCalibrationResult, SitePriorFit,
+                                  cache_evaluator, evaluate_priors,
+                                  fit_site_prior, rescorer_for, self_calibrate)
 from mmcalidet.evaluation.head_scoring import corrected_levels
 from mmcalidet.evaluation.online import stream_site
 from mmcalidet.priors import flat_prior
@@ -358,6 +359,51 @@ def test_a_plain_one_stage_detector_and_its_corrections(plain_rtmdet):
     assert not torch.allclose(other[0].scores, plain[0].scores)
     stack = np.stack([random_prior(17)] * len(cache))
     assert_same(reweight.predict(stack), other)
+
+
+@pytest.fixture(scope='module')
+def plain_faster_rcnn():
+    """The plain tiny Faster R-CNN (random weights), fewer proposals,
+    every detection kept, on two coco-mini val images."""
+    model = build_detector('calidet/faster-rcnn_tiny_coco-mini.py', seed=0)
+    model.roi_head.test_cfg.score_thr = 0.0
+    model.roi_head.test_cfg.max_per_img = 50
+    model.rpn_head.test_cfg.update(nms_pre=200, max_per_img=50)
+    model.eval()
+    batches = coco_mini_batches('calidet/faster-rcnn_tiny_coco-mini.py',
+                                num=2)
+    return model, batches, FeatureCache.from_batches(model, batches)
+
+
+def test_a_plain_two_stage_detector_reweighted_is_a_fc_cls_bias_shift(
+        plain_faster_rcnn):
+    """The marginal re-weighting of a plain Faster R-CNN's softmax
+    (mmcalidet/evaluation/roi_correction.py) is the identity at E_ref, the
+    same per image as shared, and what ``model.predict`` gives with its
+    shift added to fc_cls's foreground biases."""
+    model, batches, cache = plain_faster_rcnn
+    corr = PriorReweighting(random_prior(13), np.linspace(0.05, 0.5, K))
+    rescorer = HeadRescorer(model, cache, corr)
+    plain = model_predictions(model, batches)
+    assert_same(rescorer.predict(corr.ref_prior), plain)  # 0 at E_ref
+    with pytest.raises(ValueError, match='needs a prior'):
+        rescorer.predict()
+    prior = random_prior(17)
+    shared = rescorer.predict(prior)
+    assert not torch.allclose(shared[0].scores, plain[0].scores)
+    assert_same(rescorer.predict(np.stack([prior] * len(cache))), shared)
+    bias = model.roi_head.bbox_head.fc_cls.bias
+    saved = bias.detach().clone()
+    try:
+        with torch.no_grad():
+            bias[:K] += corr.softmax_shift(
+                torch.as_tensor(prior, dtype=torch.float32))
+        assert_same(shared, model_predictions(model, batches))
+    finally:
+        with torch.no_grad():
+            bias.copy_(saved)
+    with pytest.raises(ValueError, match='CooccurrenceRescoring'):
+        HeadRescorer(model, cache, CooccurrenceRescoring(random_prior(1)))
 
 
 def test_a_correction_sees_every_location_of_an_image_at_once():

@@ -4,8 +4,9 @@ self_calibrate.py) on a one-stage (CaliRTMDet) and a two-stage
 (CaliFasterRCNN) detector, as a user runs them: each scores the detector
 from its cached features under the priors it asks for and writes its
 report. A plain one-stage baseline gets its post-hoc corrections; a plain
-two-stage one its plain row, and a correction of it asked for by name is
-refused in one line. Random weights: contracts, not accuracy."""
+two-stage one the marginal re-weighting of its softmax, and the
+co-occurrence rescoring asked for by name is refused in one line. Random
+weights: contracts, not accuracy."""
 import json
 import os.path as osp
 
@@ -68,22 +69,24 @@ def test_eval_priors_scores_the_detector_and_its_baseline(detectors, tmp_path):
         rows = json.load(f)['rows']
     methods = [(r['method'], r['prior']) for r in rows]
     expected = [(cali, p) for p in ('E0', 'E_x')] + [(plain, '-')]
-    if kind == 'one-stage':  # the corrections act on sigmoid logits
-        expected += [(f'{plain} + {c}', p) for c in ('marginal re-weighting',
-                                                     'co-occurrence rescoring')
-                     for p in ('E0', 'E_x')]
+    # the co-occurrence rescoring acts on sigmoid logits only
+    corrections = ('marginal re-weighting', 'co-occurrence rescoring') \
+        if kind == 'one-stage' else ('marginal re-weighting', )
+    expected += [(f'{plain} + {c}', p) for c in corrections
+                 for p in ('E0', 'E_x')]
     assert methods == expected
     assert all(0 <= r['AP'] <= 1 for r in rows)
     if kind == 'two-stage':
         res = run_tool(TOOLS + 'eval_priors.py', config, ckpt,
                        '--baseline-config', base, '--baseline-checkpoint',
                        base_ckpt, '--priors', 'E0',
-                       '--posthoc', 'reweight', '--out-dir',
+                       '--posthoc', 'cooccurrence', '--out-dir',
                        str(tmp_path / 'refused'), '--max-images', '4', *small)
         assert res.returncode == 1
         lines = res.stderr.strip().splitlines()
-        assert lines[-1].startswith('eval_priors.py: error: the post-hoc '
-                                    'corrections act on sigmoid class logits')
+        assert lines[-1].startswith(
+            'eval_priors.py: error: CooccurrenceRescoring acts on sigmoid '
+            'class logits only; FasterRCNN\'s RoI head scores with a softmax')
         assert 'Traceback' not in res.stderr
 
 

@@ -16,6 +16,13 @@ from .training import trained_config
 #: the deployment sites, in table order
 SITES = ('like_train', 'left_only', 'crossed', 'swapped')
 
+#: what each detector's calibrator learns from (results.md)
+CACHED_OUTPUTS = {
+    'dino': 'decoder outputs',
+    'rtmdet': 'dense locations (classification features)',
+    'faster-rcnn': 'sampled RoIs (fc_cls inputs)',
+}
+
 
 def _pct(v: Optional[float]) -> str:
     if v is None or v != v:
@@ -400,8 +407,7 @@ def _calibrator_schedule(sched: Dict, trained: Dict, plain: str,
     Returns:
         str: one sentence.
     """
-    outputs = 'decoder outputs' if trained.get('detector', 'dino') == \
-        'dino' else 'dense locations (classification features)'
+    outputs = CACHED_OUTPUTS[trained.get('detector', 'dino')]
     if sched['init'] == 'scratch':
         return f'{cali} the same schedule from scratch.'
     if sched['init'] == 'cached':

@@ -41,16 +41,27 @@ VARIANTS = {
         'calidet_dino_tiny_context-shift_many-class_cached.py',
         data='data/context_shift_many-class'),
 }
-#: the benchmark's detectors (``--detector``): the DETR
-#: (DINO, the default) and the one-stage RTMDet, whose CaliRTMDet is
-#: calibrated on the plain RTMDet's dense cache (10 classes only)
-DETECTORS = ('dino', 'rtmdet')
-ONE_STAGE = dict(
-    rtmdet=dict(
+#: the benchmark's detectors (``--detector``): the DETR (DINO, the
+#: default), the one-stage RTMDet and the two-stage Faster R-CNN, whose
+#: CaliDet twins are calibrated on the plain detector's cached features
+#: (dense locations, sampled RoIs; 10 classes only)
+DETECTORS = ('dino', 'rtmdet', 'faster-rcnn')
+CACHED_ONLY = {
+    'rtmdet':
+    dict(
         baseline=CONFIGS + 'rtmdet_tiny_context-shift.py',
         cached=CONFIGS + 'calidet_rtmdet_tiny_context-shift_cached.py',
+        cache_dir='dense_cache_train',
         variants=('digits', ),
-        names=('RTMDet', 'CaliRTMDet')))
+        names=('RTMDet', 'CaliRTMDet')),
+    'faster-rcnn':
+    dict(
+        baseline=CONFIGS + 'faster-rcnn_tiny_context-shift.py',
+        cached=CONFIGS + 'calidet_faster-rcnn_tiny_context-shift_cached.py',
+        cache_dir='roi_cache_train',
+        variants=('digits', ),
+        names=('FasterRCNN', 'CaliFasterRCNN')),
+}
 #: (dino iterations, fine-tune iterations, calibrator updates) per mode
 SCHEDULES = dict(full=(3000, 1000, 10000), quick=(900, 300, 3000))
 
@@ -459,13 +470,14 @@ def detector_configs(args: argparse.Namespace) -> Dict:
 
     Returns:
         dict: ``baseline`` (the plain detector's config), ``calidet`` (the
-        fine-tune config; ``None`` for a one-stage detector), ``cached``
-        (the calibrator config), ``baseline_dir`` and ``calidet_dir``
+        fine-tune config; ``None`` but for the DINO), ``cached`` (the
+        calibrator config), ``baseline_dir`` and ``calidet_dir``
         (sub-folder names), ``cache_dir`` (the training cache's folder
         name, inside the baseline's) and ``names`` (plain, CaliDet).
 
     Raises:
-        ValueError: a one-stage detector with another variant or init.
+        ValueError: the RTMDet or the Faster R-CNN with another variant
+            or init.
     """
     detector = getattr(args, 'detector', 'dino')
     if detector == 'dino':
@@ -478,20 +490,20 @@ def detector_configs(args: argparse.Namespace) -> Dict:
             calidet_dir='calidet',
             cache_dir='decoder_cache_train',
             names=('DINO', 'CaliDINO'))
-    one = ONE_STAGE[detector]
+    one = CACHED_ONLY[detector]
     if args.variant not in one['variants']:
         raise ValueError(f'--detector {detector} has configs for --variant '
                          f'{" or ".join(one["variants"])} only')
     if args.calidet_init != 'cached':
         raise ValueError(f'--detector {detector}: only --calidet-init '
-                         'cached (the calibrator on its dense cache)')
+                         'cached (the calibrator on its feature cache)')
     return dict(
         baseline=one['baseline'],
         calidet=None,
         cached=args.calibrator_config or one['cached'],
         baseline_dir=detector,
         calidet_dir=f'calidet_{detector}',
-        cache_dir='dense_cache_train',
+        cache_dir=one['cache_dir'],
         names=one['names'])
 
 

@@ -85,7 +85,7 @@ def _add_training_options(group: argparse._ArgumentGroup) -> None:
         '--dino-iters',
         type=positive_int,
         help='plain DINO iterations (the plain baseline\'s: the RTMDet\'s '
-        'with --detector rtmdet)')
+        'or the Faster R-CNN\'s with --detector)')
     group.add_argument(
         '--finetune-iters',
         type=positive_int,
@@ -116,8 +116,8 @@ def _add_training_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         '--dino-work-dir',
         help='the plain DINO training to use (trained there if missing; '
-        'default <work-dir>/dino, <work-dir>/rtmdet with --detector '
-        'rtmdet): ablations of the CaliDINO share one')
+        'default <work-dir>/dino, or <work-dir>/<detector> with '
+        '--detector): ablations of the CaliDINO share one')
 
 
 def _add_calibrator_options(group: argparse._ArgumentGroup) -> None:
@@ -275,11 +275,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         '--detector',
         choices=DETECTORS,
         default='dino',
-        help='the detector: the tiny DINO and its CaliDINO (default), or '
-        'the tiny one-stage RTMDet and its CaliRTMDet, whose CaliFormer '
-        'learns from the RTMDet\'s cached dense locations (10 classes, '
-        '--calidet-init cached only; --dino-iters sets the RTMDet\'s '
-        'iterations, --dino-work-dir its folder, default <work-dir>/rtmdet)')
+        help='the detector: the tiny DINO and its CaliDINO (default), the '
+        'tiny one-stage RTMDet and its CaliRTMDet, or the tiny two-stage '
+        'Faster R-CNN and its CaliFasterRCNN; the last two\'s CaliFormer '
+        'learns from the plain detector\'s cached features (dense '
+        'locations, sampled RoIs; 10 classes, --calidet-init cached only; '
+        '--dino-iters sets the plain detector\'s iterations, '
+        '--dino-work-dir its folder, default <work-dir>/<detector>)')
     parser.add_argument(
         '--quick',
         action='store_true',
