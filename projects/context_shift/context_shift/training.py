@@ -50,7 +50,11 @@ CACHED_ONLY = {
     'rtmdet':
     dict(
         baseline=CONFIGS + 'rtmdet_tiny_context-shift.py',
-        cached=CONFIGS + 'calidet_rtmdet_tiny_context-shift_cached.py',
+        # the support-aware prior with 10,000 CaliFormer updates at either
+        # budget (the project README, "The one-stage calibrator's updates")
+        cached=CONFIGS +
+        'calidet_rtmdet_tiny_context-shift_cached_support.py',
+        updates=10000,
         cache_dir='dense_cache_train',
         variants=('digits', ),
         names=('RTMDet', 'CaliRTMDet')),
@@ -372,6 +376,8 @@ def schedule(args: argparse.Namespace) -> Dict:
     # an explicit 0 is refused below, never replaced by the default
     dino = dino if args.dino_iters is None else args.dino_iters
     ft = ft if args.finetune_iters is None else args.finetune_iters
+    updates = CACHED_ONLY.get(getattr(args, 'detector', 'dino'),
+                              {}).get('updates', updates)
     updates = updates if args.calibrator_updates is None else \
         args.calibrator_updates
     if dino < 1 or ft < 1 or updates < 1:

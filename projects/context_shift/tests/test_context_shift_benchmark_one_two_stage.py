@@ -14,7 +14,7 @@ from mmengine.config import Config
 from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
 from mmcalidet.testing import PROJECT_ROOT, build_detector
 from projects.context_shift.context_shift import (SITES, detector_configs,
-                                                  make_context_shift)
+                                                  make_context_shift, schedule)
 
 CONFIGS = osp.join(PROJECT_ROOT, 'projects', 'context_shift', 'configs')
 DINO = osp.join(CONFIGS, 'dino_tiny_context-shift.py')
@@ -27,8 +27,8 @@ DETECTORS = {
     'rtmdet':
     dict(
         plain=osp.join(CONFIGS, 'rtmdet_tiny_context-shift.py'),
-        cached=osp.join(CONFIGS,
-                        'calidet_rtmdet_tiny_context-shift_cached.py'),
+        cached=osp.join(
+            CONFIGS, 'calidet_rtmdet_tiny_context-shift_cached_support.py'),
         names=('RTMDet', 'CaliRTMDet'),
         cache='dense_cache_train',
         per_image=16 * 16 + 8 * 8 + 4 * 4,
@@ -134,6 +134,22 @@ def test_refused_without_its_recipe(tmp_path, detector, benchmark_tool):
             tool.main(['--detector', name, '--data',
                        str(tmp_path / 'd')] + extra)
         assert not osp.exists(tmp_path / 'd')  # checked before generating
+
+
+def test_the_calirtmdets_calibrator_gets_10000_updates_at_either_budget(
+        benchmark_tool):
+    parse = benchmark_tool.parse_args
+    for budget in ([], ['--quick']):
+        args = parse(['--detector', 'rtmdet'] + budget)
+        assert schedule(args)['calidet'] == 10000
+        assert osp.join(PROJECT_ROOT, detector_configs(args)['cached']) \
+            == DETECTORS['rtmdet']['cached']
+    assert schedule(parse(['--quick']))['calidet'] == 3000  # the DINO's
+    assert schedule(parse(['--detector', 'faster-rcnn',
+                           '--quick']))['calidet'] == 3000
+    assert schedule(
+        parse(['--detector', 'rtmdet', '--calibrator-updates',
+               '7']))['calidet'] == 7
 
 
 @pytest.mark.slow

@@ -130,7 +130,8 @@ def _add_calibrator_options(group: argparse._ArgumentGroup) -> None:
         '--calibrator-updates',
         type=positive_int,
         help='CaliFormer updates on cached decoder outputs (--calidet-init '
-        'cached)')
+        'cached; default 10,000, 3,000 with --quick; the CaliRTMDet\'s '
+        '10,000 with either)')
     group.add_argument(
         '--calidet-init',
         choices=('cached', 'finetune', 'same-budget', 'scratch'),
