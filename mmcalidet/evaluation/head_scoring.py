@@ -7,8 +7,10 @@ the detectors without a decoder (``CaliRTMDet``, ``CaliFasterRCNN``): from
 a :class:`~mmcalidet.evaluation.FeatureCache` it reruns the detector's
 prediction heads with V' of the prior, so the result equals
 ``model.predict`` under the same prior on the same batches: a two-stage
-detector's RPN once per image (its proposals are kept), its RoI head under
-each prior; a one-stage
+detector's RPN and box head once per image (its proposals, ``fc_cls``
+inputs and box deltas are kept:
+:class:`~mmcalidet.evaluation.roi_outputs.RoIHeadOutputs`), after which
+a prior costs ``fc_cls`` and the post-processing; a one-stage
 detector's dense head once per image, after which a prior costs the
 calibration term and the post-processing
 (:class:`~mmcalidet.evaluation.dense_outputs.DenseHeadOutputs`). It also
@@ -22,6 +24,7 @@ re-weighting of its RoI head's softmax
 Priors, memoisation and supports are the :class:`Rescorer`'s; only the
 scoring step differs.
 """
+import contextlib
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
@@ -33,6 +36,7 @@ from ..utils.progress import progress_bar
 from .dense_outputs import DenseHeadOutputs, has_dense_head
 from .feature_cache import FeatureCache, evaluating
 from .roi_correction import check_softmax_correction, corrected_roi_scores
+from .roi_outputs import RoIHeadOutputs
 from .scoring import Rescorer
 
 
@@ -70,6 +74,9 @@ class HeadRescorer(Rescorer):
         #: a one-stage head's outputs, run once per image (two-stage: None)
         self._dense = DenseHeadOutputs(model.bbox_head) \
             if has_dense_head(model) else None
+        #: a two-stage detector's box-head outputs, run once per image
+        self._roi = RoIHeadOutputs(model.roi_head) \
+            if hasattr(model, 'roi_head') else None
         #: a two-stage detector's RPN proposals per cache index
         self._proposals: Dict[int, InstanceData] = {}
 
@@ -176,8 +183,11 @@ class HeadRescorer(Rescorer):
                            prior: Optional[Tensor]) -> List[InstanceData]:
         """A two-stage detector's detections of a batch, as
         ``TwoStageDetector.predict`` gives them after ``extract_feat``: the
-        RPN's proposals (run once per image and kept: the prior does not
-        reach the RPN), then the RoI head, calibrated by V' ``prior``."""
+        RPN's proposals and the box head's outputs but its class logits
+        (run once per image and kept: the prior reaches neither), then
+        the RoI head's post-processing of the class logits under
+        ``prior`` (V' of a CaliDet head, a plain one's prior for its
+        correction)."""
         feats, samples = self.cache.get(idx, self.device)
         if samples[0].get('proposals', None) is not None:
             proposals = [s.proposals for s in samples]
@@ -187,21 +197,32 @@ class HeadRescorer(Rescorer):
                     feats, samples, rescale=False)
                 self._proposals.update(zip(map(int, idx), found))
             proposals = [self._proposals[int(k)] for k in idx]
-        if not self.calibratable:
-            if self.correction is not None:
-                if prior is None:
-                    raise ValueError('a post-hoc correction needs a prior')
-                with corrected_roi_scores(self.model.roi_head,
-                                          self.correction, prior):
-                    return self.model.roi_head.predict(
-                        feats, proposals, samples, rescale=True)
+        head = self.model.roi_head.bbox_head
+        if self.calibratable:
+            calibrated = self.model.calibrated_head.calibrated(prior)
+
+            def score(x: Tensor, images: Tensor) -> Tensor:
+                return self.model.calibrated_head.cls_score(
+                    x, roi_images=images)
+        elif self.correction is not None:
+            if prior is None:
+                raise ValueError('a post-hoc correction needs a prior')
+            calibrated = contextlib.nullcontext()
+
+            def score(x: Tensor, images: Tensor) -> Tensor:
+                return corrected_roi_scores(
+                    head.fc_cls(x), self.correction, prior, images)
+        else:
             if prior is not None:
                 raise ValueError(f'{type(self.model).__name__} takes no '
                                  'prior; pass a post-hoc correction to use '
                                  'one')
-            return self.model.roi_head.predict(
-                feats, proposals, samples, rescale=True)
-        with self.model.calibrated_head.calibrated(prior):
+            calibrated = contextlib.nullcontext()
+
+            def score(x: Tensor, images: Tensor) -> Tensor:
+                return head.fc_cls(x)
+
+        with calibrated, self._roi.scoring(feats, proposals, idx, score):
             return self.model.roi_head.predict(
                 feats, proposals, samples, rescale=True)
 

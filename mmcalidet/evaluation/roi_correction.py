@@ -10,11 +10,10 @@ RoI under its own image's prior (a RoI's first column is its image's
 index in the batch). Corrections defined on sigmoid logits only (the
 co-occurrence rescoring) are refused by name.
 """
-from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 
 def check_softmax_correction(correction: Callable, detector: str) -> None:
@@ -35,39 +34,25 @@ def check_softmax_correction(correction: Callable, detector: str) -> None:
             'reweight) corrects')
 
 
-@contextmanager
-def corrected_roi_scores(roi_head: nn.Module, correction: Callable,
-                         priors: Tensor) -> Iterator[None]:
-    """Within the block, ``roi_head``'s box head scores every RoI with its
-    foreground logits shifted by ``correction.softmax_shift`` of its
-    image's prior.
+def corrected_roi_scores(cls_score: Tensor, correction: Callable,
+                         priors: Tensor, roi_images: Tensor) -> Tensor:
+    """A RoI head's class logits with each RoI's foreground logits
+    shifted by ``correction.softmax_shift`` of its image's prior.
 
     Args:
-        roi_head (nn.Module): a plain ``StandardRoIHead`` (or one with its
-            ``_bbox_forward``).
+        cls_score (Tensor): (N, K + 1) logits, background last.
         correction (callable): a correction with ``softmax_shift``
             (:func:`check_softmax_correction`).
         priors (Tensor): (K, K) for every image, or (B, K, K) for the B
-            images of the batch the head scores.
+            images of the batch.
+        roi_images (Tensor): (N,) the image index of every RoI
+            (``rois[:, 0]``).
 
-    Yields:
-        None: the head corrected until the block ends.
+    Returns:
+        Tensor: (N, K + 1) the corrected logits.
     """
     shift = correction.softmax_shift(priors)
-    forward = roi_head._bbox_forward
-
-    def shifted(x, rois: Tensor) -> dict:
-        results = forward(x, rois)
-        cls_score = results['cls_score']
-        per_roi = shift if shift.dim() == 1 else shift[rois[:, 0].long()]
-        k = per_roi.shape[-1]
-        results['cls_score'] = torch.cat(
-            [cls_score[:, :k] + per_roi.to(cls_score), cls_score[:, k:]],
-            dim=1)
-        return results
-
-    roi_head._bbox_forward = shifted
-    try:
-        yield
-    finally:
-        del roi_head._bbox_forward
+    per_roi = shift if shift.dim() == 1 else shift[roi_images.long()]
+    k = per_roi.shape[-1]
+    return torch.cat(
+        [cls_score[:, :k] + per_roi.to(cls_score), cls_score[:, k:]], dim=1)

@@ -189,23 +189,32 @@ def test_equals_model_predict_under_e0_a_shared_and_per_image_priors(
 
 @pytest.mark.parametrize('name', ['rtmdet', 'faster_rcnn'])
 def test_what_the_prior_does_not_reach_runs_once_per_image(name, request):
-    """The dense head (one-stage) or the RPN (two-stage) runs on the first
-    scoring of an image only; later priors reuse what it gave."""
+    """The dense head (one-stage), or the RPN and the box head's layers
+    before ``fc_cls`` (two-stage), run on the first scoring of an image
+    only; later priors reuse what they gave."""
     model = request.getfixturevalue(name)
     _, cache = request.getfixturevalue(f'{name}_data')
-    part = model.bbox_head if name == 'rtmdet' else model.rpn_head
-    calls = []
-    hook = part.register_forward_hook(lambda *args: calls.append(1))
+    parts = [model.bbox_head] if name == 'rtmdet' else [
+        model.rpn_head, model.roi_head.bbox_roi_extractor,
+        model.roi_head.bbox_head.shared_fcs[0]
+    ]
+    calls = {i: 0 for i in range(len(parts))}
+    hooks = [
+        part.register_forward_hook(
+            lambda *args, i=i: calls.__setitem__(i, calls[i] + 1))
+        for i, part in enumerate(parts)
+    ]
     try:
         rescorer = HeadRescorer(model, cache, batch_size=1)
         first = rescorer.predict(random_prior(3))
-        assert len(calls) == len(cache)
+        assert set(calls.values()) == {len(cache)}
         rescorer.predict(random_prior(5))
         rescorer.predict(image_priors()[:len(cache)])
         again = rescorer.predict(random_prior(3))
     finally:
-        hook.remove()
-    assert len(calls) == len(cache)
+        for hook in hooks:
+            hook.remove()
+    assert set(calls.values()) == {len(cache)}
     assert_same(again, first)
 
 

@@ -8,7 +8,6 @@ Faster R-CNN: tests/test_evaluation/test_head_rescorer.py.)"""
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from mmcalidet.evaluation import CooccurrenceRescoring, PriorReweighting
 from mmcalidet.evaluation.roi_correction import (check_softmax_correction,
@@ -42,34 +41,22 @@ def test_the_softmax_shift_is_saerens_form_and_0_at_e_ref():
     assert corr.softmax_shift(torch.stack([e_ref, prior])).shape == (2, K)
 
 
-class FixedScores(nn.Module):
-    """A RoI head stand-in: ``_bbox_forward`` gives fixed class logits."""
-
-    def __init__(self, cls_score):
-        super().__init__()
-        self.cls_score = cls_score
-
-    def _bbox_forward(self, x, rois):
-        return dict(cls_score=self.cls_score.clone(), bbox_pred=None)
-
-
-def test_each_roi_is_shifted_by_its_own_images_prior_then_restored():
+def test_each_roi_is_shifted_by_its_own_images_prior():
     corr = reweighting()
     priors = torch.as_tensor(np.stack([random_prior(3), random_prior(5)]),
                              dtype=torch.float32)
-    rois = torch.tensor([[1, 0, 0, 4, 4], [0, 1, 1, 5, 5], [1, 2, 2, 6, 6.]])
-    head = FixedScores(torch.randn(3, K + 1))
-    with corrected_roi_scores(head, corr, priors):
-        out = head._bbox_forward(None, rois)['cls_score']
+    cls_score = torch.randn(3, K + 1)
+    images = torch.tensor([1., 0., 1.])  # rois[:, 0]
+    out = corrected_roi_scores(cls_score, corr, priors, images)
     shift = corr.softmax_shift(priors)
     for row, image in enumerate([1, 0, 1]):
         torch.testing.assert_close(out[row, :K],
-                                   head.cls_score[row, :K] + shift[image])
-        assert out[row, K] == head.cls_score[row, K]  # background kept
-    # the head is itself again after the block
-    torch.testing.assert_close(
-        head._bbox_forward(None, rois)['cls_score'], head.cls_score)
-    assert '_bbox_forward' not in head.__dict__
+                                   cls_score[row, :K] + shift[image])
+        assert out[row, K] == cls_score[row, K]  # background kept
+    # a shared prior: every RoI the same shift
+    shared = corrected_roi_scores(cls_score, corr, priors[0], images)
+    torch.testing.assert_close(shared[:, :K] - cls_score[:, :K],
+                               shift[0].expand(3, K))
 
 
 def test_a_correction_without_a_softmax_form_is_refused_by_name():

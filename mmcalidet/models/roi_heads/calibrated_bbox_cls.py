@@ -103,6 +103,26 @@ class CalibratedBBoxClsMixin(LoMaMixin, CalibrationContextMixin):
         (their E_x for LoMa)."""
         return self._setting('_loma_samples', batch_data_samples)
 
+    @contextlib.contextmanager
+    def _calibrating(self, x: Tensor, cali_vectors: Optional[Tensor],
+                     roi_images: Optional[Tensor]) -> Iterator[None]:
+        """Inside the block, ``fc_cls`` calibrates its rows by V' (see
+        :meth:`forward` for the arguments)."""
+        if cali_vectors is None:
+            cali_vectors = self.current_cali_vectors(x)
+        if roi_images is None:
+            roi_images = self._roi_images
+        if cali_vectors.dim() == 3 and roi_images is None:
+            raise ValueError("per-image V' (B, K, d) needs the image index "
+                             'of every RoI (roi_images, rois[:, 0])')
+        fc = self.fc_cls
+        fc.cali_vectors, fc.rho = cali_vectors, self.rho
+        fc.row_images = roi_images if cali_vectors.dim() == 3 else None
+        try:
+            yield
+        finally:
+            fc.cali_vectors = fc.row_images = None
+
     def forward(self,
                 x: Tensor,
                 cali_vectors: Optional[Tensor] = None,
@@ -122,20 +142,27 @@ class CalibratedBBoxClsMixin(LoMaMixin, CalibrationContextMixin):
             tuple: the wrapped head's ``(cls_score, bbox_pred)``; only the
             first K columns of ``cls_score`` depend on V'.
         """
-        if cali_vectors is None:
-            cali_vectors = self.current_cali_vectors(x)
-        if roi_images is None:
-            roi_images = self._roi_images
-        if cali_vectors.dim() == 3 and roi_images is None:
-            raise ValueError("per-image V' (B, K, d) needs the image index "
-                             'of every RoI (roi_images, rois[:, 0])')
-        fc = self.fc_cls
-        fc.cali_vectors, fc.rho = cali_vectors, self.rho
-        fc.row_images = roi_images if cali_vectors.dim() == 3 else None
-        try:
+        with self._calibrating(x, cali_vectors, roi_images):
             return super().forward(x)
-        finally:
-            fc.cali_vectors = fc.row_images = None
+
+    def cls_score(self,
+                  cls_features: Tensor,
+                  cali_vectors: Optional[Tensor] = None,
+                  roi_images: Optional[Tensor] = None) -> Tensor:
+        """The calibrated ``fc_cls`` alone: the class logits of RoIs whose
+        ``fc_cls`` input is ``cls_features`` (what :meth:`forward` scores
+        them with, the rest of the head skipped).
+
+        Args:
+            cls_features (Tensor): (N, d) the inputs of ``fc_cls``.
+            cali_vectors (Tensor, optional): as :meth:`forward`'s.
+            roi_images (Tensor, optional): as :meth:`forward`'s.
+
+        Returns:
+            Tensor: (N, K + 1) logits.
+        """
+        with self._calibrating(cls_features, cali_vectors, roi_images):
+            return self.fc_cls(cls_features)
 
     def loss_and_target(self, cls_score: Tensor, bbox_pred: Tensor,
                         rois: Tensor, sampling_results: List, *args,
