@@ -384,6 +384,7 @@ def plain_faster_rcnn():
     return model, batches, FeatureCache.from_batches(model, batches)
 
 
+@pytest.mark.slow  # a second Faster R-CNN: not for the unit tier
 def test_a_plain_two_stage_detector_reweighted_is_a_fc_cls_bias_shift(
         plain_faster_rcnn):
     """The marginal re-weighting of a plain Faster R-CNN's softmax

@@ -33,8 +33,7 @@ test_evaluator = val_evaluator
 optim_wrapper = dict(
     optimizer=dict(
         _delete_=True, type='AdamW', lr=2e-4, weight_decay=1e-4,
-        fused=True),
-    clip_grad=dict(max_norm=10, norm_type=2))
+        fused=True))
 max_iters = 3000
 train_cfg = dict(max_iters=max_iters, val_interval=1000)
 param_scheduler = [
