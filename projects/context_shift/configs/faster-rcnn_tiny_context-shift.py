@@ -10,7 +10,8 @@
 #       --work-dir work_dirs/context_shift/faster-rcnn
 _base_ = [
     '../../../configs/calidet/faster-rcnn_tiny_coco-mini.py',
-    './_base_/context_shift_data.py', './_base_/faster_rcnn_size.py'
+    './_base_/context_shift_data.py', './_base_/faster_rcnn_size.py',
+    './_base_/context_shift_schedule.py'
 ]
 
 model = dict(
@@ -34,16 +35,7 @@ optim_wrapper = dict(
     optimizer=dict(
         _delete_=True, type='AdamW', lr=2e-4, weight_decay=1e-4,
         fused=True))
-max_iters = 3000
-train_cfg = dict(max_iters=max_iters, val_interval=1000)
-param_scheduler = [
-    dict(
-        type='MultiStepLR',
-        begin=0,
-        end=max_iters,
-        by_epoch=False,
-        milestones=[2500],
-        gamma=0.1)
-]
-default_hooks = dict(
-    logger=dict(interval=50), checkpoint=dict(interval=1000, max_keep_ckpts=3))
+max_iters = _base_.cs_max_iters
+train_cfg = _base_.cs_train_cfg
+param_scheduler = _base_.cs_param_scheduler
+default_hooks = _base_.cs_default_hooks

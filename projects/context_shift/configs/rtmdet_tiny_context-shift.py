@@ -10,7 +10,8 @@
 #       --work-dir work_dirs/context_shift/rtmdet
 _base_ = [
     '../../../configs/calidet/rtmdet_tiny_coco-mini.py',
-    './_base_/context_shift_data.py', './_base_/rtmdet_size.py'
+    './_base_/context_shift_data.py', './_base_/rtmdet_size.py',
+    './_base_/context_shift_schedule.py'
 ]
 
 # RTMDet-tiny narrowed for the 128 px scenes (_base_/rtmdet_size.py)
@@ -28,16 +29,7 @@ test_evaluator = val_evaluator
 
 # schedule: the DINO's length (3000 iterations of 4 images, lr x0.1 at
 # 2500); the benchmark sets its own (--dino-iters)
-max_iters = 3000
-train_cfg = dict(max_iters=max_iters, val_interval=1000)
-param_scheduler = [
-    dict(
-        type='MultiStepLR',
-        begin=0,
-        end=max_iters,
-        by_epoch=False,
-        milestones=[2500],
-        gamma=0.1)
-]
-default_hooks = dict(
-    logger=dict(interval=50), checkpoint=dict(interval=1000, max_keep_ckpts=3))
+max_iters = _base_.cs_max_iters
+train_cfg = _base_.cs_train_cfg
+param_scheduler = _base_.cs_param_scheduler
+default_hooks = _base_.cs_default_hooks

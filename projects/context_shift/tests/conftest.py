@@ -20,6 +20,24 @@ os.environ['PYTHONPATH'] = os.pathsep.join(
               if p])
 
 
+@pytest.fixture(scope='module')
+def tiny_bench_data(tmp_path_factory) -> str:
+    """A tiny benchmark data folder, made once per test module: 8 train
+    scenes and 3 val scenes per site, 64 px, digits of 10-16 px, seed 0.
+    """
+    from projects.context_shift.context_shift import make_context_shift
+    path = str(tmp_path_factory.mktemp('bench') / 'data')
+    make_context_shift(
+        path,
+        seed=0,
+        num_train=8,
+        num_val_per_site=3,
+        img_size=64,
+        digit_size=(10, 16),
+        progress=False)
+    return path
+
+
 @pytest.fixture(autouse=True)
 def _trainings_forked(monkeypatch):
     """The benchmark's trainings start as ``tools/train.py`` processes

@@ -14,7 +14,7 @@ from mmengine.config import Config
 from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
 from mmcalidet.testing import PROJECT_ROOT, build_detector
 from projects.context_shift.context_shift import (SITES, detector_configs,
-                                                  make_context_shift, schedule)
+                                                  schedule)
 
 CONFIGS = osp.join(PROJECT_ROOT, 'projects', 'context_shift', 'configs')
 DINO = osp.join(CONFIGS, 'dino_tiny_context-shift.py')
@@ -27,8 +27,8 @@ DETECTORS = {
     'rtmdet':
     dict(
         plain=osp.join(CONFIGS, 'rtmdet_tiny_context-shift.py'),
-        cached=osp.join(
-            CONFIGS, 'calidet_rtmdet_tiny_context-shift_cached_support.py'),
+        cached=osp.join(CONFIGS,
+                        'calidet_rtmdet_tiny_context-shift_cached_support.py'),
         names=('RTMDet', 'CaliRTMDet'),
         cache='dense_cache_train',
         per_image=16 * 16 + 8 * 8 + 4 * 4,
@@ -58,18 +58,9 @@ def classifier(model):
 
 
 @pytest.fixture(scope='module')
-def data(tmp_path_factory) -> str:
-    """A tiny benchmark data folder (8 train scenes, 3 val per site)."""
-    path = str(tmp_path_factory.mktemp('rtm') / 'data')
-    make_context_shift(
-        path,
-        seed=0,
-        num_train=8,
-        num_val_per_site=3,
-        img_size=64,
-        digit_size=(10, 16),
-        progress=False)
-    return path
+def data(tiny_bench_data) -> str:
+    """The tiny benchmark data (conftest's ``tiny_bench_data``)."""
+    return tiny_bench_data
 
 
 def _data_settings(cfg: Config, loader: str) -> dict:

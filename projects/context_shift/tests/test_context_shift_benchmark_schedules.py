@@ -9,7 +9,6 @@ import os.path as osp
 import pytest
 
 from mmcalidet.testing import PROJECT_ROOT, run_tool_in_process
-from projects.context_shift.context_shift import make_context_shift
 
 pytestmark = pytest.mark.slow
 
@@ -17,18 +16,9 @@ TOOL = osp.join('projects', 'context_shift', 'tools', 'benchmark.py')
 
 
 @pytest.fixture(scope='module')
-def data(tmp_path_factory) -> str:
-    """The benchmark data of test_context_shift_benchmark.py's runs."""
-    path = str(tmp_path_factory.mktemp('bench') / 'data')
-    make_context_shift(
-        path,
-        seed=0,
-        num_train=8,
-        num_val_per_site=3,
-        img_size=64,
-        digit_size=(10, 16),
-        progress=False)
-    return path
+def data(tiny_bench_data) -> str:
+    """The tiny benchmark data (conftest's ``tiny_bench_data``)."""
+    return tiny_bench_data
 
 
 def test_benchmark_rejects_a_bad_schedule(tmp_path, capsys, benchmark_tool):
