@@ -12,6 +12,7 @@ import torch
 from mmengine.config import Config
 
 from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
+from projects.context_shift.context_shift import make_context_shift
 from projects.context_shift.context_shift import training as training_module
 
 pytestmark = pytest.mark.slow
@@ -38,9 +39,17 @@ def _run(args, timeout=900):
 
 
 @pytest.fixture(scope='module')
-def bench(tmp_path_factory, tiny_bench_data):
+def bench(tmp_path_factory):
     root = tmp_path_factory.mktemp('bench')
-    data = tiny_bench_data
+    data = str(root / 'data')
+    make_context_shift(
+        data,
+        seed=0,
+        num_train=8,
+        num_val_per_site=3,
+        img_size=64,
+        digit_size=(10, 16),
+        progress=False)
     args = [
         '--data',
         data,
