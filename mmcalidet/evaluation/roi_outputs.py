@@ -32,8 +32,6 @@ class RoIHeadOutputs:
         self.roi_head = roi_head
         #: per cache index, (fc_cls inputs (N, d), box deltas (N, ...))
         self._kept: Dict[int, Optional[Tuple[Tensor, Tensor]]] = {}
-        #: box-head runs so far (one per batch with an image not kept)
-        self.runs = 0
 
     def _record(self, feats, proposals: List, idx: np.ndarray) -> None:
         """Run the box head once on the batch's proposals and keep each
@@ -50,7 +48,6 @@ class RoIHeadOutputs:
             out = self.roi_head._bbox_forward(feats, rois)
         finally:
             handle.remove()
-        self.runs += 1
         counts = [len(p) for p in proposals]
         for k, x, deltas in zip(idx, seen[0].split(counts),
                                 out['bbox_pred'].split(counts)):
