@@ -123,13 +123,33 @@ def dense_detections(boxes: np.ndarray, scores: np.ndarray,
         det_boxes, det_scores, det_labels = (det_boxes[valid],
                                              det_scores[valid],
                                              det_labels[valid])
+    return class_aware_nms(det_boxes, det_scores, det_labels,
+                           settings['iou_threshold'], settings['max_per_img'])
+
+
+def class_aware_nms(boxes: np.ndarray, scores: np.ndarray, labels: np.ndarray,
+                    iou_threshold: float,
+                    max_per_img: int) -> Tuple[np.ndarray, np.ndarray]:
+    """mmcv's ``batched_nms`` and the best ``max_per_img``: a greedy NMS
+    per class, the kept detections best first.
+
+    Args:
+        boxes (np.ndarray): (N, 4) x1 y1 x2 y2.
+        scores (np.ndarray): (N,).
+        labels (np.ndarray): (N,) their classes.
+        iou_threshold (float): see :func:`nms_keep`.
+        max_per_img (int): the most detections kept.
+
+    Returns:
+        tuple[np.ndarray, np.ndarray]: ``dets`` (M, 5: box and score) and
+        ``labels`` (M,).
+    """
     kept = []
-    for label in np.unique(det_labels):
-        index = np.nonzero(det_labels == label)[0]
-        kept.append(index[nms_keep(det_boxes[index], det_scores[index],
-                                   settings['iou_threshold'])])
+    for label in np.unique(labels):
+        index = np.nonzero(labels == label)[0]
+        kept.append(index[nms_keep(boxes[index], scores[index],
+                                   iou_threshold)])
     kept = np.concatenate(kept) if kept else np.zeros(0, np.int64)
-    kept = kept[np.argsort(-det_scores[kept], kind='stable')]
-    kept = kept[:settings['max_per_img']]
-    dets = np.concatenate([det_boxes[kept], det_scores[kept, None]], axis=1)
-    return dets.astype(np.float32), det_labels[kept]
+    kept = kept[np.argsort(-scores[kept], kind='stable')][:max_per_img]
+    dets = np.concatenate([boxes[kept], scores[kept, None]], axis=1)
+    return dets.astype(np.float32), labels[kept].astype(np.int64)

@@ -1,6 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""ONNX export of a DETR-family detector, a CaliDet one with its prior as a
-graph input or folded into the classifier weights.
+"""ONNX export of a DETR-family, one-stage or two-stage detector, a CaliDet
+one with its prior as a graph input or folded into the classifier weights.
 
 The graph takes one image of a fixed size ``H x W`` after the model's
 normalisation (``input``: 1 x 3 x H x W) and, unless the prior is folded,
@@ -13,8 +13,12 @@ CPU, mmcv's multi-scale deformable attention takes its PyTorch path
 
 What the runtime needs (class names, input size, normalisation, the
 deployment prior) is stored in the file's metadata (``mmcalidet``), so an
-ONNX Runtime user needs neither mmdet nor the config.
+ONNX Runtime user needs neither mmdet nor the config. A one-stage graph
+ends at every location's boxes and scores, a two-stage one at every
+RoI's (:mod:`~mmcalidet.deploy.two_stage_export`): the runtime runs their
+last NMS.
 """
+import contextlib
 import copy
 import json
 import math
@@ -29,6 +33,9 @@ from mmdet.structures import DetDataSample
 from torch import Tensor, nn
 
 from .dense_postprocess import postprocess_settings
+from .roi_postprocess import roi_postprocess_settings
+from .two_stage_export import (RoIExportWrapper, is_two_stage,
+                               two_stage_rewrites)
 
 #: the metadata key of the runtime's settings
 META_KEY = 'mmcalidet'
@@ -53,11 +60,27 @@ def is_dense(model: nn.Module) -> bool:
     return isinstance(getattr(model, 'bbox_head', None), BaseDenseHead)
 
 
+def class_head(model: nn.Module) -> nn.Module:
+    """The head that classifies: a two-stage detector's box head, else
+    ``bbox_head``."""
+    return model.roi_head.bbox_head if is_two_stage(model) else \
+        model.bbox_head
+
+
+def head_kind(model: nn.Module) -> str:
+    """What an export of ``model`` ends at: ``'dense'`` (every location),
+    ``'roi'`` (every RoI) or ``'detr'`` (the detections)."""
+    if is_dense(model):
+        return 'dense'
+    return 'roi' if is_two_stage(model) else 'detr'
+
+
 def fold_prior(model: nn.Module, prior) -> nn.Module:
     """A copy of a CaliDet detector with V' of ``prior`` folded into its
     classification weights: ``W + rho * V'`` in every decoder layer's
-    branch (a one-stage head: every level's classification conv), and no
-    calibration left to compute (the plain detector's cost).
+    branch (a one-stage head: every level's classification conv; a
+    two-stage one: the box head's ``fc_cls``), and no calibration left to
+    compute (the plain detector's cost).
 
     Args:
         model (nn.Module): a calibratable detector.
@@ -69,13 +92,17 @@ def fold_prior(model: nn.Module, prior) -> nn.Module:
     """
     matrix = model.resolve_prior(prior)
     folded = copy.deepcopy(model).eval()
-    head = folded.bbox_head
+    head = class_head(folded)
+    kind = head_kind(folded)
     with torch.no_grad():
         prior_t = torch.as_tensor(
             matrix, dtype=torch.float32, device=folded.prior.device)
         cali = head.get_cali_vectors(prior_t)
         num_classes = cali.shape[0]
-        if is_dense(folded):
+        if kind == 'roi':
+            head.fc_cls.weight[:num_classes] += head.rho * cali.to(
+                head.fc_cls.weight.dtype)
+        elif kind == 'dense':
             for conv in head.dense_cls_convs().values():
                 centre = conv.kernel_size[0] // 2
                 conv.weight[:, :, centre, centre] += head.rho * \
@@ -86,7 +113,7 @@ def fold_prior(model: nn.Module, prior) -> nn.Module:
                     branch.weight.dtype)
         folded.set_prior(matrix)
     # the logits are the folded classifiers' own
-    if is_dense(folded):
+    if kind != 'detr':
         head.rho = 0.0
     else:
         head.calibrate_cls_scores = \
@@ -255,7 +282,8 @@ def model_export_meta(model: nn.Module, input_shape: Tuple[int, int],
 
     Returns:
         dict: ``classes``, ``input_shape``, ``mean``, ``std``,
-        ``bgr_to_rgb``, ``prior_input``, ``num_classes``, ``prior`` (the
+        ``bgr_to_rgb``, ``prior_input``, ``num_classes``, ``head`` (see
+        :func:`head_kind`), ``prior`` (the
         deployment prior of a prior-input graph, the folded one
         otherwise), ``model`` (its type), ``support_input`` and the
         deployment prior's ``prior_support`` / ``prior_marginals`` (lists,
@@ -273,7 +301,8 @@ def model_export_meta(model: nn.Module, input_shape: Tuple[int, int],
         format=1,
         model=type(model).__name__,
         classes=list(classes) if classes else None,
-        num_classes=int(model.bbox_head.num_classes),
+        num_classes=int(class_head(model).num_classes),
+        head=head_kind(model),
         input_shape=[int(v) for v in input_shape],
         mean=None if mean is None else mean.flatten().tolist(),
         std=None if std is None else std.flatten().tolist(),
@@ -287,6 +316,31 @@ def model_export_meta(model: nn.Module, input_shape: Tuple[int, int],
             for name, value in zip(('prior_support', 'prior_marginals'),
                                    deployment_support(model))
         })
+
+
+def export_wrapper(model: nn.Module, input_shape: Tuple[int, int],
+                   prior_input: bool, support_input: bool) -> nn.Module:
+    """The module :func:`export_onnx` traces for ``model``'s kind of head
+    (:func:`head_kind`).
+
+    Raises:
+        ValueError: a detector of another kind, or a support input asked
+            of a one- or two-stage detector.
+    """
+    from mmdet.models.detectors import DetectionTransformer
+    kind = head_kind(model)
+    if kind == 'detr' and not isinstance(model, DetectionTransformer):
+        raise ValueError(
+            f'the ONNX export takes DETR-family, one-stage and two-stage '
+            f'detectors, got {type(model).__name__}')
+    if kind == 'detr':
+        return ExportWrapper(model, input_shape, prior_input, support_input)
+    if support_input:
+        raise ValueError(f'a {"one" if kind == "dense" else "two"}-stage '
+                         'detector exports without a support input')
+    if kind == 'dense':
+        return DenseExportWrapper(model, input_shape, prior_input)
+    return RoIExportWrapper(model, input_shape, prior_input)
 
 
 def export_onnx(model: nn.Module,
@@ -318,23 +372,12 @@ def export_onnx(model: nn.Module,
     if prior_input and getattr(model, 'folded_prior', None) is not None:
         raise ValueError('a folded model has its prior in its weights: '
                          'export it without a prior input')
-    from mmdet.models.detectors import DetectionTransformer
-    if not is_dense(model) and not isinstance(model, DetectionTransformer):
-        raise ValueError(
-            f'the ONNX export takes DETR-family and one-stage detectors, '
-            f'got {type(model).__name__}')
     model = model.eval()
     height, width = (int(v) for v in input_shape)
     support_input = export_support_input(model, prior_input)
-    dense = is_dense(model)
-    if dense:
-        if support_input:
-            raise ValueError('a one-stage detector exports without a '
-                             'support input')
-        wrapper = DenseExportWrapper(model, (height, width), prior_input)
-    else:
-        wrapper = ExportWrapper(model, (height, width), prior_input,
-                                support_input)
+    wrapper = export_wrapper(model, (height, width), prior_input,
+                             support_input)
+    kind = head_kind(model)
     device = next(model.parameters()).device
     image = torch.zeros(1, 3, height, width, device=device)
     args: tuple = (image, )
@@ -344,7 +387,7 @@ def export_onnx(model: nn.Module,
             model.get_prior(), dtype=torch.float32, device=device), )
         names.append('prior')
     if support_input:
-        k = int(model.bbox_head.num_classes)
+        k = int(class_head(model).num_classes)
         support, marginals = deployment_support(model)
         args += tuple(
             torch.ones(k, device=device) if t is None else t.to(device)
@@ -356,15 +399,17 @@ def export_onnx(model: nn.Module,
     os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
     partial = f'{out}.partial-{os.getpid()}'
     try:
-        with torch.no_grad(), warnings.catch_warnings():
+        rewrites = two_stage_rewrites(model) if kind == 'roi' else \
+            contextlib.nullcontext()
+        with torch.no_grad(), warnings.catch_warnings(), rewrites:
             warnings.simplefilter('ignore')
             torch.onnx.export(
                 wrapper,
                 args,
                 partial,
                 input_names=names,
-                output_names=['boxes', 'scores'] if dense else
-                ['dets', 'labels'],
+                output_names=['dets', 'labels']
+                if kind == 'detr' else ['boxes', 'scores'],
                 opset_version=opset,
                 do_constant_folding=True,
                 dynamo=False)
@@ -372,10 +417,13 @@ def export_onnx(model: nn.Module,
         entry = graph.metadata_props.add()
         entry.key = META_KEY
         meta = model_export_meta(model, (height, width), prior_input)
-        if dense:
+        if kind == 'dense':
             meta.update(
                 postprocess=postprocess_settings(model.bbox_head.test_cfg),
                 level_sizes=wrapper.level_sizes())
+        elif kind == 'roi':
+            meta.update(
+                postprocess=roi_postprocess_settings(model.roi_head.test_cfg))
         entry.value = json.dumps(meta)
         onnx.save(graph, partial)
         os.replace(partial, out)

@@ -14,12 +14,14 @@ import numpy as np
 from ..utils.validation import check_finite_array, check_float, check_int
 from .dense_postprocess import dense_detections
 from .export import META_KEY
+from .roi_postprocess import roi_detections
 
 ImageLike = Union[str, os.PathLike, np.ndarray]
 
 
 class OnnxDetector:
-    """An exported (Cali)DETR in ONNX Runtime.
+    """An exported detector (a (Cali)DETR, one- or two-stage) in ONNX
+    Runtime.
 
     Each image is resized to the graph's input size (the aspect ratio is
     not kept: a static graph has no padding mask), normalised as the model
@@ -257,6 +259,8 @@ class OnnxDetector:
             feeds['prior_support'], feeds['prior_marginals'] = \
                 support if support is not None else (zeros, zeros)
         outputs = self.session.run(None, feeds)
+        if self.meta.get('head') == 'roi':  # a two-stage detector's
+            return roi_detections(*outputs, self.meta['postprocess'])
         if self.meta.get('postprocess'):  # a one-stage detector's
             return dense_detections(*outputs, self.meta['level_sizes'],
                                     self.meta['postprocess'])

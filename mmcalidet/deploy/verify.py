@@ -9,14 +9,16 @@ from mmdet.structures.bbox import bbox_cxcywh_to_xyxy
 from torch import nn
 
 from ..utils.validation import check_float
-from .export import DenseExportWrapper, ExportWrapper, input_sample, is_dense
+from .export import DenseExportWrapper, ExportWrapper, head_kind, input_sample
 from .runtime import OnnxDetector
+from .two_stage_export import RoIExportWrapper
 
 
 def query_boxes(model: nn.Module, tensor: torch.Tensor) -> np.ndarray:
     """Every decoder query's box (the last layer's, x1 y1 x2 y2 in the
     input's pixels; a one-stage detector: every location's): the boxes
-    any prior's detections are drawn from.
+    any prior's detections are drawn from (a one-stage detector: every
+    location's; a two-stage one: every RoI's box for each class).
 
     Args:
         model (nn.Module): a (Cali)DETR in eval mode.
@@ -26,10 +28,12 @@ def query_boxes(model: nn.Module, tensor: torch.Tensor) -> np.ndarray:
         np.ndarray: (Q, 4).
     """
     height, width = tensor.shape[-2:]
-    if is_dense(model):  # every location's box
+    kind = head_kind(model)
+    if kind != 'detr':
+        wrapper = DenseExportWrapper if kind == 'dense' else RoIExportWrapper
         with torch.no_grad():
-            return DenseExportWrapper(model, (height, width),
-                                      False)(tensor)[0].cpu().numpy()
+            boxes = wrapper(model, (height, width), False)(tensor)[0]
+        return boxes.reshape(-1, 4).cpu().numpy()
     with torch.no_grad():
         feats = model.extract_feat(tensor)
         head_inputs = model.forward_transformer(feats,
@@ -153,10 +157,13 @@ def verify_onnx(onnx_file: str,
         boxes_fixed=True,
         score_shift=0.0)
     device = next(model.parameters()).device
-    dense = is_dense(model)
+    kind = head_kind(model)
+    dense = kind != 'detr'  # the runtime runs the last NMS
     if dense:
         report['counts_equal'] = True
-        max_per_img = model.bbox_head.test_cfg.get('max_per_img')
+        test_cfg = model.roi_head.test_cfg if kind == 'roi' else \
+            model.bbox_head.test_cfg
+        max_per_img = test_cfg.get('max_per_img')
     for image in images:
         array, _, _ = detector.preprocess(image)
         tensor = torch.from_numpy(array).to(device)

@@ -1,6 +1,7 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""Export a DETR-family detector to ONNX, a CaliDet one with its prior as
-an input (or folded into its weights), and check it against PyTorch.
+"""Export a DETR-family, one-stage or two-stage detector to ONNX, a CaliDet
+one with its prior as an input (or folded into its weights), and check it
+against PyTorch.
 
     python tools/deployment/export_onnx.py CONFIG CHECKPOINT --out det.onnx
     python tools/deployment/export_onnx.py CONFIG CHECKPOINT --out det.onnx \\
@@ -138,6 +139,7 @@ def main(argv=None) -> int:
 
     from mmcalidet.apis import init_detector
     from mmcalidet.deploy import export_onnx, fold_prior, verify_onnx
+    from mmcalidet.deploy.export import class_head
     from mmcalidet.priors import flat_prior
     from mmcalidet.utils.log_level import mmengine_log_level
     with mmengine_log_level(at_least=40), warnings.catch_warnings():
@@ -154,7 +156,8 @@ def main(argv=None) -> int:
     second = None
     if calibratable and args.fold_prior is None:
         second = model.resolve_prior(args.verify_prior) \
-            if args.verify_prior else flat_prior(model.bbox_head.num_classes)
+            if args.verify_prior else flat_prior(
+                class_head(model).num_classes)
     if args.fold_prior is not None:
         model = fold_prior(model, args.fold_prior)
     prior_input = calibratable and args.fold_prior is None
