@@ -4,13 +4,15 @@
     python benchmarks/bench_onnx.py                      # tiny and R50 DINO
     python benchmarks/bench_onnx.py --models tiny --iters 50
     python benchmarks/bench_onnx.py --models rtmdet      # one-stage
+    python benchmarks/bench_onnx.py --models faster-rcnn # two-stage
 
 For each detector (the tiny coco-mini CaliDINO at 256 x 256, the
-DINO-4scale R50 CaliDINO at ``--r50-size``, the tiny CaliRTMDet at 256 x
-256; random weights: a DETR's cost does not depend on them, a one-stage
-head's class bias is set so that few locations pass ``score_thr``, as
-after training), batch 1, on the same real coco-mini image; a one-stage
-detector's ONNX Runtime time includes the NumPy post-processing:
+DINO-4scale R50 CaliDINO at ``--r50-size``, the tiny CaliRTMDet and
+CaliFasterRCNN at 256 x 256; random weights: a DETR's cost does not
+depend on them, a one-stage head's class bias is set so that few
+locations pass ``score_thr``, as after training), batch 1, on the same
+real coco-mini image; a one- or two-stage detector's ONNX Runtime time
+includes the NumPy post-processing:
 
 * ONNX Runtime (the prior-input graph) vs PyTorch eager (the same
   forward, the prior given per call); goal: ONNX Runtime >= 1.5x faster;
@@ -42,6 +44,8 @@ MODELS = {
             'mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py', 512),
     'rtmdet': ('calidet/calidet_rtmdet_tiny_coco-mini.py',
                'calidet/rtmdet_tiny_coco-mini.py', 256),
+    'faster-rcnn': ('calidet/calidet_faster-rcnn_tiny_coco-mini.py',
+                    'calidet/faster-rcnn_tiny_coco-mini.py', 256),
 }
 TARGETS = dict(
     ort_speedup=1.5, prior_input_vs_folded=1.03, folded_vs_plain=1.01)
