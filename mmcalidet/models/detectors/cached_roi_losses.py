@@ -89,6 +89,6 @@ def cached_roi_head_losses(head: nn.Module,
         acc=accuracy(logits[used], labels[used]))
     if head.loss_loma is not None:
         losses['loss_loma'] = head.matched_class_loma(
-            logits[..., :k], labels, priors,
+            head.loma_inputs(logits), labels, priors,
             head.get_sample_priors(batch_data_samples, logits))
     return losses

@@ -93,6 +93,11 @@ class CalibratedBBoxClsMixin(LoMaMixin, CalibrationContextMixin):
         finally:
             setattr(self, name, previous)
 
+    def loma_inputs(self, cls_score: Tensor) -> Tensor:
+        """What LoMa acts on, from the (..., K + 1) logits: the K class
+        logits (a subclass may bound them, e.g. the softmax)."""
+        return cls_score[..., :self.num_classes]
+
     def roi_images(self, images: Tensor) -> ContextManager:
         """Inside the block, the forwards' RoIs belong to ``images``
         ((N,), ``rois[:, 0]``): image b's RoIs read V'_b."""
@@ -210,7 +215,8 @@ class CalibratedBBoxClsMixin(LoMaMixin, CalibrationContextMixin):
                 'E_x): compute the losses through a CaliStandardRoIHead')
         k = self.num_classes
         return self.matched_class_loma(
-            pad_by_image(cls_score[:, :k], images, num_images, 0.0),
+            pad_by_image(self.loma_inputs(cls_score), images, num_images,
+                         0.0),
             pad_by_image(labels, images, num_images, k),
             self.current_priors(cls_score),
             self.get_sample_priors(self._loma_samples, cls_score))
