@@ -12,7 +12,9 @@ The detector passes V' (and, in training, the injected priors) for the
 length of a forward through :meth:`CalibratedBBoxClsMixin.calibrated`; the
 RoI head passes the image index of every RoI (per-image V' becomes per-RoI
 V') and, in training, the data samples (each image's E_x for LoMa). LoMa
-acts on the logit of each sampled positive RoI's target class.
+acts on each sampled positive RoI's target class: its logit, or its softmax
+probability (``loma_input='softmax'``: bounded, so that LoMa cannot trade
+the softmax cross-entropy away).
 """
 import contextlib
 from typing import ContextManager, Iterator, List, Optional
@@ -65,10 +67,20 @@ class CalibratedBBoxClsMixin(LoMaMixin, CalibrationContextMixin):
         loss_loma (dict, optional): config of the :class:`LoMaLoss`, on
             the target class of the sampled positive RoIs; ``None``
             disables it.
+        loma_input (str): what LoMa acts on: ``'logits'`` (the paper's,
+            the default) or ``'softmax'`` (the K classes' softmax
+            probabilities: bounded in [0, 1]).
     """
 
-    def __init__(self, *args, **kwargs) -> None:
+    #: the values :meth:`loma_inputs` can give LoMa
+    LOMA_INPUTS = ('logits', 'softmax')
+
+    def __init__(self, *args, loma_input: str = 'logits', **kwargs) -> None:
+        if loma_input not in self.LOMA_INPUTS:
+            raise ValueError(f'loma_input must be one of {self.LOMA_INPUTS}, '
+                             f'got {loma_input!r}')
         super().__init__(*args, **kwargs)
+        self.loma_input = loma_input
         self.fc_cls = CalibratedLinear.from_linear(self.fc_cls,
                                                    self.num_classes)
         # the RoIs' image indices set by roi_images(); the data samples by
@@ -94,8 +106,10 @@ class CalibratedBBoxClsMixin(LoMaMixin, CalibrationContextMixin):
             setattr(self, name, previous)
 
     def loma_inputs(self, cls_score: Tensor) -> Tensor:
-        """What LoMa acts on, from the (..., K + 1) logits: the K class
-        logits (a subclass may bound them, e.g. the softmax)."""
+        """What LoMa acts on (``loma_input``), from the (..., K + 1)
+        logits: the K class logits, or their softmax probabilities."""
+        if self.loma_input == 'softmax':
+            cls_score = cls_score.softmax(-1)
         return cls_score[..., :self.num_classes]
 
     def roi_images(self, images: Tensor) -> ContextManager:

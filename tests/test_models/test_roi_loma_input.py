@@ -1,8 +1,9 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""LoMa on a softmax box head's probabilities (a candidate recipe,
-experiments/bounded_loma): the loss is gamma * mean over positive RoIs of
-w_y * p_y / K, with p the softmax over the K + 1 logits, in the detector's
-RoI loss and in the calibrator's cached-RoI loss alike."""
+"""A box head's ``loma_input``: LoMa on the target class's logit (the
+default) or on its softmax probability (``'softmax'``: gamma * mean over
+positive RoIs of w_y * p_y / K, p the softmax over the K + 1 logits), in
+the detector's RoI loss and in the calibrator's cached-RoI loss alike."""
+import pytest
 import torch
 from mmdet.structures import DetDataSample
 
@@ -10,24 +11,25 @@ from mmcalidet.apis import init_detector
 from mmcalidet.models.detectors.cached_roi_losses import (
     cached_roi_head_losses, calibrated_roi_logits)
 from mmcalidet.models.losses import loma_class_weights
+from mmcalidet.models.roi_heads import CaliShared2FCBBoxHead
 from mmcalidet.testing import get_config, random_prior
-from projects.context_shift.experiments.bounded_loma.prob_loma import \
-    ProbLoMaShared2FCBBoxHead
 
 K = 80
 
 
-def build_head():
+def build_head(loma_input='softmax'):
+    """The tiny CaliFasterRCNN's box head, built from its config."""
     cfg = get_config('calidet/calidet_faster-rcnn_tiny_coco-mini.py')
-    cfg.model.roi_head.bbox_head.type = 'ProbLoMaShared2FCBBoxHead'
+    cfg.model.roi_head.bbox_head.loma_input = loma_input
     torch.manual_seed(0)
     head = init_detector(cfg, None, device='cpu').roi_head.bbox_head
-    assert isinstance(head, ProbLoMaShared2FCBBoxHead)
+    assert isinstance(head, CaliShared2FCBBoxHead)
+    assert head.loma_input == loma_input
     return head
 
 
 def samples_and_priors():
-    gen = torch.Generator().manual_seed(0)
+    """Two images' E_x (in their data samples) and injected priors."""
     samples = []
     for seed in (1, 2):
         sample = DetDataSample()
@@ -37,20 +39,22 @@ def samples_and_priors():
     priors = torch.stack([
         torch.as_tensor(random_prior(s), dtype=torch.float32) for s in (3, 4)
     ])
-    return samples, priors, gen
+    return samples, priors, torch.Generator().manual_seed(0)
 
 
 def expected_loss(head, logits, labels, images, samples, priors):
-    probs = logits.softmax(-1)
+    """The paper's LoMa by hand, on the logits or their softmax."""
+    values = logits.softmax(-1) if head.loma_input == 'softmax' else logits
     sample = torch.stack([s.sample_prior for s in samples])
     w = loma_class_weights(priors, sample)
     pos = (labels < K).nonzero(as_tuple=True)[0]
-    terms = probs[pos, labels[pos]] * w[images[pos], labels[pos]]
+    terms = values[pos, labels[pos]] * w[images[pos], labels[pos]]
     return head.loss_loma.loss_weight * terms.sum() / K / len(pos)
 
 
-def test_the_roi_loss_acts_on_the_target_class_probability():
-    head = build_head()
+@pytest.mark.parametrize('loma_input', ['softmax', 'logits'])
+def test_the_roi_loss_acts_on_the_chosen_input(loma_input):
+    head = build_head(loma_input)
     samples, priors, gen = samples_and_priors()
     cls_score = torch.randn(6, K + 1, generator=gen) * 3
     labels = torch.tensor([1, 2, K, 3, K, 1])
@@ -60,20 +64,18 @@ def test_the_roi_loss_acts_on_the_target_class_probability():
         loss = head.roi_loma(cls_score, labels, images, 2)
     torch.testing.assert_close(
         loss, expected_loss(head, cls_score, labels, images, samples, priors))
-    # not the logits' LoMa of the default head
-    linear = super(ProbLoMaShared2FCBBoxHead, head).loma_inputs(cls_score)
-    assert torch.equal(linear, cls_score[:, :K])
 
 
 def test_the_cached_roi_loss_acts_on_the_target_class_probability():
-    head = build_head()
+    head = build_head('softmax')
     samples, priors, gen = samples_and_priors()
     hidden = torch.randn(2, 3, head.fc_cls.in_features, generator=gen)
     labels = torch.tensor([[1, 2, K], [3, K, 1]])
-    weights = torch.ones(2, 3)
-    targets = torch.stack(
-        [torch.zeros(2, 3),
-         labels.float(), (labels < K).float(), weights], -1)
+    targets = torch.stack([
+        torch.zeros(2, 3),
+        labels.float(), (labels < K).float(),
+        torch.ones(2, 3)
+    ], -1)
     cali = head.get_cali_vectors(priors)
     losses = cached_roi_head_losses(head, hidden[None], targets, samples, cali,
                                     priors)
@@ -82,3 +84,8 @@ def test_the_cached_roi_loss_acts_on_the_target_class_probability():
         losses['loss_loma'],
         expected_loss(head, logits, labels.reshape(-1),
                       torch.tensor([0, 0, 0, 1, 1, 1]), samples, priors))
+
+
+def test_an_unknown_loma_input_is_refused():
+    with pytest.raises(ValueError, match='loma_input must be one of'):
+        build_head('sigmoid')
