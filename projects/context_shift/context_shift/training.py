@@ -59,7 +59,10 @@ CACHED_ONLY = {
     'faster-rcnn':
     dict(
         baseline=CONFIGS + 'faster-rcnn_tiny_context-shift.py',
-        cached=CONFIGS + 'calidet_faster-rcnn_tiny_context-shift_cached.py',
+        # the support-aware prior with LoMa on the softmax probabilities
+        # (the project README, "The two-stage calibrator's LoMa")
+        cached=CONFIGS +
+        'calidet_faster-rcnn_tiny_context-shift_cached_support.py',
         cache_dir='roi_cache_train',
         variants=('digits', ),
         names=('FasterRCNN', 'CaliFasterRCNN')),

@@ -36,8 +36,9 @@ DETECTORS = {
     'faster-rcnn':
     dict(
         plain=osp.join(CONFIGS, 'faster-rcnn_tiny_context-shift.py'),
-        cached=osp.join(CONFIGS,
-                        'calidet_faster-rcnn_tiny_context-shift_cached.py'),
+        cached=osp.join(
+            CONFIGS,
+            'calidet_faster-rcnn_tiny_context-shift_cached_support.py'),
         names=('FasterRCNN', 'CaliFasterRCNN'),
         cache='roi_cache_train',
         per_image=128,
