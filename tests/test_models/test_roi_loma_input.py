@@ -17,14 +17,16 @@ from mmcalidet.testing import get_config, random_prior
 K = 80
 
 
-def build_head(loma_input='softmax'):
-    """The tiny CaliFasterRCNN's box head, built from its config."""
+@pytest.fixture(scope='module')
+def softmax_head():
+    """The tiny CaliFasterRCNN's box head, built from its config with
+    ``loma_input='softmax'``."""
     cfg = get_config('calidet/calidet_faster-rcnn_tiny_coco-mini.py')
-    cfg.model.roi_head.bbox_head.loma_input = loma_input
+    cfg.model.roi_head.bbox_head.loma_input = 'softmax'
     torch.manual_seed(0)
     head = init_detector(cfg, None, device='cpu').roi_head.bbox_head
     assert isinstance(head, CaliShared2FCBBoxHead)
-    assert head.loma_input == loma_input
+    assert head.loma_input == 'softmax'
     return head
 
 
@@ -53,8 +55,10 @@ def expected_loss(head, logits, labels, images, samples, priors):
 
 
 @pytest.mark.parametrize('loma_input', ['softmax', 'logits'])
-def test_the_roi_loss_acts_on_the_chosen_input(loma_input):
-    head = build_head(loma_input)
+def test_the_roi_loss_acts_on_the_chosen_input(softmax_head, loma_input,
+                                               monkeypatch):
+    head = softmax_head
+    monkeypatch.setattr(head, 'loma_input', loma_input)
     samples, priors, gen = samples_and_priors()
     cls_score = torch.randn(6, K + 1, generator=gen) * 3
     labels = torch.tensor([1, 2, K, 3, K, 1])
@@ -66,8 +70,9 @@ def test_the_roi_loss_acts_on_the_chosen_input(loma_input):
         loss, expected_loss(head, cls_score, labels, images, samples, priors))
 
 
-def test_the_cached_roi_loss_acts_on_the_target_class_probability():
-    head = build_head('softmax')
+def test_the_cached_roi_loss_acts_on_the_target_class_probability(
+        softmax_head):
+    head = softmax_head
     samples, priors, gen = samples_and_priors()
     hidden = torch.randn(2, 3, head.fc_cls.in_features, generator=gen)
     labels = torch.tensor([[1, 2, K], [3, K, 1]])
@@ -88,4 +93,4 @@ def test_the_cached_roi_loss_acts_on_the_target_class_probability():
 
 def test_an_unknown_loma_input_is_refused():
     with pytest.raises(ValueError, match='loma_input must be one of'):
-        build_head('sigmoid')
+        CaliShared2FCBBoxHead(num_classes=K, loma_input='sigmoid')
