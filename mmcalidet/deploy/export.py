@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from .dense_postprocess import postprocess_settings
 from .roi_postprocess import roi_postprocess_settings
+from .traced_forward import TracedForward
 from .two_stage_export import (RoIExportWrapper, is_two_stage,
                                two_stage_rewrites)
 
@@ -142,7 +143,7 @@ def input_sample(height: int, width: int) -> DetDataSample:
             scale_factor=(1.0, 1.0)))
 
 
-class ExportWrapper(nn.Module):
+class ExportWrapper(TracedForward):
     """The traced forward: one normalised image (and the prior) in,
     ``dets`` and ``labels`` out.
 
@@ -161,14 +162,8 @@ class ExportWrapper(nn.Module):
                  input_shape: Tuple[int, int],
                  prior_input: bool,
                  support_input: bool = False) -> None:
-        super().__init__()
-        self.model = model
-        self.input_shape = tuple(int(v) for v in input_shape)
-        self.prior_input = prior_input
+        super().__init__(model, input_shape, prior_input)
         self.support_input = support_input
-        # the model's mode: torch.onnx.export restores the wrapper's mode
-        # afterwards, recursively (a new module's would be training)
-        self.training = model.training
 
     def forward(self,
                 input: Tensor,
@@ -187,7 +182,7 @@ class ExportWrapper(nn.Module):
         return dets, pred.labels
 
 
-class DenseExportWrapper(nn.Module):
+class DenseExportWrapper(TracedForward):
     """The traced forward of a one-stage detector: one normalised image
     (and the prior) in, every location's ``boxes`` (N x 4, clipped to the
     input) and class ``scores`` (N x K, after the sigmoid) out, the levels
@@ -204,7 +199,6 @@ class DenseExportWrapper(nn.Module):
 
     def __init__(self, model: nn.Module, input_shape: Tuple[int, int],
                  prior_input: bool) -> None:
-        super().__init__()
         head = model.bbox_head
         if not getattr(head, 'use_sigmoid_cls', False) or \
                 type(head.bbox_coder).__name__ != 'DistancePointBBoxCoder':
@@ -212,20 +206,13 @@ class DenseExportWrapper(nn.Module):
                 'the ONNX export of a one-stage detector needs a sigmoid '
                 'head with point-distance boxes (RTMDet), got '
                 f'{type(head).__name__}')
-        self.model = model
-        self.input_shape = tuple(int(v) for v in input_shape)
-        self.prior_input = prior_input
-        self.training = model.training
+        super().__init__(model, input_shape, prior_input)
 
     def forward(self,
                 input: Tensor,
                 prior: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         model, head = self.model, self.model.bbox_head
-        cali = None
-        if self.prior_input:
-            cali = head.get_cali_vectors(prior)
-        elif hasattr(model, 'deployment_cali_vectors'):
-            cali = model.deployment_cali_vectors()
+        cali = self.cali_vectors(head, prior)
         feats = model.extract_feat(input)
         outs = head(feats) if cali is None else head(feats, cali)
         cls_scores, bbox_preds = outs[:2]

@@ -27,6 +27,8 @@ from typing import Iterator, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from .traced_forward import TracedForward
+
 #: what the trace rewrites support
 _SUPPORTED = dict(
     rpn_head='RPNHead',
@@ -231,7 +233,7 @@ def two_stage_rewrites(model: nn.Module) -> Iterator[None]:
             del NMSop.symbolic
 
 
-class RoIExportWrapper(nn.Module):
+class RoIExportWrapper(TracedForward):
     """The traced forward of a two-stage detector (see the module).
 
     Args:
@@ -243,12 +245,8 @@ class RoIExportWrapper(nn.Module):
 
     def __init__(self, model: nn.Module, input_shape: Tuple[int, int],
                  prior_input: bool) -> None:
-        super().__init__()
         check_two_stage_export(model)
-        self.model = model
-        self.input_shape = tuple(int(v) for v in input_shape)
-        self.prior_input = prior_input
-        self.training = model.training
+        super().__init__(model, input_shape, prior_input)
 
     def forward(self,
                 input: Tensor,
@@ -256,11 +254,7 @@ class RoIExportWrapper(nn.Module):
         from mmdet.structures.bbox import bbox2roi
         model, roi_head = self.model, self.model.roi_head
         head = roi_head.bbox_head
-        cali = None
-        if self.prior_input:
-            cali = head.get_cali_vectors(prior)
-        elif hasattr(model, 'deployment_cali_vectors'):
-            cali = model.deployment_cali_vectors()
+        cali = self.cali_vectors(head, prior)
         feats = model.extract_feat(input)
         height, width = self.input_shape
         meta = dict(img_shape=(height, width), scale_factor=(1.0, 1.0))
