@@ -162,8 +162,7 @@ class ExportWrapper(TracedForward):
                  input_shape: Tuple[int, int],
                  prior_input: bool,
                  support_input: bool = False) -> None:
-        super().__init__(model, input_shape, prior_input)
-        self.support_input = support_input
+        super().__init__(model, input_shape, prior_input, support_input)
 
     def forward(self,
                 input: Tensor,
@@ -195,10 +194,15 @@ class DenseExportWrapper(TracedForward):
             head whose boxes are distances from points (RTMDet's).
         input_shape (tuple[int, int]): ``(H, W)`` of the graph's input.
         prior_input (bool): the prior is the graph's second input.
+        support_input (bool): its support and class shares are the third
+            and fourth.
     """
 
-    def __init__(self, model: nn.Module, input_shape: Tuple[int, int],
-                 prior_input: bool) -> None:
+    def __init__(self,
+                 model: nn.Module,
+                 input_shape: Tuple[int, int],
+                 prior_input: bool,
+                 support_input: bool = False) -> None:
         head = model.bbox_head
         if not getattr(head, 'use_sigmoid_cls', False) or \
                 type(head.bbox_coder).__name__ != 'DistancePointBBoxCoder':
@@ -206,13 +210,15 @@ class DenseExportWrapper(TracedForward):
                 'the ONNX export of a one-stage detector needs a sigmoid '
                 'head with point-distance boxes (RTMDet), got '
                 f'{type(head).__name__}')
-        super().__init__(model, input_shape, prior_input)
+        super().__init__(model, input_shape, prior_input, support_input)
 
     def forward(self,
                 input: Tensor,
-                prior: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                prior: Optional[Tensor] = None,
+                support: Optional[Tensor] = None,
+                marginals: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         model, head = self.model, self.model.bbox_head
-        cali = self.cali_vectors(head, prior)
+        cali = self.cali_vectors(head, prior, support, marginals)
         feats = model.extract_feat(input)
         outs = head(feats) if cali is None else head(feats, cali)
         cls_scores, bbox_preds = outs[:2]
@@ -311,8 +317,7 @@ def export_wrapper(model: nn.Module, input_shape: Tuple[int, int],
     (:func:`head_kind`).
 
     Raises:
-        ValueError: a detector of another kind, or a support input asked
-            of a one- or two-stage detector.
+        ValueError: a detector of another kind.
     """
     from mmdet.models.detectors import DetectionTransformer
     kind = head_kind(model)
@@ -320,14 +325,10 @@ def export_wrapper(model: nn.Module, input_shape: Tuple[int, int],
         raise ValueError(
             f'the ONNX export takes DETR-family, one-stage and two-stage '
             f'detectors, got {type(model).__name__}')
-    if kind == 'detr':
-        return ExportWrapper(model, input_shape, prior_input, support_input)
-    if support_input:
-        raise ValueError(f'a {"one" if kind == "dense" else "two"}-stage '
-                         'detector exports without a support input')
-    if kind == 'dense':
-        return DenseExportWrapper(model, input_shape, prior_input)
-    return RoIExportWrapper(model, input_shape, prior_input)
+    wrapper = dict(
+        detr=ExportWrapper, dense=DenseExportWrapper,
+        roi=RoIExportWrapper)[kind]
+    return wrapper(model, input_shape, prior_input, support_input)
 
 
 def export_onnx(model: nn.Module,

@@ -241,20 +241,27 @@ class RoIExportWrapper(TracedForward):
         input_shape (tuple[int, int]): ``(H, W)`` of the graph's input.
         prior_input (bool): the prior is the graph's second input; else
             the model's own (deployment or folded) prior applies.
+        support_input (bool): its support and class shares are the third
+            and fourth.
     """
 
-    def __init__(self, model: nn.Module, input_shape: Tuple[int, int],
-                 prior_input: bool) -> None:
+    def __init__(self,
+                 model: nn.Module,
+                 input_shape: Tuple[int, int],
+                 prior_input: bool,
+                 support_input: bool = False) -> None:
         check_two_stage_export(model)
-        super().__init__(model, input_shape, prior_input)
+        super().__init__(model, input_shape, prior_input, support_input)
 
     def forward(self,
                 input: Tensor,
-                prior: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                prior: Optional[Tensor] = None,
+                support: Optional[Tensor] = None,
+                marginals: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         from mmdet.structures.bbox import bbox2roi
         model, roi_head = self.model, self.model.roi_head
         head = roi_head.bbox_head
-        cali = self.cali_vectors(head, prior)
+        cali = self.cali_vectors(head, prior, support, marginals)
         feats = model.extract_feat(input)
         height, width = self.input_shape
         meta = dict(img_shape=(height, width), scale_factor=(1.0, 1.0))

@@ -46,8 +46,15 @@ def exported(tmp_path_factory):
         former.lift_scale.fill_(2.0)
     folder = tmp_path_factory.mktemp('onnx_support')
     site = str(folder / 'site.json')
-    save_prior(site, random_prior(7, K), CLASSES, num_images=32,
-               images_per_class={c: i % 9 for i, c in enumerate(CLASSES)})
+    save_prior(
+        site,
+        random_prior(7, K),
+        CLASSES,
+        num_images=32,
+        images_per_class={
+            c: i % 9
+            for i, c in enumerate(CLASSES)
+        })
     out = str(folder / 'support.onnx')
     export_onnx(model, out, SHAPE, prior_input=True)
     return model, out, site
@@ -60,7 +67,9 @@ def test_the_graph_takes_the_support_beside_the_prior(exported):
         for i in onnx.load(out).graph.input
     }
     assert inputs == dict(
-        input=[1, 3, *SHAPE], prior=[K, K], prior_support=[K],
+        input=[1, 3, *SHAPE],
+        prior=[K, K],
+        prior_support=[K],
         prior_marginals=[K])
     detector = OnnxDetector(out)
     assert detector.support_input
@@ -69,8 +78,7 @@ def test_the_graph_takes_the_support_beside_the_prior(exported):
                                model.prior_support.numpy())
 
 
-def test_onnx_runtime_agrees_with_pytorch_with_and_without_support(
-        exported):
+def test_onnx_runtime_agrees_with_pytorch_with_and_without_support(exported):
     model, out, site = exported
     # E_t with its support, a prior file with its own, a bare matrix (none)
     report = verify_onnx(
@@ -94,3 +102,76 @@ def test_a_bad_support_is_refused_before_onnx_runtime_runs(exported):
         detector.run_input(array, site, (np.ones(K - 1), np.zeros(K)))
     with pytest.raises(ValueError, match='class shares must lie in'):
         detector.run_input(array, site, (np.ones(K), np.full(K, 2.0)))
+
+
+def support_aware(config: str, head_path: str, perturb) -> torch.nn.Module:
+    """A tiny one- or two-stage CaliDet whose CaliFormer reads the support
+    (its branches not zero), with scores a prior visibly moves."""
+    from mmcalidet.testing import get_config
+    cfg = get_config(config)
+    head_cfg = cfg.model
+    for key in head_path.split('.'):
+        head_cfg = head_cfg[key]
+    head_cfg.califormer.update(
+        support_features=True, lift_bias=True, zero_init_output=False)
+    model = build_detector(
+        config,
+        seed=0,
+        **{
+            head_path.split('.')[0]: cfg.model[head_path.split('.')[0]]
+        }).eval()
+    head = model.calibrated_head
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        head.califormer.support_proj.weight.normal_(std=1.0, generator=gen)
+        head.califormer.lift_scale.fill_(2.0)
+        perturb(head, gen)
+    head.rho = 5.0
+    model._cali_cache = None
+    return model
+
+
+def _two_stage(head, gen):
+    for p in (head.fc_cls.weight, head.fc_reg.weight):
+        p.add_(torch.randn(p.shape, generator=gen) * 0.01)
+
+
+def _one_stage(head, gen):
+    for p in head.rtm_cls.parameters():
+        p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    for conv in head.rtm_cls:  # few candidates, as a trained head
+        conv.bias.fill_(-6.0)
+
+
+@pytest.mark.parametrize('config, head_path, perturb', [
+    ('calidet/calidet_faster-rcnn_tiny_coco-mini.py', 'roi_head.bbox_head',
+     _two_stage),
+    ('calidet/calidet_rtmdet_tiny_coco-mini.py', 'bbox_head', _one_stage),
+])
+def test_one_and_two_stage_graphs_take_the_support(config, head_path, perturb,
+                                                   tmp_path):
+    model = support_aware(config, head_path, perturb)
+    out = str(tmp_path / 'support.onnx')
+    export_onnx(model, out, SHAPE, prior_input=True)
+    assert [i.name for i in onnx.load(out).graph.input
+            ] == ['input', 'prior', 'prior_support', 'prior_marginals']
+    site = str(tmp_path / 'site.json')
+    save_prior(
+        site,
+        random_prior(7, K),
+        CLASSES,
+        num_images=32,
+        images_per_class={
+            c: i % 9
+            for i, c in enumerate(CLASSES)
+        })
+    report = verify_onnx(out, model, [IMAGE], [None, site, random_prior(7, K)])
+    assert report['ok'], report['failures']
+    detector = OnnxDetector(out)
+    array = detector.preprocess(IMAGE)[0]
+    from_file = detector.run_input(array, site)[0]
+    bare = detector.run_input(array, detector.resolve_prior(site))[0]
+    assert len(from_file) and len(bare)
+    assert not np.allclose(np.sort(from_file[:, 4])[-5:],
+                           np.sort(bare[:, 4])[-5:]), \
+        'the support input reaches the scores'
