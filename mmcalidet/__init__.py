@@ -18,6 +18,8 @@ from .version import __version__, version_info
 if os.environ.get('MMCALIDET_LIGHT', '0') != '1':
     from .utils.version_check import check_dependency_versions
     check_dependency_versions()
+    from .utils.external_config_index import cache_external_config_index
+    cache_external_config_index()  # mmdet:: bases: one index read
     from .utils.checkpoint import (register_checkpoint_loader,
                                    register_checkpoint_safe_globals)
     register_checkpoint_safe_globals()
