@@ -32,6 +32,7 @@ import torch
 from mmdet.structures import DetDataSample
 from torch import Tensor, nn
 
+from ..utils.model_heads import classifying_head
 from .dense_postprocess import postprocess_settings
 from .roi_postprocess import roi_postprocess_settings
 from .traced_forward import TracedForward
@@ -61,13 +62,6 @@ def is_dense(model: nn.Module) -> bool:
     return isinstance(getattr(model, 'bbox_head', None), BaseDenseHead)
 
 
-def class_head(model: nn.Module) -> nn.Module:
-    """The head that classifies: a two-stage detector's box head, else
-    ``bbox_head``."""
-    return model.roi_head.bbox_head if is_two_stage(model) else \
-        model.bbox_head
-
-
 def head_kind(model: nn.Module) -> str:
     """What an export of ``model`` ends at: ``'dense'`` (every location),
     ``'roi'`` (every RoI) or ``'detr'`` (the detections)."""
@@ -93,7 +87,7 @@ def fold_prior(model: nn.Module, prior) -> nn.Module:
     """
     matrix = model.resolve_prior(prior)
     folded = copy.deepcopy(model).eval()
-    head = class_head(folded)
+    head = classifying_head(folded)
     kind = head_kind(folded)
     with torch.no_grad():
         prior_t = torch.as_tensor(
@@ -294,7 +288,7 @@ def model_export_meta(model: nn.Module, input_shape: Tuple[int, int],
         format=1,
         model=type(model).__name__,
         classes=list(classes) if classes else None,
-        num_classes=int(class_head(model).num_classes),
+        num_classes=int(classifying_head(model).num_classes),
         head=head_kind(model),
         input_shape=[int(v) for v in input_shape],
         mean=None if mean is None else mean.flatten().tolist(),
@@ -375,7 +369,7 @@ def export_onnx(model: nn.Module,
             model.get_prior(), dtype=torch.float32, device=device), )
         names.append('prior')
     if support_input:
-        k = int(class_head(model).num_classes)
+        k = int(classifying_head(model).num_classes)
         support, marginals = deployment_support(model)
         args += tuple(
             torch.ones(k, device=device) if t is None else t.to(device)

@@ -12,6 +12,8 @@ wrong.
 import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .model_heads import classifying_head
+
 #: the keys mmengine strips before loading (its default ``revise_keys``)
 _REVISE_KEYS = ((r'^module\.', ''), )
 
@@ -50,10 +52,7 @@ def _short(keys: Sequence[str], limit: int = 4) -> str:
 def _class_counts(model, mismatched: Dict[str, tuple]) -> Optional[tuple]:
     """(checkpoint K, model K) if the prior or the first classification
     branch is among the mismatched tensors."""
-    head = getattr(model, 'calibrated_head', None) or getattr(
-        model, 'bbox_head', None) or getattr(
-            getattr(model, 'roi_head', None), 'bbox_head', None)
-    model_k = getattr(head, 'num_classes', None)
+    model_k = getattr(classifying_head(model), 'num_classes', None)
     if model_k is None:
         return None
     if 'prior' in mismatched:

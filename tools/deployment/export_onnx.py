@@ -139,9 +139,9 @@ def main(argv=None) -> int:
 
     from mmcalidet.apis import init_detector
     from mmcalidet.deploy import export_onnx, fold_prior, verify_onnx
-    from mmcalidet.deploy.export import class_head
     from mmcalidet.priors import flat_prior
     from mmcalidet.utils.log_level import mmengine_log_level
+    from mmcalidet.utils.model_heads import classifying_head
     with mmengine_log_level(at_least=40), warnings.catch_warnings():
         warnings.simplefilter('ignore')  # mmdet's notes on class names
         model = init_detector(
@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     if calibratable and args.fold_prior is None:
         second = model.resolve_prior(args.verify_prior) \
             if args.verify_prior else flat_prior(
-                class_head(model).num_classes)
+                classifying_head(model).num_classes)
     if args.fold_prior is not None:
         model = fold_prior(model, args.fold_prior)
     prior_input = calibratable and args.fold_prior is None

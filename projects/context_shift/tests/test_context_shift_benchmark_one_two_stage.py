@@ -13,6 +13,7 @@ from mmengine.config import Config
 
 from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
 from mmcalidet.testing import PROJECT_ROOT, build_detector
+from mmcalidet.utils.model_heads import classifying_head
 from projects.context_shift.context_shift import (SITES, detector_configs,
                                                   schedule)
 
@@ -50,12 +51,6 @@ DETECTORS = {
 def detector(request):
     """``(--detector, its DETECTORS entry)``."""
     return request.param, DETECTORS[request.param]
-
-
-def classifier(model):
-    """The head whose classifier the CaliFormer calibrates."""
-    return model.roi_head.bbox_head if hasattr(model, 'roi_head') \
-        else model.bbox_head
 
 
 @pytest.fixture(scope='module')
@@ -99,8 +94,8 @@ def test_configs_take_the_dinos_data_and_build(data, detector, monkeypatch):
     plain = build_detector(d['plain'])
     cali = build_detector(d['cached'])
     assert (type(plain).__name__, type(cali).__name__) == d['names']
-    assert classifier(plain).num_classes == classifier(cali).num_classes \
-        == 10
+    assert classifying_head(plain).num_classes == \
+        classifying_head(cali).num_classes == 10
     assert sum(p.numel() for p in plain.parameters()) < d['max_params']
     # the CaliDet twin holds every weight of the plain detector (a
     # calibrator checkpoint loads into it and keeps the trunk)
