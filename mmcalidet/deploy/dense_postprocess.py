@@ -137,13 +137,18 @@ def class_aware_nms(boxes: np.ndarray, scores: np.ndarray, labels: np.ndarray,
         boxes (np.ndarray): (N, 4) x1 y1 x2 y2.
         scores (np.ndarray): (N,).
         labels (np.ndarray): (N,) their classes.
-        iou_threshold (float): see :func:`nms_keep`.
-        max_per_img (int): the most detections kept.
+        iou_threshold (float): see :func:`nms_keep`, in [0, 1].
+        max_per_img (int): the most detections kept (>= 1).
 
     Returns:
         tuple[np.ndarray, np.ndarray]: ``dets`` (M, 5: box and score) and
         ``labels`` (M,).
+
+    Raises:
+        ValueError: a setting that is not finite or out of range.
     """
+    iou_threshold = check_float('iou_threshold', iou_threshold, 0, 1)
+    max_per_img = check_int('max_per_img', max_per_img, 1)
     kept = []
     for label in np.unique(labels):
         index = np.nonzero(labels == label)[0]

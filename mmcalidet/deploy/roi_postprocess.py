@@ -11,8 +11,8 @@ from typing import Dict, Tuple
 
 import numpy as np
 
-from ..utils.validation import check_float, check_int
-from .dense_postprocess import class_aware_nms
+from ..utils.validation import check_float
+from .dense_postprocess import class_aware_nms, postprocess_settings
 
 
 def roi_postprocess_settings(rcnn_test_cfg) -> Dict:
@@ -30,17 +30,11 @@ def roi_postprocess_settings(rcnn_test_cfg) -> Dict:
         ValueError: an NMS other than mmcv's plain ``nms``, or a setting
             out of range (naming it).
     """
-    nms = dict(rcnn_test_cfg.get('nms') or {})
-    if nms.get('type', 'nms') != 'nms':
-        raise ValueError(f'the ONNX export post-processes with a plain NMS, '
-                         f'got {nms.get("type")!r}')
-    return dict(
-        score_thr=check_float('score_thr', rcnn_test_cfg.get('score_thr', 0),
-                              0, 1),
-        iou_threshold=check_float('iou_threshold',
-                                  nms.get('iou_threshold', 0.5), 0, 1),
-        max_per_img=check_int('max_per_img',
-                              rcnn_test_cfg.get('max_per_img', 100), 1))
+    settings = postprocess_settings(rcnn_test_cfg)  # the same checks
+    return {
+        key: settings[key]
+        for key in ('score_thr', 'iou_threshold', 'max_per_img')
+    }
 
 
 def roi_detections(boxes: np.ndarray, scores: np.ndarray,
@@ -56,10 +50,15 @@ def roi_detections(boxes: np.ndarray, scores: np.ndarray,
     Returns:
         tuple[np.ndarray, np.ndarray]: ``dets`` (M, 5: box and score),
         best first, and ``labels`` (M,).
+
+    Raises:
+        ValueError: arrays of other shapes, or a setting that is not
+            finite or out of range.
     """
+    score_thr = check_float('score_thr', settings['score_thr'], 0, 1)
     if boxes.ndim != 3 or boxes.shape[:2] != scores.shape:
         raise ValueError(f'boxes {boxes.shape} and scores {scores.shape} '
                          'must be (N, K, 4) and (N, K)')
-    rois, labels = np.nonzero(scores > settings['score_thr'])
+    rois, labels = np.nonzero(scores > score_thr)
     return class_aware_nms(boxes[rois, labels], scores[rois, labels], labels,
                            settings['iou_threshold'], settings['max_per_img'])

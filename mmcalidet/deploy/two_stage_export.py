@@ -29,12 +29,6 @@ from torch import Tensor, nn
 
 from .traced_forward import TracedForward
 
-#: what the trace rewrites support
-_SUPPORTED = dict(
-    rpn_head='RPNHead',
-    bbox_roi_extractor='SingleRoIExtractor',
-    bbox_coder='DeltaXYWHBBoxCoder')
-
 
 def is_two_stage(model: nn.Module) -> bool:
     """Whether ``model`` is a two-stage detector (an RPN and a RoI head
@@ -172,6 +166,13 @@ def delta_decode(coder: nn.Module,
                       coder.ctr_clamp)
 
 
+def _check_type(what: str, part: nn.Module, supported: str) -> None:
+    """Refuse a part of another type than the trace rewrites cover."""
+    if type(part).__name__ != supported:
+        raise ValueError(f'the ONNX export of a two-stage detector takes a '
+                         f'{supported} as {what}, got {type(part).__name__}')
+
+
 def check_two_stage_export(model: nn.Module) -> None:
     """Refuse a two-stage detector the traced forward does not cover,
     naming the part.
@@ -180,18 +181,13 @@ def check_two_stage_export(model: nn.Module) -> None:
         ValueError: another RPN, RoI extractor, box coder or pooling.
     """
     roi_head = model.roi_head
-    parts = dict(
-        rpn_head=model.rpn_head,
-        bbox_roi_extractor=roi_head.bbox_roi_extractor,
-        bbox_coder=roi_head.bbox_head.bbox_coder)
-    for name, part in parts.items():
-        if type(part).__name__ != _SUPPORTED[name]:
-            raise ValueError(
-                f'the ONNX export of a two-stage detector takes a '
-                f'{_SUPPORTED[name]} {name}, got {type(part).__name__}')
-    if type(model.rpn_head.bbox_coder).__name__ != 'DeltaXYWHBBoxCoder':
-        raise ValueError('the ONNX export of a two-stage detector takes a '
-                         'DeltaXYWHBBoxCoder in the RPN')
+    _check_type('rpn_head', model.rpn_head, 'RPNHead')
+    _check_type("the RPN's bbox_coder", model.rpn_head.bbox_coder,
+                'DeltaXYWHBBoxCoder')
+    _check_type('bbox_roi_extractor', roi_head.bbox_roi_extractor,
+                'SingleRoIExtractor')
+    _check_type("the box head's bbox_coder", roi_head.bbox_head.bbox_coder,
+                'DeltaXYWHBBoxCoder')
     for layer in roi_head.bbox_roi_extractor.roi_layers:
         if type(layer).__name__ != 'RoIAlign' or layer.pool_mode != 'avg':
             raise ValueError('the ONNX export of a two-stage detector pools '

@@ -9,16 +9,15 @@ from mmdet.structures.bbox import bbox_cxcywh_to_xyxy
 from torch import nn
 
 from ..utils.validation import check_float
-from .export import DenseExportWrapper, ExportWrapper, head_kind, input_sample
+from .export import ExportWrapper, export_wrapper, head_kind, input_sample
 from .runtime import OnnxDetector
-from .two_stage_export import RoIExportWrapper
 
 
 def query_boxes(model: nn.Module, tensor: torch.Tensor) -> np.ndarray:
     """Every decoder query's box (the last layer's, x1 y1 x2 y2 in the
-    input's pixels; a one-stage detector: every location's): the boxes
-    any prior's detections are drawn from (a one-stage detector: every
-    location's; a two-stage one: every RoI's box for each class).
+    input's pixels; a one-stage detector: every location's; a two-stage
+    one: every RoI's box for each class): the boxes any prior's detections
+    are drawn from.
 
     Args:
         model (nn.Module): a (Cali)DETR in eval mode.
@@ -28,11 +27,10 @@ def query_boxes(model: nn.Module, tensor: torch.Tensor) -> np.ndarray:
         np.ndarray: (Q, 4).
     """
     height, width = tensor.shape[-2:]
-    kind = head_kind(model)
-    if kind != 'detr':
-        wrapper = DenseExportWrapper if kind == 'dense' else RoIExportWrapper
+    if head_kind(model) != 'detr':  # the graph's boxes output
         with torch.no_grad():
-            boxes = wrapper(model, (height, width), False)(tensor)[0]
+            boxes = export_wrapper(model, (height, width), False,
+                                   False)(tensor)[0]
         return boxes.reshape(-1, 4).cpu().numpy()
     with torch.no_grad():
         feats = model.extract_feat(tensor)
@@ -157,13 +155,12 @@ def verify_onnx(onnx_file: str,
         boxes_fixed=True,
         score_shift=0.0)
     device = next(model.parameters()).device
-    kind = head_kind(model)
-    dense = kind != 'detr'  # the runtime runs the last NMS
+    # a one- or two-stage graph: the runtime runs the last NMS, with the
+    # head's settings stored in the file
+    dense = head_kind(model) != 'detr'
     if dense:
         report['counts_equal'] = True
-        test_cfg = model.roi_head.test_cfg if kind == 'roi' else \
-            model.bbox_head.test_cfg
-        max_per_img = test_cfg.get('max_per_img')
+        max_per_img = detector.meta['postprocess']['max_per_img']
     for image in images:
         array, _, _ = detector.preprocess(image)
         tensor = torch.from_numpy(array).to(device)

@@ -210,6 +210,14 @@ def test_bad_settings_shapes_and_heads_are_refused(model):
         roi_postprocess_settings(dict(nms=dict(type='soft_nms')))
     with pytest.raises(ValueError, match='max_per_img'):
         roi_postprocess_settings(dict(max_per_img=0))
+    settings = roi_postprocess_settings(dict())
+    boxes = np.zeros((5, 3, 4), np.float32)
+    scores = np.zeros((5, 3), np.float32)
+    for bad, name in ((dict(settings, score_thr=float('nan')), 'score_thr'),
+                      (dict(settings, iou_threshold=1.5), 'iou_threshold'),
+                      (dict(settings, max_per_img=0), 'max_per_img')):
+        with pytest.raises(ValueError, match=name):
+            roi_detections(boxes, scores, bad)
     with pytest.raises(ValueError, match=r'\(N, K, 4\)'):
         roi_detections(
             np.zeros((5, 4), np.float32), np.zeros((5, 3), np.float32),
