@@ -25,6 +25,21 @@ IMAGE = osp.join(data_root(), 'coco-mini', 'images', 'val2017',
                  '000000005001.jpg')
 
 
+def site_prior_file(path: str) -> str:
+    """A prior file recording its support: 32 images, class c in c % 9 of
+    them."""
+    save_prior(
+        path,
+        random_prior(7, K),
+        CLASSES,
+        num_images=32,
+        images_per_class={
+            c: i % 9
+            for i, c in enumerate(CLASSES)
+        })
+    return path
+
+
 @pytest.fixture(scope='module')
 def exported(tmp_path_factory):
     """(model, onnx file, a prior file recording its support)."""
@@ -45,16 +60,7 @@ def exported(tmp_path_factory):
         former.support_proj.weight.normal_(std=1.0)
         former.lift_scale.fill_(2.0)
     folder = tmp_path_factory.mktemp('onnx_support')
-    site = str(folder / 'site.json')
-    save_prior(
-        site,
-        random_prior(7, K),
-        CLASSES,
-        num_images=32,
-        images_per_class={
-            c: i % 9
-            for i, c in enumerate(CLASSES)
-        })
+    site = site_prior_file(str(folder / 'site.json'))
     out = str(folder / 'support.onnx')
     export_onnx(model, out, SHAPE, prior_input=True)
     return model, out, site
@@ -155,16 +161,7 @@ def test_one_and_two_stage_graphs_take_the_support(config, head_path, perturb,
     export_onnx(model, out, SHAPE, prior_input=True)
     assert [i.name for i in onnx.load(out).graph.input
             ] == ['input', 'prior', 'prior_support', 'prior_marginals']
-    site = str(tmp_path / 'site.json')
-    save_prior(
-        site,
-        random_prior(7, K),
-        CLASSES,
-        num_images=32,
-        images_per_class={
-            c: i % 9
-            for i, c in enumerate(CLASSES)
-        })
+    site = site_prior_file(str(tmp_path / 'site.json'))
     report = verify_onnx(out, model, [IMAGE], [None, site, random_prior(7, K)])
     assert report['ok'], report['failures']
     detector = OnnxDetector(out)
