@@ -4,7 +4,10 @@
 #       --out data/context_shift --seed 0
 # Data folder: $MMCALIDET_CS_DATA (default data/context_shift, relative to
 # the project root).
-_base_ = '../../../configs/calidet/dino_tiny_coco-mini.py'
+_base_ = [
+    '../../../configs/calidet/dino_tiny_coco-mini.py',
+    './_base_/context_shift_schedule.py'
+]
 
 cs_root = '{{$MMCALIDET_CS_DATA:data/context_shift}}/'
 classes = ('zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven',
@@ -65,17 +68,9 @@ train_dataloader.update(batch_size=4)
 optim_wrapper = dict(
     optimizer=dict(lr=2e-4, fused=True),
     paramwise_cfg=dict(custom_keys={'backbone': dict(lr_mult=1.0)}))
-max_iters = 3000
-train_cfg = dict(max_iters=max_iters, val_interval=1000)
-param_scheduler = [
-    dict(
-        type='MultiStepLR',
-        begin=0,
-        end=max_iters,
-        by_epoch=False,
-        milestones=[2500],
-        gamma=0.1)
-]
-default_hooks = dict(
-    logger=dict(interval=50),
-    checkpoint=dict(interval=1000, max_keep_ckpts=3))
+# (_base_/context_shift_schedule.py, shared with the RTMDet and the Faster
+# R-CNN)
+max_iters = _base_.cs_max_iters
+train_cfg = _base_.cs_train_cfg
+param_scheduler = _base_.cs_param_scheduler
+default_hooks = _base_.cs_default_hooks

@@ -1,8 +1,8 @@
 # The context-shift detectors' schedule as named variables, for a plain
-# detector config that lists this file beside its own (the RTMDet's, the
-# Faster R-CNN's): the DINO's length (dino_tiny_context-shift.py), 3000
-# iterations of 4 images, lr x0.1 at 2500, a checkpoint every 1000. The
-# benchmark sets its own (--dino-iters). A config assigns them:
+# detector config that lists this file beside its own (the DINO's, the
+# RTMDet's, the Faster R-CNN's): 3000 iterations of 4 images, lr x0.1 at
+# 2500, a checkpoint every 1000. The benchmark sets its own (--dino-iters).
+# A config assigns them:
 #
 #   train_cfg = _base_.cs_train_cfg
 #   param_scheduler = _base_.cs_param_scheduler
