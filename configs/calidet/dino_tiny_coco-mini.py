@@ -48,8 +48,11 @@ test_evaluator = val_evaluator
 
 # the detector's AdamW, one parameter group per distinct setting instead of
 # mmengine's one per parameter (the same updates in fewer calls;
-# mmcalidet/engine/merged_groups_optim.py)
-optim_wrapper = dict(constructor='MergedGroupsOptimWrapperConstructor')
+# mmcalidet/engine/merged_groups_optim.py); with a fused AdamW the gradient
+# clipping runs inside its step (mmcalidet/engine/fused_clip_optim.py)
+optim_wrapper = dict(
+    type='FusedClipOptimWrapper',
+    constructor='MergedGroupsOptimWrapperConstructor')
 
 # schedule: 400 iterations, atomic checkpoints, per-iteration seeds
 # (../_base_/schedules/tiny.py); the optimizer stays the detector's

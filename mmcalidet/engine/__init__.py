@@ -5,11 +5,14 @@ evaluation protocol's test loops (``loops.py``), online self-calibration
 imports its three hooks, one module each), the training classes that a
 model's named priors are matched to (``prior_classes_hook.py``), the seed
 a resumed run restores
-(``run_seed.py``) and snapshots at chosen iterations
-(``snapshot_hook.py``)."""
+(``run_seed.py``), snapshots at chosen iterations
+(``snapshot_hook.py``) and the optimizer wrappers' parts
+(``merged_groups_optim.py``, ``fused_clip_optim.py``,
+``calibrator_optim.py``)."""
 from .calibrator_optim import CalibratorOptimWrapperConstructor
 from .checkpoint_hooks import (AtomicCheckpointHook, CheckpointCompatHook,
                                IterationSeedHook)
+from .fused_clip_optim import FusedClipOptimWrapper, total_grad_norm
 from .loops import (CachedTestLoop, PriorSweepTestLoop,
                     SelfCalibrationTestLoop, SubsetEvalTestLoop)
 from .merged_groups_optim import (MergedGroupsOptimWrapperConstructor,
@@ -25,5 +28,6 @@ __all__ = [
     'AtomicCheckpointHook', 'IterationSeedHook', 'CheckpointCompatHook',
     'SnapshotHook', 'CalibratorOptimWrapperConstructor', 'restore_run_seed',
     'checkpoint_to_resume', 'MergedGroupsOptimWrapperConstructor',
-    'merge_param_groups', 'PriorClassesHook'
+    'merge_param_groups', 'PriorClassesHook', 'FusedClipOptimWrapper',
+    'total_grad_norm'
 ]
