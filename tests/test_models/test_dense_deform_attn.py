@@ -86,6 +86,32 @@ def test_gradients_of_only_some_inputs(needs):
     torch.testing.assert_close(grad, full[needs.index(True)])
 
 
+def test_cpu_autocast_runs_it_in_float32():
+    """Under ``torch.autocast('cpu')`` (mmengine's ``--amp`` on the CPU)
+    the path computes in float32: what it computes without autocast, and a
+    bfloat16 value (a projection's output under autocast) gets a bfloat16
+    gradient."""
+    value, locations, weights = inputs(SHAPES[0])
+    spatial = torch.tensor(SHAPES[0])
+    tensors = (value, locations, weights)
+    expected = dense.dense_multi_scale_deformable_attn(value, spatial,
+                                                       locations, weights)
+    expected_grad = torch.autograd.grad(expected.sum(), tensors)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        out = dense.dense_multi_scale_deformable_attn(value, spatial,
+                                                      locations, weights)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    for a, b in zip(torch.autograd.grad(out.sum(), tensors), expected_grad):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    half = value.detach().bfloat16().requires_grad_()
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        out = dense.dense_multi_scale_deformable_attn(half, spatial, locations,
+                                                      weights)
+    (grad, ) = torch.autograd.grad(out.sum(), half)
+    assert grad.dtype == torch.bfloat16 and bool(grad.isfinite().all())
+
+
 def test_points_outside_every_level_sample_zeros():
     value, locations, weights = inputs(SHAPES[0])
     with torch.no_grad():

@@ -106,10 +106,12 @@ class DenseDeformAttnFunction(Function):
     sampling point tensor.
 
     The matrix ``A`` is kept transposed, ``(bs * heads * keys, queries)``,
-    and filled by one ``scatter_add`` along its rows.
+    and filled by one ``scatter_add`` along its rows. Under CPU autocast it
+    runs in float32 (its backward's products would otherwise mix dtypes).
     """
 
     @staticmethod
+    @torch.amp.custom_fwd(device_type='cpu', cast_inputs=torch.float32)
     def forward(ctx, value: Tensor, shapes: Tensor, sampling_locations: Tensor,
                 attention_weights: Tensor) -> Tensor:
         bs, num_keys, num_heads, dims = value.shape
@@ -133,6 +135,7 @@ class DenseDeformAttnFunction(Function):
 
     @staticmethod
     @once_differentiable
+    @torch.amp.custom_bwd(device_type='cpu')
     def backward(ctx, grad_output: Tensor) -> tuple:
         keys, matrix_t, index, weight, signed, weights, extent = \
             ctx.saved_tensors
