@@ -15,7 +15,7 @@ on 128-px images), it is built densely with ``scatter_add`` and applied by
 ``bmm``: the same sum in another order (float rounding aside), forward and
 backward. The backward pass is written out
 (:class:`DenseDeformAttnFunction`, checked by ``gradcheck``): autograd
-through the corner arithmetic cost a fifth of the path's time.
+through the corner arithmetic cost about a quarter of its time.
 
 :func:`multi_scale_deformable_attn_cpu` takes this path where ``A`` has at
 most :data:`DENSE_LIMIT` elements and the model is not being traced or
