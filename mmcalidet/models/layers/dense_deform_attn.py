@@ -46,8 +46,8 @@ DENSE_LIMIT = 2**24
 def bilinear_entries(shapes: Tensor, sampling_locations: Tensor,
                      attention_weights: Tensor) -> Tuple[Tensor, ...]:
     """Each sampling point's 4 bilinear corners: their key indices and
-    entries (attention weight x corner weight) in the dense matrix, and the
-    factors the backward pass needs.
+    entries (attention weight x corner weight) in the dense matrix, and
+    the factors the backward pass needs.
 
     Every tensor is laid out queries last, ``(..., bs, heads, levels,
     points, queries)``, so that each element-wise op runs along the queries
@@ -65,17 +65,17 @@ def bilinear_entries(shapes: Tensor, sampling_locations: Tensor,
     Returns:
         tuple[Tensor]: ``index`` and ``entry``, ``(2 (y), 2 (x), bs, heads,
         levels, points, queries)``, each corner's key index within its batch
-        element and head and its entry; ``weight``, ``(2 (x, y), 2
+        element and head and its entry; ``corner_weight``, ``(2 (x, y), 2
         (corner), ...)``, the corner weights (zero outside the level);
         ``signed``, the same shape, their derivative with respect to the
-        pixel coordinate; ``weights``, the attention weights queries last;
+        pixel coordinate; ``attention``, the attention weights queries last;
         and ``extent``, each level's ``(w, h)`` as ``(2, 1, 1, levels, 1,
         1)``.
     """
     dtype, device = sampling_locations.dtype, sampling_locations.device
     num_levels = shapes.shape[0]
     locations = sampling_locations.permute(5, 0, 2, 3, 4, 1).contiguous()
-    weights = attention_weights.permute(0, 2, 3, 4, 1).contiguous()
+    attention = attention_weights.permute(0, 2, 3, 4, 1).contiguous()
     extent = shapes.flip(1).t().reshape(2, 1, 1, num_levels, 1, 1)
     # pixel coordinates of align_corners=False
     pixel = locations * extent.to(dtype) - 0.5
@@ -85,10 +85,11 @@ def bilinear_entries(shapes: Tensor, sampling_locations: Tensor,
         2, device=device).view(1, 2, 1, 1, 1, 1, 1)
     limit = extent.unsqueeze(1)
     inside = ((corner >= 0) & (corner < limit)).to(dtype)
-    weight = torch.stack([1 - frac, frac], 1) * inside
+    corner_weight = torch.stack([1 - frac, frac], 1) * inside
     sign = torch.tensor([-1.0, 1.0], dtype=dtype,
                         device=device).view(1, 2, 1, 1, 1, 1, 1)
-    entry = (weight[1] * weights).unsqueeze(1) * weight[0].unsqueeze(0)
+    attended_y = corner_weight[1] * attention
+    entry = attended_y.unsqueeze(1) * corner_weight[0].unsqueeze(0)
     sizes = shapes[:, 0] * shapes[:, 1]
     row = (sizes.cumsum(0) - sizes).view(num_levels, 1, 1) + \
         corner[1] * shapes[:, 1].view(num_levels, 1, 1)
@@ -96,7 +97,7 @@ def bilinear_entries(shapes: Tensor, sampling_locations: Tensor,
     # valid key (of any level)
     last_key = int(sizes.sum()) - 1
     index = (row.unsqueeze(1) + corner[0].unsqueeze(0)).clamp_(0, last_key)
-    return index, entry, weight, inside * sign, weights, extent
+    return index, entry, corner_weight, inside * sign, attention, extent
 
 
 class DenseDeformAttnFunction(Function):
@@ -116,8 +117,9 @@ class DenseDeformAttnFunction(Function):
                 attention_weights: Tensor) -> Tensor:
         bs, num_keys, num_heads, dims = value.shape
         num_queries = sampling_locations.shape[1]
-        index, entry, weight, signed, weights, extent = bilinear_entries(
-            shapes, sampling_locations, attention_weights)
+        # factors: corner_weight, signed, attention, extent
+        index, entry, *factors = bilinear_entries(shapes, sampling_locations,
+                                                  attention_weights)
         offset = torch.arange(bs * num_heads, device=value.device) * num_keys
         index = (index + offset.view(bs, num_heads, 1, 1, 1)).view(
             -1, num_queries)
@@ -128,8 +130,7 @@ class DenseDeformAttnFunction(Function):
                                                  dims)
         matrix_t = matrix.view(bs * num_heads, num_keys, num_queries)
         output = torch.bmm(matrix_t.transpose(1, 2), keys)
-        ctx.save_for_backward(keys, matrix_t, index, weight, signed, weights,
-                              extent)
+        ctx.save_for_backward(keys, matrix_t, index, *factors)
         output = output.view(bs, num_heads, num_queries, dims)
         return output.transpose(1, 2).reshape(bs, num_queries, -1)
 
@@ -137,7 +138,7 @@ class DenseDeformAttnFunction(Function):
     @once_differentiable
     @torch.amp.custom_bwd(device_type='cpu')
     def backward(ctx, grad_output: Tensor) -> tuple:
-        keys, matrix_t, index, weight, signed, weights, extent = \
+        keys, matrix_t, index, corner_weight, signed, attention, extent = \
             ctx.saved_tensors
         bs_heads, num_keys, dims = keys.shape
         bs, num_queries = grad_output.shape[:2]
@@ -151,14 +152,16 @@ class DenseDeformAttnFunction(Function):
         if not (ctx.needs_input_grad[2] or ctx.needs_input_grad[3]):
             return grad_value, None, None, None
         grad_entry = torch.bmm(keys, grad.transpose(1, 2)).view(
-            -1, num_queries).gather(0, index).view(2, 2, *weights.shape)
-        # entry[y, x] = weights * weight_y[y] * weight_x[x]
-        along_x = (grad_entry * weight[0].unsqueeze(0)).sum(1)
+            -1, num_queries).gather(0, index).view(2, 2, *attention.shape)
+        # entry[y, x] = attention * weight_y[y] * weight_x[x]
+        along_x = (grad_entry * corner_weight[0].unsqueeze(0)).sum(1)
         if ctx.needs_input_grad[3]:
-            grad_weights = (along_x * weight[1]).sum(0).permute(0, 4, 1, 2, 3)
+            grad_weights = (along_x * corner_weight[1]).sum(0).permute(
+                0, 4, 1, 2, 3)
         if ctx.needs_input_grad[2]:
-            grad_y = (along_x * signed[1]).sum(0) * weights
-            along_y = (grad_entry * (weight[1] * weights).unsqueeze(1)).sum(0)
+            grad_y = (along_x * signed[1]).sum(0) * attention
+            along_y = (grad_entry *
+                       (corner_weight[1] * attention).unsqueeze(1)).sum(0)
             grad_x = (along_y * signed[0]).sum(0)
             grad_locations = (torch.stack([grad_x, grad_y]) *
                               extent.to(grad_x.dtype)).permute(
