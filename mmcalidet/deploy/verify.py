@@ -29,8 +29,9 @@ def query_boxes(model: nn.Module, tensor: torch.Tensor) -> np.ndarray:
     height, width = tensor.shape[-2:]
     if head_kind(model) != 'detr':  # the graph's boxes output
         with torch.no_grad():
-            boxes = export_wrapper(model, (height, width), False,
-                                   False)(tensor)[0]
+            boxes = export_wrapper(
+                model, (height, width), prior_input=False,
+                support_input=False)(tensor)[0]
         return boxes.reshape(-1, 4).cpu().numpy()
     with torch.no_grad():
         feats = model.extract_feat(tensor)
