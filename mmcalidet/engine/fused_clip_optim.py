@@ -8,6 +8,8 @@ from mmdet.registry import OPTIM_WRAPPERS
 from mmengine.optim import OptimWrapper
 from torch import Tensor
 
+from ..utils.validation import check_float
+
 
 def total_grad_norm(grads: List[Tensor]) -> Tensor:
     """The 2-norm of all gradients together, as ``clip_grad_norm_``
@@ -43,10 +45,20 @@ class FusedClipOptimWrapper(OptimWrapper):
     unfused optimizer, gradients of several devices or of another dtype than
     float32) takes mmengine's path.
 
+    A ``max_norm`` that is not a finite number above 0 is refused
+    (``ValueError``): mmengine would scale every gradient by it.
+
     Args and usage: as ``OptimWrapper``, e.g. ``optim_wrapper =
     dict(type='FusedClipOptimWrapper', optimizer=dict(type='AdamW',
     fused=True), clip_grad=dict(max_norm=0.1, norm_type=2))``.
     """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        clip = self.clip_grad_kwargs
+        if clip and self.clip_func is torch.nn.utils.clip_grad_norm_:
+            check_float(
+                'clip_grad.max_norm', clip.get('max_norm'), 0, low_open=True)
 
     def step(self, **kwargs) -> None:
         """Clip (folded into the fused step where possible) and update.

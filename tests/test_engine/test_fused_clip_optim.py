@@ -85,3 +85,12 @@ def test_total_grad_norm_is_clip_grad_norms():
         p.grad = g.clone()
     expected = torch.nn.utils.clip_grad_norm_(params, max_norm=1e9)
     torch.testing.assert_close(total_grad_norm(grads), expected)
+
+
+@pytest.mark.parametrize('max_norm', [0, -0.1, float('nan'), float('inf')])
+def test_a_max_norm_that_is_not_a_finite_positive_number_is_refused(max_norm):
+    with pytest.raises(ValueError, match='clip_grad.max_norm'):
+        train(
+            'FusedClipOptimWrapper',
+            steps=1,
+            clip_grad=dict(max_norm=max_norm, norm_type=2))
