@@ -2,9 +2,11 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Packaging for mmcalidet.
 
-Builds the Cython counting core (``mmcalidet.priors._cooccurrence``) and the
-``.mim`` folder (tools, configs) that ``mim train mmcalidet <config>`` reads,
-as mmyolo does. Editable installs (``pip install -e .``: setuptools runs
+Builds the Cython cores (the statistics' counting,
+``mmcalidet.priors._cooccurrence``, and the CPU's deformable attention,
+``mmcalidet.models.layers._deform_attn_cpu``) and the ``.mim`` folder
+(tools, configs) that ``mim train mmcalidet <config>`` reads, as mmyolo
+does. Editable installs (``pip install -e .``: setuptools runs
 ``editable_wheel``, or the legacy ``develop``) link the folders so edits show
 at once; regular installs copy them into the wheel.
 """
@@ -19,6 +21,9 @@ ROOT = osp.dirname(osp.abspath(__file__))
 # what mim reads from mmcalidet/.mim: the tools, the configs and the model
 # index of configs/calidet/metafile.yml (``mim search mmcalidet``)
 MIM_FILES = ('tools', 'configs', 'model-index.yml')
+# the Cython modules, under mmcalidet/ (tools/setup_env.sh caches every
+# mmcalidet/**/*.pyx's build)
+EXTENSIONS = ('priors._cooccurrence', 'models.layers._deform_attn_cpu')
 
 
 def readme() -> str:
@@ -82,11 +87,12 @@ def add_mim_extension() -> None:
 
 
 def get_extensions() -> list:
-    """The Cython extension of the statistics core.
+    """The Cython extensions: the statistics' counting core and the CPU's
+    multi-scale deformable attention.
 
     None when ``MMCALIDET_NO_EXT=1``: tools/setup_env.sh then installs the
-    package (editable) without it, and puts the compiled module in place
-    from its cache, or builds it there with ``build_ext --inplace``.
+    package (editable) without them, and puts the compiled modules in place
+    from its cache, or builds them there with ``build_ext --inplace``.
 
     Returns:
         list: The extensions to build.
@@ -95,15 +101,17 @@ def get_extensions() -> list:
         return []
     import numpy as np
     from Cython.Build import cythonize
-    ext = Extension(
-        'mmcalidet.priors._cooccurrence',
-        sources=['mmcalidet/priors/_cooccurrence.pyx'],
-        include_dirs=[np.get_include()],
-        define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION')],
-        extra_compile_args=['-O3', '-fopenmp'],
-        extra_link_args=['-fopenmp'],
-    )
-    return cythonize([ext], language_level=3, quiet=True)
+    exts = [
+        Extension(
+            f'mmcalidet.{module}',
+            sources=[f'mmcalidet/{module.replace(".", "/")}.pyx'],
+            include_dirs=[np.get_include()],
+            define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION')],
+            extra_compile_args=['-O3', '-fopenmp'],
+            extra_link_args=['-fopenmp'],
+        ) for module in EXTENSIONS
+    ]
+    return cythonize(exts, language_level=3, quiet=True)
 
 
 if __name__ == '__main__':
@@ -124,6 +132,7 @@ if __name__ == '__main__':
             package_data={
                 'mmcalidet': [
                     'data/*.json', 'data/priors/*.json', 'priors/*.pyx',
+                    'models/layers/*.pyx',
                     '.mim/configs/**/*', '.mim/tools/**/*', '.mim/configs/*',
                     '.mim/tools/*', '.mim/model-index.yml'
                 ]

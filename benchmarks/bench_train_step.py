@@ -50,12 +50,12 @@ def parse_args() -> argparse.Namespace:
         '--mmcv-deform-attn',
         action='store_true',
         help='mmcv\'s own CPU deformable attention (grid_sample), not the '
-        'dense product the tiny configs opt into')
+        'compiled kernel the tiny configs opt into')
     parser.add_argument(
         '--compare-attention',
         action='store_true',
-        help='also time the DINO iteration with the dense and with mmcv\'s '
-        'deformable attention, alternating in this process')
+        help='also time the DINO iteration with the compiled kernel\'s and '
+        'with mmcv\'s deformable attention, alternating in this process')
     parser.add_argument(
         '--profile',
         type=int,
@@ -190,9 +190,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     cfg, model, optim, backbone = build(args.config)
     if args.mmcv_deform_attn:
-        from mmcalidet.models.layers.dense_deform_attn import \
-            use_dense_deform_attn
-        use_dense_deform_attn(False)
+        from mmcalidet.models.layers.cpu_deform_attn import \
+            use_cpu_deform_attn
+        use_cpu_deform_attn(False)
     head = model.roi_head.bbox_head if hasattr(model, 'roi_head') \
         else model.bbox_head  # a two-stage detector classifies RoIs
     batch = make_batch(args.batch_size, args.size, head.num_classes)
@@ -211,17 +211,17 @@ def main() -> None:
     print(f'ratio {row["ratio"]:.2f} (per-pair IQR {row["iqr"]:.2f}; '
           'target <= 2.5)')
     if args.compare_attention:
-        from mmcalidet.models.layers.dense_deform_attn import \
-            use_dense_deform_attn
+        from mmcalidet.models.layers.cpu_deform_attn import \
+            use_cpu_deform_attn
 
-        def step_with(dense: bool) -> None:
-            use_dense_deform_attn(dense)
+        def step_with(kernel: bool) -> None:
+            use_cpu_deform_attn(kernel)
             detector_step(model, optim, batch)
 
         both = paired(lambda: step_with(True), lambda: step_with(False),
                       args.iters, args.warmup)
-        use_dense_deform_attn(not args.mmcv_deform_attn)
-        print(f'{"DINO iteration, dense attention":34s}{both["a"]:8.3f}'
+        use_cpu_deform_attn(not args.mmcv_deform_attn)
+        print(f'{"DINO iteration, kernel attention":34s}{both["a"]:8.3f}'
               f'{both["a_median"]:10.3f}')
         print(f'{"DINO iteration, mmcv attention":34s}{both["b"]:8.3f}')
     if args.profile:

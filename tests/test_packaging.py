@@ -19,9 +19,11 @@ def test_mmcv_ops_available():
     assert MultiScaleDeformableAttention is not None
 
 
-def test_cython_extension_compiled():
+def test_cython_extensions_compiled():
+    from mmcalidet.models.layers import _deform_attn_cpu
     from mmcalidet.priors import _cooccurrence
     assert _cooccurrence.__file__.endswith('.so')
+    assert _deform_attn_cpu.__file__.endswith('.so')
 
 
 def test_mim_folder_links_tools_configs_and_model_index():
@@ -128,8 +130,9 @@ def test_regular_wheel_ships_tools_configs_priors_and_extension(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     wheel, = (tmp_path / 'dist').glob('mmcalidet-*.whl')
     names = zipfile.ZipFile(wheel).namelist()
-    assert any(n.startswith('mmcalidet/priors/_cooccurrence')
-               and n.endswith('.so') for n in names)
+    for module in ('priors/_cooccurrence', 'models/layers/_deform_attn_cpu'):
+        assert any(n.startswith(f'mmcalidet/{module}') and n.endswith('.so')
+                   for n in names), module
     for path in ('mmcalidet/data/priors/coco2017_train.json',
                  'mmcalidet/.mim/tools/train.py',
                  'mmcalidet/.mim/tools/analysis_tools/compute_prior.py',

@@ -2,7 +2,7 @@
 # Create (or reuse) the project's virtual environment in .venv/ and install
 # the pinned stack: torch 2.13.0 (CPU), mmengine 0.10.7, mmcv 2.1.0 built
 # from source with its ops, mmdet 3.3.0, openmim, and mmcalidet itself
-# (editable, with its Cython extension).
+# (editable, with its Cython extensions).
 #
 # Idempotent: every step is skipped when what it makes is already there (a
 # second run takes a few seconds).
@@ -160,8 +160,8 @@ if conf.get('default-timeout'):
 PYEOF
 }
 
-# ext_cache_key PY ROOT: the name of mmcalidet's compiled extension in the
-# cache: a hash of its sources (priors/*.pyx, *.pxd and setup.py, which
+# ext_cache_key PY ROOT: the name of mmcalidet's compiled extensions in the
+# cache: a hash of their sources (mmcalidet/**/*.pyx, *.pxd and setup.py, which
 # holds the compiler flags), the Cython and numpy versions, PY's extension
 # suffix (Python version and platform) and the C compiler's version.
 # Nothing when PY lacks Cython or numpy.
@@ -190,11 +190,11 @@ try:
 except OSError:
     pass
 sources = sorted(
-    glob.glob(osp.join(root, 'mmcalidet', 'priors', '*.pyx')) +
-    glob.glob(osp.join(root, 'mmcalidet', 'priors', '*.pxd')))
+    glob.glob(osp.join(root, 'mmcalidet', '**', '*.pyx'), recursive=True) +
+    glob.glob(osp.join(root, 'mmcalidet', '**', '*.pxd'), recursive=True))
 for path in sources + [osp.join(root, 'setup.py')]:
     with open(path, 'rb') as f:
-        h.update(osp.basename(path).encode() + b'\0' + f.read())
+        h.update(osp.relpath(path, root).encode() + b'\0' + f.read())
 print(h.hexdigest()[:20])
 PYEOF
 }
@@ -293,6 +293,44 @@ compile_bytecode() {
     printf '%s' "$dists" >"$stamp"
 }
 
+# ext_modules ROOT: each Cython source's compiled module to be, relative to
+# ROOT and without its suffix (mmcalidet/priors/_cooccurrence, ...).
+ext_modules() {
+    (cd "$1" && find mmcalidet -name '*.pyx' -not -path '*/.mim/*' \
+        | sed 's/\.pyx$//' | sort)
+}
+
+# install_ext: mmcalidet's compiled extensions into the source tree: copied
+# from the cache when these sources were built before (by any clone), else
+# built in place (setup.py build_ext --inplace) and stored in the cache,
+# each under its path in the tree.
+install_ext() {
+    local key dir tmp module complete=1
+    key="$(ext_cache_key "$PY" "$ROOT")"
+    dir="$CACHE/mmcalidet-ext/$key"
+    for module in $(ext_modules "$ROOT"); do
+        ls "$dir/$module".*.so >/dev/null 2>&1 || complete=0
+    done
+    if [ -n "$key" ] && [ "$complete" = 1 ] \
+            && cp -Rf "$dir/mmcalidet" "$ROOT/"; then
+        log "reused the Cython extensions from $dir"
+        return 0
+    fi
+    log "building the Cython extensions"
+    (cd "$ROOT" && logged "$PY" setup.py -q build_ext --inplace)
+    if [ -n "$key" ] && mkdir -p "$CACHE/mmcalidet-ext" \
+            && tmp="$(mktemp -d "$CACHE/mmcalidet-ext/.build.XXXXXX")"; then
+        # a rename: other runs see the whole folder or none of it (an
+        # entry that lacks a module goes first)
+        [ "$complete" = 1 ] || rm -rf "$dir"
+        if ! { (cd "$ROOT" && for module in $(ext_modules "$ROOT"); do
+                    cp --parents "$module".*.so "$tmp/" || exit 1
+                done) && mv -T "$tmp" "$dir" 2>/dev/null; }; then
+            rm -rf "$tmp"
+        fi
+    fi
+}
+
 # sourced: the functions only
 if [ "${BASH_SOURCE[0]}" != "$0" ]; then
     return 0
@@ -375,30 +413,6 @@ install_q() {
     ensure_pip && logged "$PY" -m pip --disable-pip-version-check -q install "$@"
 }
 
-# install_ext: mmcalidet's compiled extension into the source tree: copied
-# from the cache when these sources were built before (by any clone), else
-# built in place (setup.py build_ext --inplace) and stored in the cache.
-install_ext() {
-    local key dir tmp
-    key="$(ext_cache_key "$PY" "$ROOT")"
-    dir="$CACHE/mmcalidet-ext/$key"
-    if [ -n "$key" ] && ls "$dir"/*.so >/dev/null 2>&1 \
-            && cp -f "$dir"/*.so "$ROOT/mmcalidet/priors/"; then
-        log "reused the Cython extension from $dir"
-        return 0
-    fi
-    log "building the Cython extension"
-    (cd "$ROOT" && logged "$PY" setup.py -q build_ext --inplace)
-    if [ -n "$key" ] && mkdir -p "$CACHE/mmcalidet-ext" \
-            && tmp="$(mktemp -d "$CACHE/mmcalidet-ext/.build.XXXXXX")"; then
-        # a rename: other runs see the whole folder or none of it
-        if ! { cp "$ROOT"/mmcalidet/priors/*.so "$tmp/" \
-                && mv -T "$tmp" "$dir" 2>/dev/null; }; then
-            rm -rf "$tmp"
-        fi
-    fi
-}
-
 if [ ! -x "$PY" ]; then
     log "creating $VENV"
     if ! { use_uv && "$UV" venv --allow-existing --no-python-downloads \
@@ -417,12 +431,13 @@ if ! have setuptools 80.9.0 || ! have torch "$TORCH_VERSION" \
 fi
 
 # 2. mmcalidet itself, editable (links tools/, configs/ and model-index.yml
-#    into mmcalidet/.mim), then its compiled Cython extension, in place. Neither
-#    needs mmcv or mmdet, so they go before mmcv's long build: a failure
-#    shows early. The editable install leaves the extension out
-#    (MMCALIDET_NO_EXT=1): a fresh clone copies it from $CACHE/mmcalidet-ext
-#    (keyed by its sources, Cython, numpy, Python and the compiler), and
-#    builds it (about 30 s) only when no clone has built these sources yet.
+#    into mmcalidet/.mim), then its compiled Cython extensions, in place.
+#    Neither needs mmcv or mmdet, so they go before mmcv's long build: a
+#    failure shows early. The editable install leaves the extensions out
+#    (MMCALIDET_NO_EXT=1): a fresh clone copies them from
+#    $CACHE/mmcalidet-ext (keyed by their sources, Cython, numpy, Python and
+#    the compiler), and builds them (about 40 s) only when no clone has built
+#    these sources yet.
 if ! "$PY" -I - "$ROOT" <<'PYEOF' 2>/dev/null
 import os, sys
 from importlib import metadata
@@ -446,10 +461,11 @@ SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 if [ "$(readlink "$SITE/mmcalidet" 2>/dev/null)" != "$ROOT/mmcalidet" ]; then
     ln -sfn "$ROOT/mmcalidet" "$SITE/mmcalidet"
 fi
-# The extension: missing, or a .pyx newer than it (e.g. after a pull).
-for pyx in "$ROOT"/mmcalidet/priors/*.pyx; do
-    so="$(ls "${pyx%.pyx}".*.so 2>/dev/null | head -n1 || true)"
-    if [ -z "$so" ] || [ "$pyx" -nt "$so" ]; then
+# The extensions: one missing, or a .pyx newer than its module (e.g. after a
+# pull).
+for module in $(ext_modules "$ROOT"); do
+    so="$(ls "$ROOT/$module".*.so 2>/dev/null | head -n1 || true)"
+    if [ -z "$so" ] || [ "$ROOT/$module.pyx" -nt "$so" ]; then
         install_ext
         break
     fi

@@ -6,13 +6,13 @@ _base_ = [
     './deformable-detr_tiny_coco-mini.py',
     '../_base_/calidet_deformable-detr.py'
 ]
-# the CPU's deformable attention as one dense product on these small
-# maps (mmcalidet/models/layers/dense_deform_attn.py)
+# the CPU's deformable attention by mmcalidet's compiled kernel
+# (mmcalidet/models/layers/cpu_deform_attn.py)
 custom_imports = dict(
     imports=[
         'mmcalidet',
         'mmcalidet.engine.checkpoint_hooks',
-        'mmcalidet.models.layers.enable_dense_deform_attn'
+        'mmcalidet.models.layers.enable_cpu_deform_attn'
     ],
     allow_failed_imports=False)
 

@@ -1,13 +1,13 @@
 # CaliDet on the tiny DINO of dino_tiny_coco-mini.py (same model, data and
 # budget): CaliDINO + CaliDINOHead (CaliFormer, rho, LoMa) + EdgeSampler.
 _base_ = ['./dino_tiny_coco-mini.py', '../_base_/calidet.py']
-# the CPU's deformable attention as one dense product on these small
-# maps (mmcalidet/models/layers/dense_deform_attn.py)
+# the CPU's deformable attention by mmcalidet's compiled kernel
+# (mmcalidet/models/layers/cpu_deform_attn.py)
 custom_imports = dict(
     imports=[
         'mmcalidet',
         'mmcalidet.engine.checkpoint_hooks',
-        'mmcalidet.models.layers.enable_dense_deform_attn'
+        'mmcalidet.models.layers.enable_cpu_deform_attn'
     ],
     allow_failed_imports=False)
 

@@ -11,12 +11,12 @@ _base_ = [
     'mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py',
     '../_base_/datasets/coco-mini.py', '../_base_/schedules/tiny.py'
 ]
-# the CPU's deformable attention as one dense product on these small
-# maps (mmcalidet/models/layers/dense_deform_attn.py)
+# the CPU's deformable attention by mmcalidet's compiled kernel
+# (mmcalidet/models/layers/cpu_deform_attn.py)
 custom_imports = dict(
     imports=[
         'mmcalidet.engine.checkpoint_hooks',
-        'mmcalidet.models.layers.enable_dense_deform_attn'
+        'mmcalidet.models.layers.enable_cpu_deform_attn'
     ],
     allow_failed_imports=False)
 

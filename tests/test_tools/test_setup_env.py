@@ -209,6 +209,51 @@ def test_extension_cache_key_follows_the_sources(tmp_path):
                 call(f'ext_cache_key {sys.executable} {tmp_path}')}) == 3
 
 
+def test_extension_cache_key_covers_every_cython_folder(tmp_path):
+    layers = tmp_path / 'mmcalidet' / 'models' / 'layers'
+    layers.mkdir(parents=True)
+    (tmp_path / 'setup.py').write_text('flags = ["-O3"]\n')
+    (layers / '_kernel.pyx').write_text('def f(): return 1\n')
+    key = call(f'ext_cache_key {sys.executable} {tmp_path}')
+    (layers / '_kernel.pyx').write_text('def f(): return 2\n')
+    assert call(f'ext_cache_key {sys.executable} {tmp_path}') != key
+
+
+def test_extensions_are_cached_and_restored_under_their_folders(tmp_path):
+    """install_ext builds every module (a fake setup.py writes them), stores
+    them in the cache by their paths, and a clone without them gets each
+    one back in its folder; a cache entry that lacks one is built again and
+    replaced."""
+    root = tmp_path / 'clone'
+    modules = ('mmcalidet/priors/_core', 'mmcalidet/models/layers/_kernel')
+    for module in modules:
+        (root / module).parent.mkdir(parents=True, exist_ok=True)
+        (root / f'{module}.pyx').write_text(f'# {module}\n')
+    suffix = '.cpython-311-x86_64-linux-gnu.so'
+    (root / 'setup.py').write_text(
+        f'for m in {modules!r}:\n'
+        f'    open(m + "{suffix}", "w").write("built")\n'
+        'open("built.txt", "a").write("x")\n')
+    cache = tmp_path / 'cache'
+    env = f'ROOT={root} CACHE={cache} PY={sys.executable} ' \
+        f'SETUP_LOG={tmp_path / "setup.log"}'
+    assert call(f'{env}; ext_modules {root}').split() == sorted(modules)
+    call(f'{env}; install_ext')
+    assert (root / 'built.txt').read_text() == 'x'
+    entry, = (cache / 'mmcalidet-ext').iterdir()
+    for module in modules:
+        (root / f'{module}{suffix}').unlink()
+        assert (entry / f'{module}{suffix}').exists()
+    call(f'{env}; install_ext')
+    assert (root / 'built.txt').read_text() == 'x'  # not built again
+    for module in modules:
+        assert (root / f'{module}{suffix}').read_text() == 'built'
+    (entry / f'{modules[1]}{suffix}').unlink()
+    call(f'{env}; install_ext')
+    assert (root / 'built.txt').read_text() == 'xx'
+    assert (entry / f'{modules[1]}{suffix}').exists()
+
+
 def test_cuda_tag_reads_torch_version_without_importing_torch(tmp_path):
     site = tmp_path / 'site' / 'torch'
     site.mkdir(parents=True)

@@ -17,13 +17,13 @@
 _base_ = [
     './dino_tiny_context-shift.py', '../../../configs/_base_/calidet.py'
 ]
-# the CPU's deformable attention as one dense product on these small
-# maps (mmcalidet/models/layers/dense_deform_attn.py)
+# the CPU's deformable attention by mmcalidet's compiled kernel
+# (mmcalidet/models/layers/cpu_deform_attn.py)
 custom_imports = dict(
     imports=[
         'mmcalidet',
         'mmcalidet.engine.checkpoint_hooks',
-        'mmcalidet.models.layers.enable_dense_deform_attn'
+        'mmcalidet.models.layers.enable_cpu_deform_attn'
     ],
     allow_failed_imports=False)
 

@@ -13,14 +13,14 @@
 #       projects/context_shift/experiments/site_simulation/calidet_dino_tiny_context-shift_cached_site.py \
 #       --work-dir work_dirs/context_shift/calidet_cached_site
 _base_ = ['../../configs/calidet_dino_tiny_context-shift_cached.py']
-# the CPU's deformable attention as one dense product on these small
-# maps (mmcalidet/models/layers/dense_deform_attn.py)
+# the CPU's deformable attention by mmcalidet's compiled kernel
+# (mmcalidet/models/layers/cpu_deform_attn.py)
 custom_imports = dict(
     imports=[
         'mmcalidet',
         'mmcalidet.engine.checkpoint_hooks',
         'projects.context_shift.experiments.site_simulation.recipe',
-        'mmcalidet.models.layers.enable_dense_deform_attn'
+        'mmcalidet.models.layers.enable_cpu_deform_attn'
     ],
     allow_failed_imports=False)
 

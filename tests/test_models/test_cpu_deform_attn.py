@@ -1,13 +1,13 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""The dense CPU path of multi-scale deformable attention against mmcv's
-own CPU function: the same outputs and gradients, its switch, its
+"""The compiled CPU kernel of multi-scale deformable attention against
+mmcv's own CPU function: the same outputs and gradients, its switch, its
 fallbacks."""
 import pytest
 import torch
 from mmcv.ops import MultiScaleDeformableAttention
 from mmcv.ops import multi_scale_deform_attn as mmcv_msda
 
-from mmcalidet.models.layers import dense_deform_attn as dense
+from mmcalidet.models.layers import cpu_deform_attn as kernel
 
 #: (h, w) of the demo DINO's four levels on 128-px images, and of a
 #: non-square single level as the tiny Deformable DETR has
@@ -30,12 +30,11 @@ def inputs(shapes, num_queries=23, bs=2, heads=4, dims=8, points=3, seed=0):
 
 
 @pytest.mark.parametrize('shapes', SHAPES)
-def test_dense_path_matches_mmcv_forward_and_backward(shapes):
+def test_kernel_matches_mmcv_forward_and_backward(shapes):
     value, locations, weights = inputs(shapes)
     spatial = torch.tensor(shapes)
-    ours = dense.dense_multi_scale_deformable_attn(value, spatial, locations,
-                                                   weights)
-    theirs = dense.MMCV_CPU_FUNCTION(value, spatial, locations, weights)
+    ours = kernel.deform_attn_cpu(value, spatial, locations, weights)
+    theirs = kernel.MMCV_CPU_FUNCTION(value, spatial, locations, weights)
     assert ours.shape == theirs.shape
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
     grad = torch.randn(
@@ -50,8 +49,8 @@ def test_dense_path_matches_mmcv_forward_and_backward(shapes):
             a / scale, b / scale, rtol=1e-5, atol=1e-5, msg=name)
 
 
-def test_written_out_backward_passes_gradcheck():
-    """The hand-written backward against finite differences (float64), on
+def test_backward_passes_gradcheck():
+    """The kernel's backward against finite differences (float64), on
     two levels with points inside and outside them."""
     shapes = [(5, 7), (2, 2)]
     gen = torch.Generator().manual_seed(3)
@@ -61,8 +60,7 @@ def test_written_out_backward_passes_gradcheck():
     weights = torch.rand(2, 6, 2, 2, 3, dtype=torch.double, generator=gen)
     tensors = [t.requires_grad_() for t in (value, locations, weights)]
     assert torch.autograd.gradcheck(
-        lambda v, loc, w: dense.dense_multi_scale_deformable_attn(
-            v, shapes, loc, w), tensors)
+        lambda v, loc, w: kernel.deform_attn_cpu(v, shapes, loc, w), tensors)
 
 
 @pytest.mark.parametrize('needs', [(True, False, False), (False, True, False),
@@ -71,8 +69,7 @@ def test_gradients_of_only_some_inputs(needs):
     value, locations, weights = inputs(SHAPES[0])
     spatial = torch.tensor(SHAPES[0])
     full = torch.autograd.grad(
-        dense.dense_multi_scale_deformable_attn(value, spatial, locations,
-                                                weights).sum(),
+        kernel.deform_attn_cpu(value, spatial, locations, weights).sum(),
         (value, locations, weights))
     tensors = [
         t.detach().requires_grad_(need)
@@ -80,9 +77,8 @@ def test_gradients_of_only_some_inputs(needs):
     ]
     wanted = [t for t in tensors if t.requires_grad]
     (grad, ) = torch.autograd.grad(
-        dense.dense_multi_scale_deformable_attn(tensors[0], spatial,
-                                                tensors[1], tensors[2]).sum(),
-        wanted)
+        kernel.deform_attn_cpu(tensors[0], spatial, tensors[1],
+                               tensors[2]).sum(), wanted)
     torch.testing.assert_close(grad, full[needs.index(True)])
 
 
@@ -94,20 +90,17 @@ def test_cpu_autocast_runs_it_in_float32():
     value, locations, weights = inputs(SHAPES[0])
     spatial = torch.tensor(SHAPES[0])
     tensors = (value, locations, weights)
-    expected = dense.dense_multi_scale_deformable_attn(value, spatial,
-                                                       locations, weights)
+    expected = kernel.deform_attn_cpu(value, spatial, locations, weights)
     expected_grad = torch.autograd.grad(expected.sum(), tensors)
     with torch.autocast('cpu', dtype=torch.bfloat16):
-        out = dense.dense_multi_scale_deformable_attn(value, spatial,
-                                                      locations, weights)
+        out = kernel.deform_attn_cpu(value, spatial, locations, weights)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
     for a, b in zip(torch.autograd.grad(out.sum(), tensors), expected_grad):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     half = value.detach().bfloat16().requires_grad_()
     with torch.autocast('cpu', dtype=torch.bfloat16):
-        out = dense.dense_multi_scale_deformable_attn(half, spatial, locations,
-                                                      weights)
+        out = kernel.deform_attn_cpu(half, spatial, locations, weights)
     (grad, ) = torch.autograd.grad(out.sum(), half)
     assert grad.dtype == torch.bfloat16 and bool(grad.isfinite().all())
 
@@ -116,39 +109,76 @@ def test_points_outside_every_level_sample_zeros():
     value, locations, weights = inputs(SHAPES[0])
     with torch.no_grad():
         locations.fill_(1.6)
-    out = dense.dense_multi_scale_deformable_attn(value,
-                                                  torch.tensor(SHAPES[0]),
-                                                  locations, weights)
+    out = kernel.deform_attn_cpu(value, torch.tensor(SHAPES[0]), locations,
+                                 weights)
     assert torch.count_nonzero(out) == 0
 
 
 def test_shapes_that_do_not_cover_the_keys_are_refused():
     value, locations, weights = inputs(SHAPES[0])
     with pytest.raises(ValueError, match='cover 339 keys, value has 340'):
-        dense.dense_multi_scale_deformable_attn(
+        kernel.deform_attn_cpu(
             value, torch.tensor([(16, 16), (8, 8), (4, 4), (1, 3)]), locations,
             weights)
 
 
-def test_large_maps_and_tracing_take_mmcv_function(monkeypatch):
+def test_tracing_other_dtypes_and_devices_take_mmcv_function(monkeypatch):
     calls = []
 
     def mmcv_function(*args):
         calls.append(args)
-        return dense.dense_multi_scale_deformable_attn(*args)
 
-    monkeypatch.setattr(dense, 'MMCV_CPU_FUNCTION', mmcv_function)
+    monkeypatch.setattr(kernel, 'MMCV_CPU_FUNCTION', mmcv_function)
     value, locations, weights = inputs(SHAPES[1])
     spatial = torch.tensor(SHAPES[1])
-    dense.multi_scale_deformable_attn_cpu(value, spatial, locations, weights)
+    kernel.multi_scale_deformable_attn_cpu(value, spatial, locations, weights)
     assert not calls
-    monkeypatch.setattr(dense, 'DENSE_LIMIT', 2 * 4 * 23 * 35 - 1)
-    dense.multi_scale_deformable_attn_cpu(value, spatial, locations, weights)
+    # float64 runs in the kernel, mixed dtypes and half precision do not
+    kernel.multi_scale_deformable_attn_cpu(value.double(), spatial,
+                                           locations.double(),
+                                           weights.double())
+    assert not calls
+    kernel.multi_scale_deformable_attn_cpu(value.double(), spatial, locations,
+                                           weights)
     assert len(calls) == 1
-    monkeypatch.setattr(dense, 'DENSE_LIMIT', 2**24)
-    monkeypatch.setattr(torch.onnx, 'is_in_onnx_export', lambda: True)
-    dense.multi_scale_deformable_attn_cpu(value, spatial, locations, weights)
+    kernel.multi_scale_deformable_attn_cpu(value.bfloat16(), spatial,
+                                           locations.bfloat16(),
+                                           weights.bfloat16())
     assert len(calls) == 2
+    monkeypatch.setattr(torch.onnx, 'is_in_onnx_export', lambda: True)
+    kernel.multi_scale_deformable_attn_cpu(value, spatial, locations, weights)
+    assert len(calls) == 3
+
+
+def test_mismatched_locations_and_weights_are_refused():
+    value, locations, weights = inputs(SHAPES[0])
+    spatial = torch.tensor(SHAPES[0])
+    with pytest.raises(ValueError, match='sampling_locations must be'):
+        kernel.deform_attn_cpu(value, spatial, locations[..., :3, :, :],
+                               weights[..., :3, :])
+    with pytest.raises(ValueError, match='sampling_locations must be'):
+        kernel.deform_attn_cpu(value, spatial, locations, weights[..., :2])
+
+
+@pytest.mark.parametrize('threads', [1, 3])
+def test_result_does_not_depend_on_the_threads(threads):
+    """Each (batch element, head) pair sums in one thread, in one order."""
+    value, locations, weights = inputs(SHAPES[0], heads=3)
+    spatial = torch.tensor(SHAPES[0])
+    tensors = (value, locations, weights)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        out = kernel.deform_attn_cpu(value, spatial, locations, weights)
+        grads = torch.autograd.grad(out.sum(), tensors)
+        torch.set_num_threads(threads)
+        other = kernel.deform_attn_cpu(value, spatial, locations, weights)
+        other_grads = torch.autograd.grad(other.sum(), tensors)
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(other, out, rtol=0, atol=0)
+    for a, b in zip(other_grads, grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_switch_routes_mmcv_module_and_restores_it():
@@ -175,12 +205,12 @@ def test_switch_routes_mmcv_module_and_restores_it():
             level_start_index=starts)
 
     original = mmcv_msda.multi_scale_deformable_attn_pytorch
-    with dense.dense_deform_attn(False):
+    with kernel.cpu_deform_attn(False):
         assert mmcv_msda.multi_scale_deformable_attn_pytorch is \
-            dense.MMCV_CPU_FUNCTION
+            kernel.MMCV_CPU_FUNCTION
         expected = run()
-    with dense.dense_deform_attn():
+    with kernel.cpu_deform_attn():
         assert mmcv_msda.multi_scale_deformable_attn_pytorch is \
-            dense.multi_scale_deformable_attn_cpu
+            kernel.multi_scale_deformable_attn_cpu
         torch.testing.assert_close(run(), expected, rtol=1e-5, atol=1e-5)
     assert mmcv_msda.multi_scale_deformable_attn_pytorch is original

@@ -1,0 +1,199 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+"""Multi-scale deformable attention on the CPU by a compiled kernel, for
+the tiny CPU configs.
+
+mmcv's CPU path (``multi_scale_deformable_attn_pytorch``) samples every
+point with ``grid_sample`` into a ``(bs * heads, dims, queries, levels *
+points)`` tensor, then multiplies it by the attention weights and sums,
+and autograd differentiates each of those ops: on the demo's DINO (4
+images of 128 px: 340 keys, 8 heads, 4 levels x 4 points) that was the
+costliest part of a training iteration. The Cython kernel
+(``_deform_attn_cpu.pyx``) does the same sum in one pass over the sampling
+points: each point's 4 bilinear corners (zero outside the level,
+``align_corners=False``), weighted by the point's attention weight and
+added to its query's output; its backward pass (:class:`
+DeformAttnCPUFunction`, checked by ``gradcheck``) is one more pass. The
+result is mmcv's, float rounding aside, and the same whatever the number
+of threads.
+
+:func:`multi_scale_deformable_attn_cpu` takes the kernel unless the model
+is being traced or exported (mmcv's function then, which ONNX can record)
+or the tensors are not float32 or float64 on the CPU. mmcv's
+``MultiScaleDeformableAttention.forward`` calls its module's function on
+the CPU; :func:`use_cpu_deform_attn` points that name at this one (a
+config opts in by importing :mod:`mmcalidet.models.layers.
+enable_cpu_deform_attn` through ``custom_imports``, as the tiny CPU
+configs do). CUDA runs take mmcv's CUDA kernel either way.
+"""
+from contextlib import contextmanager
+from typing import Iterator, Sequence, Union
+
+import torch
+from mmcv.ops import multi_scale_deform_attn as mmcv_msda
+from torch import Tensor
+from torch.autograd import Function
+from torch.autograd.function import once_differentiable
+
+from ._deform_attn_cpu import deform_attn_backward, deform_attn_forward
+
+#: mmcv's own CPU function, kept before any switch
+MMCV_CPU_FUNCTION = mmcv_msda.multi_scale_deformable_attn_pytorch
+
+#: the dtypes the kernel computes in
+KERNEL_DTYPES = (torch.float32, torch.float64)
+
+
+def _array(tensor: Tensor):
+    """A NumPy view of a contiguous CPU tensor (no copy)."""
+    return tensor.detach().numpy()
+
+
+class DeformAttnCPUFunction(Function):
+    """Multi-scale deformable attention by the Cython kernel, forward and
+    backward. Under CPU autocast it runs in float32, as mmcv's CUDA op."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type='cpu', cast_inputs=torch.float32)
+    def forward(ctx, value: Tensor, shapes: Tensor, sampling_locations: Tensor,
+                attention_weights: Tensor) -> Tensor:
+        value = value.contiguous()
+        locations = sampling_locations.contiguous()
+        attention = attention_weights.contiguous()
+        bs, _, num_heads, dims = value.shape
+        num_queries = locations.shape[1]
+        sizes = shapes[:, 0] * shapes[:, 1]
+        starts = sizes.cumsum(0) - sizes
+        output = value.new_zeros(bs, num_queries, num_heads, dims)
+        deform_attn_forward(
+            _array(value), _array(shapes), _array(starts), _array(locations),
+            _array(attention), _array(output), torch.get_num_threads())
+        ctx.save_for_backward(value, shapes, starts, locations, attention)
+        return output.view(bs, num_queries, num_heads * dims)
+
+    @staticmethod
+    @once_differentiable
+    @torch.amp.custom_bwd(device_type='cpu')
+    def backward(ctx, grad_output: Tensor) -> tuple:
+        value, shapes, starts, locations, attention = ctx.saved_tensors
+        grad = grad_output.to(value.dtype).contiguous().view(
+            *locations.shape[:3], value.shape[3])
+        grad_value = torch.zeros_like(value)
+        grad_locations = torch.empty_like(locations)
+        grad_attention = torch.empty_like(attention)
+        deform_attn_backward(
+            _array(value), _array(shapes), _array(starts), _array(locations),
+            _array(attention), _array(grad), _array(grad_value),
+            _array(grad_locations), _array(grad_attention),
+            torch.get_num_threads())
+        needs = ctx.needs_input_grad
+        return (grad_value if needs[0] else None, None,
+                grad_locations if needs[2] else None,
+                grad_attention if needs[3] else None)
+
+
+def deform_attn_cpu(value: Tensor, value_spatial_shapes: Union[Tensor,
+                                                               Sequence],
+                    sampling_locations: Tensor,
+                    attention_weights: Tensor) -> Tensor:
+    """Multi-scale deformable attention by the Cython kernel (mmcv's
+    bilinear sampling with zero padding, ``align_corners=False``).
+
+    Args:
+        value (Tensor): ``(bs, num_keys, num_heads, dims)``.
+        value_spatial_shapes (Tensor | Sequence): ``(num_levels, 2)``, the
+            ``(h, w)`` of each level, whose keys follow each other in
+            ``value``.
+        sampling_locations (Tensor): ``(bs, num_queries, num_heads,
+            num_levels, num_points, 2)``, ``(x, y)`` in [0, 1] of each level
+            (outside it samples zeros).
+        attention_weights (Tensor): ``(bs, num_queries, num_heads,
+            num_levels, num_points)``.
+
+    Returns:
+        Tensor: ``(bs, num_queries, num_heads * dims)``, as mmcv's function.
+    """
+    bs, num_keys, num_heads, _ = value.shape
+    shapes = torch.as_tensor(
+        value_spatial_shapes, dtype=torch.long, device='cpu').contiguous()
+    covered = int((shapes[:, 0] * shapes[:, 1]).sum())
+    if covered != num_keys:
+        raise ValueError(f'value_spatial_shapes cover {covered} '
+                         f'keys, value has {num_keys}')
+    expected = (bs, sampling_locations.shape[1], num_heads, shapes.shape[0])
+    if sampling_locations.dim() != 6 or sampling_locations.shape[-1] != 2 \
+            or tuple(sampling_locations.shape[:4]) != expected \
+            or attention_weights.shape != sampling_locations.shape[:5]:
+        raise ValueError(
+            'sampling_locations must be (bs, queries, heads, levels, points, '
+            f'2) and attention_weights (bs, queries, heads, levels, points) '
+            f'with (bs, heads, levels) = {(bs, num_heads, shapes.shape[0])}; '
+            f'got {tuple(sampling_locations.shape)} and '
+            f'{tuple(attention_weights.shape)}')
+    return DeformAttnCPUFunction.apply(value, shapes, sampling_locations,
+                                       attention_weights)
+
+
+def _kernel_runs(*tensors: Tensor) -> bool:
+    """Whether the kernel can take these tensors as they are: on the CPU,
+    one dtype it computes in (or any float dtype under CPU autocast, which
+    casts them to float32), and not traced or exported."""
+    if torch.jit.is_tracing() or torch.jit.is_scripting() or \
+            torch.onnx.is_in_onnx_export():
+        return False
+    if any(t.device.type != 'cpu' for t in tensors):
+        return False
+    if torch.is_autocast_enabled('cpu'):
+        return all(t.is_floating_point() for t in tensors)
+    return tensors[0].dtype in KERNEL_DTYPES and all(
+        t.dtype == tensors[0].dtype for t in tensors)
+
+
+def multi_scale_deformable_attn_cpu(value: Tensor,
+                                    value_spatial_shapes: Union[Tensor,
+                                                                Sequence],
+                                    sampling_locations: Tensor,
+                                    attention_weights: Tensor) -> Tensor:
+    """mmcv's ``multi_scale_deformable_attn_pytorch``, computed by the
+    Cython kernel (:func:`deform_attn_cpu`) unless the model is traced or
+    exported or the tensors are of another device or dtype, then by mmcv.
+
+    Args and Returns: as :func:`deform_attn_cpu`.
+    """
+    if not _kernel_runs(value, sampling_locations, attention_weights):
+        return MMCV_CPU_FUNCTION(value, value_spatial_shapes,
+                                 sampling_locations, attention_weights)
+    return deform_attn_cpu(value, value_spatial_shapes, sampling_locations,
+                           attention_weights)
+
+
+def use_cpu_deform_attn(enabled: bool = True) -> bool:
+    """Make mmcv's ``MultiScaleDeformableAttention`` compute its CPU path
+    with :func:`multi_scale_deformable_attn_cpu` (or, ``enabled=False``,
+    with mmcv's own function again), for every such module of the process.
+
+    Args:
+        enabled (bool): whether to use the kernel.
+
+    Returns:
+        bool: whether it was in use before.
+    """
+    before = mmcv_msda.multi_scale_deformable_attn_pytorch is \
+        multi_scale_deformable_attn_cpu
+    mmcv_msda.multi_scale_deformable_attn_pytorch = (
+        multi_scale_deformable_attn_cpu if enabled else MMCV_CPU_FUNCTION)
+    return before
+
+
+@contextmanager
+def cpu_deform_attn(enabled: bool = True) -> Iterator[None]:
+    """:func:`use_cpu_deform_attn` for a block, restoring the setting
+    before it on exit.
+
+    Args:
+        enabled (bool): whether the block uses the kernel.
+    """
+    before = use_cpu_deform_attn(enabled)
+    try:
+        yield
+    finally:
+        use_cpu_deform_attn(before)
