@@ -114,6 +114,39 @@ def test_points_outside_every_level_sample_zeros():
     assert torch.count_nonzero(out) == 0
 
 
+@pytest.mark.parametrize('where', ['location', 'weight'])
+@pytest.mark.parametrize('bad', [float('nan'), float('inf'), -float('inf')])
+def test_non_finite_points_give_non_finite_outputs_as_mmcv(where, bad):
+    """A NaN or infinite location or weight is not read as a point outside
+    the map (a zero sample): its query's output is NaN, as mmcv's is, so
+    the training's non-finite check stops on it; a huge finite location
+    samples zeros in both."""
+    value, locations, weights = inputs(SHAPES[0])
+    with torch.no_grad():
+        locations[1, 5, 2, 0, 1, 0] = 1e30  # far outside: zeros
+        if where == 'location':
+            locations[0, 3, 1, 2, 0, 1] = bad
+        else:
+            locations[0, 3, 1, 2, 0] = 1.5  # outside its level
+            weights[0, 3, 1, 2, 0] = bad
+    spatial = torch.tensor(SHAPES[0])
+    tensors = (value, locations, weights)
+    ours = kernel.deform_attn_cpu(value, spatial, locations, weights)
+    theirs = kernel.MMCV_CPU_FUNCTION(value, spatial, locations, weights)
+    assert torch.equal(ours.isfinite(), theirs.isfinite())
+    assert not ours[0, 3].isfinite().all()
+    finite = ours.isfinite()
+    torch.testing.assert_close(ours[finite], theirs[finite], rtol=1e-5,
+                               atol=1e-5)
+    ours_grad = torch.autograd.grad(ours.nansum(), tensors)
+    theirs_grad = torch.autograd.grad(theirs.nansum(), tensors)
+    # the value's gradient stays finite in both; a point mmcv gives a
+    # non-finite gradient has one here
+    assert ours_grad[0].isfinite().all() and theirs_grad[0].isfinite().all()
+    for a, b in zip(ours_grad[1:], theirs_grad[1:]):
+        assert not a[~b.isfinite()].isfinite().any()
+
+
 def test_shapes_that_do_not_cover_the_keys_are_refused():
     value, locations, weights = inputs(SHAPES[0])
     with pytest.raises(ValueError, match='cover 339 keys, value has 340'):

@@ -5,6 +5,9 @@
 sampling point's bilinear sample of the values (mmcv's ``grid_sample`` with
 zero padding and ``align_corners=False``), weighted by its attention weight
 and summed, and the gradients of that sum, in one pass over the points.
+A NaN or infinite location or attention weight makes its query's output NaN,
+as in mmcv's function (where it multiplies a zero sample), so that training
+stops on it rather than reading it as a point outside the map.
 
 The loops run over (batch element, head) pairs in OpenMP threads: every
 pair reads and writes only its own slice of the value, output and gradient
@@ -16,7 +19,7 @@ Shapes and dtypes are checked by the Python wrapper
 C-contiguous, float32 or float64 (one dtype for all).
 """
 from cython.parallel cimport prange
-from libc.math cimport floor
+from libc.math cimport NAN, floor
 from libc.stdint cimport int64_t
 
 ctypedef fused real:
@@ -46,6 +49,20 @@ cdef inline void _axpy(real alpha, const real *x, real *y,
     cdef Py_ssize_t i
     for i in range(n):
         y[i] = y[i] + alpha * x[i]
+
+
+cdef inline real _clamp(real x, int64_t size) noexcept nogil:
+    if x < -2:
+        return -2
+    if x > size + 1:
+        return size + 1
+    return x
+
+
+cdef inline void _add_nan(real *y, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        y[i] = y[i] + <real>NAN
 
 
 def deform_attn_forward(const real[:, :, :, ::1] value,
@@ -88,13 +105,22 @@ def deform_attn_forward(const real[:, :, :, ::1] value,
                     # top-left corner and the fractions past it
                     px = locations[b, q, hd, lv, p, 0] * w - <real>0.5
                     py = locations[b, q, hd, lv, p, 1] * h - <real>0.5
+                    a = attention[b, q, hd, lv, p]
+                    if not (px * 0 == 0 and py * 0 == 0 and a * 0 == 0):
+                        # a NaN or infinite location or weight: mmcv's
+                        # sum is not finite, nor is this one
+                        _add_nan(out, dims)
+                        continue
+                    # (beyond a pixel outside the map both corners are
+                    # outside: clamped, the integer conversion stays exact)
+                    px = _clamp(px, w)
+                    py = _clamp(py, h)
                     fx = floor(px)
                     fy = floor(py)
                     x0 = <int64_t>fx
                     y0 = <int64_t>fy
                     fx = px - fx
                     fy = py - fy
-                    a = attention[b, q, hd, lv, p]
                     for cy in range(2):
                         yy = y0 + cy
                         if yy < 0 or yy >= h:
@@ -152,13 +178,24 @@ def deform_attn_backward(const real[:, :, :, ::1] value,
                 for p in range(points):
                     px = locations[b, q, hd, lv, p, 0] * w - <real>0.5
                     py = locations[b, q, hd, lv, p, 1] * h - <real>0.5
+                    a = attention[b, q, hd, lv, p]
+                    if not (px * 0 == 0 and py * 0 == 0):
+                        # a NaN or infinite location: gradients that are
+                        # not finite either (the value's stays untouched)
+                        grad_attention[b, q, hd, lv, p] = NAN
+                        grad_locations[b, q, hd, lv, p, 0] = NAN
+                        grad_locations[b, q, hd, lv, p, 1] = NAN
+                        continue
+                    # (beyond a pixel outside the map both corners are
+                    # outside: clamped, the integer conversion stays exact)
+                    px = _clamp(px, w)
+                    py = _clamp(py, h)
                     fx = floor(px)
                     fy = floor(py)
                     x0 = <int64_t>fx
                     y0 = <int64_t>fy
                     fx = px - fx
                     fy = py - fy
-                    a = attention[b, q, hd, lv, p]
                     # d sample / d (attention, pixel x, pixel y), each
                     # dotted with the output's gradient
                     ga = 0
