@@ -12,6 +12,7 @@ at once; regular installs copy them into the wheel.
 """
 import os
 import os.path as osp
+import platform
 import shutil
 import sys
 import warnings
@@ -21,9 +22,18 @@ ROOT = osp.dirname(osp.abspath(__file__))
 # what mim reads from mmcalidet/.mim: the tools, the configs and the model
 # index of configs/calidet/metafile.yml (``mim search mmcalidet``)
 MIM_FILES = ('tools', 'configs', 'model-index.yml')
-# the Cython modules, under mmcalidet/ (tools/setup_env.sh caches every
-# mmcalidet/**/*.pyx's build)
-EXTENSIONS = ('priors._cooccurrence', 'models.layers._deform_attn_cpu')
+# the Cython modules under mmcalidet/ and their extra compiler flags
+# (tools/setup_env.sh caches every mmcalidet/**/*.pyx's build): the
+# deformable attention kernel twice, the second for CPUs with AVX2 and FMA
+# (x86-64 only; cpu_deform_attn.py takes it where torch finds them)
+X86_64 = platform.machine().lower() in ('x86_64', 'amd64')
+EXTENSIONS = {
+    'priors._cooccurrence': [],
+    'models.layers._deform_attn_cpu': [],
+    **({
+        'models.layers._deform_attn_cpu_avx2': ['-mavx2', '-mfma']
+    } if X86_64 else {})
+}
 
 
 def readme() -> str:
@@ -88,7 +98,7 @@ def add_mim_extension() -> None:
 
 def get_extensions() -> list:
     """The Cython extensions: the statistics' counting core and the CPU's
-    multi-scale deformable attention.
+    multi-scale deformable attention (:data:`EXTENSIONS`).
 
     None when ``MMCALIDET_NO_EXT=1``: tools/setup_env.sh then installs the
     package (editable) without them, and puts the compiled modules in place
@@ -107,9 +117,9 @@ def get_extensions() -> list:
             sources=[f'mmcalidet/{module.replace(".", "/")}.pyx'],
             include_dirs=[np.get_include()],
             define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION')],
-            extra_compile_args=['-O3', '-fopenmp'],
+            extra_compile_args=['-O3', '-fopenmp', *flags],
             extra_link_args=['-fopenmp'],
-        ) for module in EXTENSIONS
+        ) for module, flags in EXTENSIONS.items()
     ]
     return cythonize(exts, language_level=3, quiet=True)
 
@@ -132,7 +142,7 @@ if __name__ == '__main__':
             package_data={
                 'mmcalidet': [
                     'data/*.json', 'data/priors/*.json', 'priors/*.pyx',
-                    'models/layers/*.pyx',
+                    'models/layers/*.pyx', 'models/layers/*.pxi',
                     '.mim/configs/**/*', '.mim/tools/**/*', '.mim/configs/*',
                     '.mim/tools/*', '.mim/model-index.yml'
                 ]

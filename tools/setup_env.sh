@@ -161,8 +161,8 @@ PYEOF
 }
 
 # ext_cache_key PY ROOT: the name of mmcalidet's compiled extensions in the
-# cache: a hash of their sources (mmcalidet/**/*.pyx, *.pxd and setup.py, which
-# holds the compiler flags), the Cython and numpy versions, PY's extension
+# cache: a hash of their sources (mmcalidet/**/*.pyx, .pxd, .pxi and
+# setup.py, which holds the compiler flags), the Cython and numpy versions, PY's extension
 # suffix (Python version and platform) and the C compiler's version.
 # Nothing when PY lacks Cython or numpy.
 ext_cache_key() {
@@ -190,8 +190,8 @@ try:
 except OSError:
     pass
 sources = sorted(
-    glob.glob(osp.join(root, 'mmcalidet', '**', '*.pyx'), recursive=True) +
-    glob.glob(osp.join(root, 'mmcalidet', '**', '*.pxd'), recursive=True))
+    path for ext in ('pyx', 'pxd', 'pxi') for path in glob.glob(
+        osp.join(root, 'mmcalidet', '**', f'*.{ext}'), recursive=True))
 for path in sources + [osp.join(root, 'setup.py')]:
     with open(path, 'rb') as f:
         h.update(osp.relpath(path, root).encode() + b'\0' + f.read())
@@ -294,10 +294,14 @@ compile_bytecode() {
 }
 
 # ext_modules ROOT: each Cython source's compiled module to be, relative to
-# ROOT and without its suffix (mmcalidet/priors/_cooccurrence, ...).
+# ROOT and without its suffix (mmcalidet/priors/_cooccurrence, ...); an
+# *_avx2 module only on x86-64, as setup.py builds it.
 ext_modules() {
     (cd "$1" && find mmcalidet -name '*.pyx' -not -path '*/.mim/*' \
-        | sed 's/\.pyx$//' | sort)
+        | sed 's/\.pyx$//' | sort) | case "$(uname -m)" in
+        x86_64 | amd64 | AMD64) cat ;;
+        *) grep -v '_avx2$' ;;
+    esac
 }
 
 # install_ext: mmcalidet's compiled extensions into the source tree: copied
@@ -461,15 +465,22 @@ SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 if [ "$(readlink "$SITE/mmcalidet" 2>/dev/null)" != "$ROOT/mmcalidet" ]; then
     ln -sfn "$ROOT/mmcalidet" "$SITE/mmcalidet"
 fi
-# The extensions: one missing, or a .pyx newer than its module (e.g. after a
-# pull).
+# The extensions: one missing, or a .pyx (or a .pxi beside it) newer than its
+# module (e.g. after a pull).
 for module in $(ext_modules "$ROOT"); do
     so="$(ls "$ROOT/$module".*.so 2>/dev/null | head -n1 || true)"
-    if [ -z "$so" ] || [ "$ROOT/$module.pyx" -nt "$so" ]; then
+    stale=""
+    for src in "$ROOT/$module.pyx" "$(dirname "$ROOT/$module")"/*.pxi; do
+        if [ -n "$so" ] && [ -e "$src" ] && [ "$src" -nt "$so" ]; then
+            stale=1
+        fi
+    done
+    if [ -z "$so" ] || [ -n "$stale" ]; then
         install_ext
         break
     fi
 done
+
 # 3. openmim without openxlab (which would pin setuptools back to 60), and
 #    the deploy extra: neither needs mmcv either.
 if ! have openmim 0.3.9; then

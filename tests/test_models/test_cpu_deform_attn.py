@@ -2,6 +2,8 @@
 """The compiled CPU kernel of multi-scale deformable attention against
 mmcv's own CPU function: the same outputs and gradients, its switch, its
 fallbacks."""
+import platform
+
 import pytest
 import torch
 from mmcv.ops import MultiScaleDeformableAttention
@@ -145,6 +147,38 @@ def test_non_finite_points_give_non_finite_outputs_as_mmcv(where, bad):
     assert ours_grad[0].isfinite().all() and theirs_grad[0].isfinite().all()
     for a, b in zip(ours_grad[1:], theirs_grad[1:]):
         assert not a[~b.isfinite()].isfinite().any()
+
+
+def test_kernel_module_follows_the_cpu(monkeypatch):
+    """The AVX2 build where torch finds AVX2 or AVX-512 (x86-64, where
+    setup.py builds it), the baseline one otherwise."""
+    from mmcalidet.models.layers import _deform_attn_cpu
+    monkeypatch.setattr(torch.backends.cpu, 'get_cpu_capability',
+                        lambda: 'DEFAULT')
+    assert kernel._kernel_module() is _deform_attn_cpu
+    if platform.machine().lower() in ('x86_64', 'amd64'):
+        from mmcalidet.models.layers import _deform_attn_cpu_avx2
+        for capability in ('AVX2', 'AVX512'):
+            monkeypatch.setattr(torch.backends.cpu, 'get_cpu_capability',
+                                lambda: capability)
+            assert kernel._kernel_module() is _deform_attn_cpu_avx2
+
+
+@pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() not in ('AVX2', 'AVX512'),
+    reason='this CPU cannot run the AVX2 build')
+def test_avx2_and_baseline_builds_agree(monkeypatch):
+    from mmcalidet.models.layers import _deform_attn_cpu, _deform_attn_cpu_avx2
+    value, locations, weights = inputs(SHAPES[0])
+    spatial = torch.tensor(SHAPES[0])
+    tensors = (value, locations, weights)
+    results = []
+    for module in (_deform_attn_cpu, _deform_attn_cpu_avx2):
+        monkeypatch.setattr(kernel, 'KERNEL', module)
+        out = kernel.deform_attn_cpu(value, spatial, locations, weights)
+        results.append((out, *torch.autograd.grad(out.sum(), tensors)))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_shapes_that_do_not_cover_the_keys_are_refused():

@@ -34,10 +34,26 @@ from torch import Tensor
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
-from ._deform_attn_cpu import deform_attn_backward, deform_attn_forward
+from . import _deform_attn_cpu
 
 #: mmcv's own CPU function, kept before any switch
 MMCV_CPU_FUNCTION = mmcv_msda.multi_scale_deformable_attn_pytorch
+
+
+def _kernel_module():
+    """The kernel compiled with AVX2 and FMA where torch finds them on
+    this CPU (and the module was built: x86-64), else the baseline one."""
+    if torch.backends.cpu.get_cpu_capability() in ('AVX2', 'AVX512'):
+        try:
+            from . import _deform_attn_cpu_avx2
+            return _deform_attn_cpu_avx2
+        except ImportError:
+            pass
+    return _deform_attn_cpu
+
+
+#: the compiled kernel in use (:func:`_kernel_module`)
+KERNEL = _kernel_module()
 
 #: the dtypes the kernel computes in
 KERNEL_DTYPES = (torch.float32, torch.float64)
@@ -64,7 +80,7 @@ class DeformAttnCPUFunction(Function):
         sizes = shapes[:, 0] * shapes[:, 1]
         starts = sizes.cumsum(0) - sizes
         output = value.new_zeros(bs, num_queries, num_heads, dims)
-        deform_attn_forward(
+        KERNEL.deform_attn_forward(
             _array(value), _array(shapes), _array(starts), _array(locations),
             _array(attention), _array(output), torch.get_num_threads())
         ctx.save_for_backward(value, shapes, starts, locations, attention)
@@ -80,7 +96,7 @@ class DeformAttnCPUFunction(Function):
         grad_value = torch.zeros_like(value)
         grad_locations = torch.empty_like(locations)
         grad_attention = torch.empty_like(attention)
-        deform_attn_backward(
+        KERNEL.deform_attn_backward(
             _array(value), _array(shapes), _array(starts), _array(locations),
             _array(attention), _array(grad), _array(grad_value),
             _array(grad_locations), _array(grad_attention),
@@ -110,7 +126,9 @@ def deform_attn_cpu(value: Tensor, value_spatial_shapes: Union[Tensor,
             num_levels, num_points)``.
 
     Returns:
-        Tensor: ``(bs, num_queries, num_heads * dims)``, as mmcv's function.
+        Tensor: ``(bs, num_queries, num_heads * dims)``, as mmcv's function
+        (which computes it where a location or weight is NaN or infinite:
+        the output is NaN there, as mmcv's).
     """
     bs, num_keys, num_heads, _ = value.shape
     shapes = torch.as_tensor(
@@ -129,8 +147,19 @@ def deform_attn_cpu(value: Tensor, value_spatial_shapes: Union[Tensor,
             f'with (bs, heads, levels) = {(bs, num_heads, shapes.shape[0])}; '
             f'got {tuple(sampling_locations.shape)} and '
             f'{tuple(attention_weights.shape)}')
+    if not _all_finite(sampling_locations, attention_weights):
+        # mmcv's sum multiplies the zero sample of such a point: NaN
+        return MMCV_CPU_FUNCTION(value, shapes, sampling_locations,
+                                 attention_weights)
     return DeformAttnCPUFunction.apply(value, shapes, sampling_locations,
                                        attention_weights)
+
+
+def _all_finite(*tensors: Tensor) -> bool:
+    """Whether every element is finite, by one sum per tensor (a sum that
+    overflows reads as not finite: mmcv's function then, still right)."""
+    with torch.no_grad():
+        return all(bool(torch.isfinite(t.sum())) for t in tensors)
 
 
 def _kernel_runs(*tensors: Tensor) -> bool:

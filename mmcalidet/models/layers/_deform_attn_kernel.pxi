@@ -1,0 +1,210 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
+# Included by _deform_attn_cpu.pyx (compiled for any x86-64 or other CPU)
+# and _deform_attn_cpu_avx2.pyx (compiled with AVX2 and FMA, taken where the
+# CPU has them).
+# Cython core of multi-scale deformable attention on the CPU: each
+# sampling point's bilinear sample of the values (mmcv's ``grid_sample`` with
+# zero padding and ``align_corners=False``), weighted by its attention weight
+# and summed, and the gradients of that sum, in one pass over the points.
+# Every location and attention weight is finite (the wrapper sends others to
+# mmcv's function).
+#
+# The loops run over (batch element, head) pairs in OpenMP threads: every
+# pair reads and writes only its own slice of the value, output and gradient
+# tensors, so no two threads write the same element and the sums are added
+# in the same order whatever the number of threads.
+#
+# Shapes and dtypes are checked by the Python wrapper
+# (:mod:`mmcalidet.models.layers.cpu_deform_attn`); every array is
+# C-contiguous, float32 or float64 (one dtype for all).
+from cython.parallel cimport prange
+from libc.stdint cimport int64_t
+
+ctypedef fused real:
+    float
+    double
+
+
+cdef inline real _dot(const real *x, const real *y,
+                      Py_ssize_t n) noexcept nogil:
+    # eight partial sums, so that the compiler can keep them in vectors
+    cdef real s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0
+    cdef Py_ssize_t i = 0
+    while i + 8 <= n:
+        s0 = s0 + x[i] * y[i]
+        s1 = s1 + x[i + 1] * y[i + 1]
+        s2 = s2 + x[i + 2] * y[i + 2]
+        s3 = s3 + x[i + 3] * y[i + 3]
+        s4 = s4 + x[i + 4] * y[i + 4]
+        s5 = s5 + x[i + 5] * y[i + 5]
+        s6 = s6 + x[i + 6] * y[i + 6]
+        s7 = s7 + x[i + 7] * y[i + 7]
+        i = i + 8
+    while i < n:
+        s0 = s0 + x[i] * y[i]
+        i = i + 1
+    return ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7))
+
+
+cdef inline void _axpy(real alpha, const real *x, real *y,
+                       Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        y[i] = y[i] + alpha * x[i]
+
+
+cdef inline int64_t _floor(real x) noexcept nogil:
+    # floor of a value within int64's range, without a libm call
+    cdef int64_t i = <int64_t>x
+    return i - 1 if x < i else i
+
+
+cdef inline real _clamp(real x, int64_t size) noexcept nogil:
+    if x < -2:
+        return -2
+    if x > size + 1:
+        return size + 1
+    return x
+
+
+def deform_attn_forward(const real[:, :, :, ::1] value,
+                        const int64_t[:, ::1] shapes,
+                        const int64_t[::1] starts,
+                        const real[:, :, :, :, :, ::1] locations,
+                        const real[:, :, :, :, ::1] attention,
+                        real[:, :, :, ::1] output, int num_threads):
+    """Add each query's attended samples to ``output``.
+
+    Args:
+        value: ``(bs, keys, heads, dims)``.
+        shapes: ``(levels, 2)``, each level's ``(h, w)``.
+        starts: ``(levels, )``, each level's first key.
+        locations: ``(bs, queries, heads, levels, points, 2)``, ``(x, y)``
+            in [0, 1] of the level.
+        attention: ``(bs, queries, heads, levels, points)``.
+        output: ``(bs, queries, heads, dims)``, zeros on entry.
+        num_threads: OpenMP threads.
+    """
+    cdef Py_ssize_t bs = value.shape[0], heads = value.shape[2]
+    cdef Py_ssize_t dims = value.shape[3], queries = locations.shape[1]
+    cdef Py_ssize_t levels = locations.shape[3]
+    cdef Py_ssize_t points = locations.shape[4]
+    cdef Py_ssize_t pair, b, hd, q, lv, p, cy, cx
+    cdef int64_t x0, y0, xx, yy, w, h
+    cdef real px, py, fx, fy, a, weight
+    cdef real *out
+    for pair in prange(bs * heads, nogil=True, num_threads=num_threads,
+                       schedule='static'):
+        b = pair // heads
+        hd = pair % heads
+        for q in range(queries):
+            out = &output[b, q, hd, 0]
+            for lv in range(levels):
+                h = shapes[lv, 0]
+                w = shapes[lv, 1]
+                for p in range(points):
+                    # pixel coordinates (align_corners=False), their
+                    # top-left corner and the fractions past it
+                    px = locations[b, q, hd, lv, p, 0] * w - <real>0.5
+                    py = locations[b, q, hd, lv, p, 1] * h - <real>0.5
+                    a = attention[b, q, hd, lv, p]
+                    # (beyond a pixel outside the map both corners are
+                    # outside: clamped, the integer conversion stays exact)
+                    px = _clamp(px, w)
+                    py = _clamp(py, h)
+                    x0 = _floor(px)
+                    y0 = _floor(py)
+                    fx = px - x0
+                    fy = py - y0
+                    for cy in range(2):
+                        yy = y0 + cy
+                        if yy < 0 or yy >= h:
+                            continue
+                        for cx in range(2):
+                            xx = x0 + cx
+                            if xx < 0 or xx >= w:
+                                continue
+                            weight = a * (fy if cy else 1 - fy) * (
+                                fx if cx else 1 - fx)
+                            _axpy(weight,
+                                  &value[b, starts[lv] + yy * w + xx, hd, 0],
+                                  out, dims)
+
+
+def deform_attn_backward(const real[:, :, :, ::1] value,
+                         const int64_t[:, ::1] shapes,
+                         const int64_t[::1] starts,
+                         const real[:, :, :, :, :, ::1] locations,
+                         const real[:, :, :, :, ::1] attention,
+                         const real[:, :, :, ::1] grad_output,
+                         real[:, :, :, ::1] grad_value,
+                         real[:, :, :, :, :, ::1] grad_locations,
+                         real[:, :, :, :, ::1] grad_attention,
+                         int num_threads):
+    """The gradients of :func:`deform_attn_forward`'s output.
+
+    Args:
+        value, shapes, starts, locations, attention: as in
+            :func:`deform_attn_forward`.
+        grad_output: ``(bs, queries, heads, dims)``.
+        grad_value: the shape of ``value``, zeros on entry; the gradient
+            is added.
+        grad_locations: the shape of ``locations``, overwritten.
+        grad_attention: the shape of ``attention``, overwritten.
+        num_threads: OpenMP threads.
+    """
+    cdef Py_ssize_t bs = value.shape[0], heads = value.shape[2]
+    cdef Py_ssize_t dims = value.shape[3], queries = locations.shape[1]
+    cdef Py_ssize_t levels = locations.shape[3]
+    cdef Py_ssize_t points = locations.shape[4]
+    cdef Py_ssize_t pair, b, hd, q, lv, p, cy, cx, key
+    cdef int64_t x0, y0, xx, yy, w, h
+    cdef real px, py, fx, fy, a, wy, wx, dot, gx, gy, ga
+    cdef const real *grad
+    for pair in prange(bs * heads, nogil=True, num_threads=num_threads,
+                       schedule='static'):
+        b = pair // heads
+        hd = pair % heads
+        for q in range(queries):
+            grad = &grad_output[b, q, hd, 0]
+            for lv in range(levels):
+                h = shapes[lv, 0]
+                w = shapes[lv, 1]
+                for p in range(points):
+                    px = locations[b, q, hd, lv, p, 0] * w - <real>0.5
+                    py = locations[b, q, hd, lv, p, 1] * h - <real>0.5
+                    a = attention[b, q, hd, lv, p]
+                    # (beyond a pixel outside the map both corners are
+                    # outside: clamped, the integer conversion stays exact)
+                    px = _clamp(px, w)
+                    py = _clamp(py, h)
+                    x0 = _floor(px)
+                    y0 = _floor(py)
+                    fx = px - x0
+                    fy = py - y0
+                    # d sample / d (attention, pixel x, pixel y), each
+                    # dotted with the output's gradient
+                    ga = 0
+                    gx = 0
+                    gy = 0
+                    for cy in range(2):
+                        yy = y0 + cy
+                        if yy < 0 or yy >= h:
+                            continue
+                        wy = fy if cy else 1 - fy
+                        for cx in range(2):
+                            xx = x0 + cx
+                            if xx < 0 or xx >= w:
+                                continue
+                            wx = fx if cx else 1 - fx
+                            key = starts[lv] + yy * w + xx
+                            dot = _dot(grad, &value[b, key, hd, 0], dims)
+                            _axpy(a * wy * wx, grad,
+                                  &grad_value[b, key, hd, 0], dims)
+                            ga = ga + wy * wx * dot
+                            gx = gx + (wy if cx else -wy) * dot
+                            gy = gy + (wx if cy else -wx) * dot
+                    grad_attention[b, q, hd, lv, p] = ga
+                    # the pixel coordinate is location * size - 0.5
+                    grad_locations[b, q, hd, lv, p, 0] = gx * a * w
+                    grad_locations[b, q, hd, lv, p, 1] = gy * a * h
