@@ -2,6 +2,7 @@
 """The package's own installation and its dependency check (the exact
 versions installed are tools/setup_env.sh's and requirements/' concern)."""
 import os.path as osp
+import platform
 import subprocess
 import sys
 import warnings
@@ -24,6 +25,9 @@ def test_cython_extensions_compiled():
     from mmcalidet.priors import _cooccurrence
     assert _cooccurrence.__file__.endswith('.so')
     assert _deform_attn_cpu.__file__.endswith('.so')
+    if platform.machine().lower() in ('x86_64', 'amd64'):
+        from mmcalidet.models.layers import _deform_attn_cpu_avx2
+        assert _deform_attn_cpu_avx2.__file__.endswith('.so')
 
 
 def test_mim_folder_links_tools_configs_and_model_index():
@@ -130,7 +134,10 @@ def test_regular_wheel_ships_tools_configs_priors_and_extension(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     wheel, = (tmp_path / 'dist').glob('mmcalidet-*.whl')
     names = zipfile.ZipFile(wheel).namelist()
-    for module in ('priors/_cooccurrence', 'models/layers/_deform_attn_cpu'):
+    modules = ['priors/_cooccurrence.', 'models/layers/_deform_attn_cpu.']
+    if platform.machine().lower() in ('x86_64', 'amd64'):
+        modules.append('models/layers/_deform_attn_cpu_avx2.')
+    for module in modules:
         assert any(n.startswith(f'mmcalidet/{module}') and n.endswith('.so')
                    for n in names), module
     for path in ('mmcalidet/data/priors/coco2017_train.json',
