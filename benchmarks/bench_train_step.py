@@ -190,8 +190,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     cfg, model, optim, backbone = build(args.config)
     if args.mmcv_deform_attn:
-        from mmcalidet.models.layers.cpu_deform_attn import \
-            use_cpu_deform_attn
+        from mmcalidet.models.layers.cpu_deform_attn import use_cpu_deform_attn
         use_cpu_deform_attn(False)
     head = model.roi_head.bbox_head if hasattr(model, 'roi_head') \
         else model.bbox_head  # a two-stage detector classifies RoIs
@@ -211,8 +210,7 @@ def main() -> None:
     print(f'ratio {row["ratio"]:.2f} (per-pair IQR {row["iqr"]:.2f}; '
           'target <= 2.5)')
     if args.compare_attention:
-        from mmcalidet.models.layers.cpu_deform_attn import \
-            use_cpu_deform_attn
+        from mmcalidet.models.layers.cpu_deform_attn import use_cpu_deform_attn
 
         def step_with(kernel: bool) -> None:
             use_cpu_deform_attn(kernel)

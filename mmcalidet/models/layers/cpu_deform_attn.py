@@ -8,13 +8,14 @@ points)`` tensor, then multiplies it by the attention weights and sums,
 and autograd differentiates each of those ops: on the demo's DINO (4
 images of 128 px: 340 keys, 8 heads, 4 levels x 4 points) that was the
 costliest part of a training iteration. The Cython kernel
-(``_deform_attn_cpu.pyx``) does the same sum in one pass over the sampling
+(``_deform_attn_kernel.pxi``) does the same sum in one pass over the sampling
 points: each point's 4 bilinear corners (zero outside the level,
 ``align_corners=False``), weighted by the point's attention weight and
 added to its query's output; its backward pass (:class:`
 DeformAttnCPUFunction`, checked by ``gradcheck``) is one more pass. The
 result is mmcv's, float rounding aside, and the same whatever the number
-of threads.
+of threads. On x86-64 it is built twice, for the baseline CPU and with AVX2
+and FMA; :data:`KERNEL` is the one this CPU runs.
 
 :func:`multi_scale_deformable_attn_cpu` takes the kernel unless the model
 is being traced or exported (mmcv's function then, which ONNX can record)
