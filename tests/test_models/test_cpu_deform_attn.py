@@ -225,6 +225,11 @@ def test_mismatched_locations_and_weights_are_refused():
                                weights[..., :3, :])
     with pytest.raises(ValueError, match='sampling_locations must be'):
         kernel.deform_attn_cpu(value, spatial, locations, weights[..., :2])
+    with pytest.raises(TypeError, match='of one dtype, float32 or float64'):
+        kernel.deform_attn_cpu(value.double(), spatial, locations, weights)
+    with pytest.raises(TypeError, match='of one dtype, float32 or float64'):
+        kernel.deform_attn_cpu(value.half(), spatial, locations.half(),
+                               weights.half())
 
 
 @pytest.mark.parametrize('threads', [1, 3])

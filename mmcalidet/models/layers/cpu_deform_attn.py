@@ -130,6 +130,12 @@ def deform_attn_cpu(value: Tensor, value_spatial_shapes: Union[Tensor,
         Tensor: ``(bs, num_queries, num_heads * dims)``, as mmcv's function
         (which computes it where a location or weight is NaN or infinite:
         the output is NaN there, as mmcv's).
+
+    Raises:
+        ValueError: shapes that do not cover the keys, or locations and
+            weights of other shapes.
+        TypeError: tensors of several dtypes, or of one the kernel does
+            not compute in (outside CPU autocast, which casts them).
     """
     bs, num_keys, num_heads, _ = value.shape
     shapes = torch.as_tensor(
@@ -148,6 +154,12 @@ def deform_attn_cpu(value: Tensor, value_spatial_shapes: Union[Tensor,
             f'with (bs, heads, levels) = {(bs, num_heads, shapes.shape[0])}; '
             f'got {tuple(sampling_locations.shape)} and '
             f'{tuple(attention_weights.shape)}')
+    dtypes = {t.dtype for t in (value, sampling_locations, attention_weights)}
+    if not torch.is_autocast_enabled('cpu') and (
+            len(dtypes) > 1 or not dtypes <= set(KERNEL_DTYPES)):
+        raise TypeError('the kernel takes value, sampling_locations and '
+                        'attention_weights of one dtype, float32 or float64; '
+                        f'got {sorted(str(d) for d in dtypes)}')
     if not _all_finite(sampling_locations, attention_weights):
         # mmcv's sum multiplies the zero sample of such a point: NaN
         return MMCV_CPU_FUNCTION(value, shapes, sampling_locations,
