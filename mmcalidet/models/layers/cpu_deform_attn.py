@@ -154,12 +154,11 @@ def deform_attn_cpu(value: Tensor, value_spatial_shapes: Union[Tensor,
             f'with (bs, heads, levels) = {(bs, num_heads, shapes.shape[0])}; '
             f'got {tuple(sampling_locations.shape)} and '
             f'{tuple(attention_weights.shape)}')
-    dtypes = {t.dtype for t in (value, sampling_locations, attention_weights)}
-    if not torch.is_autocast_enabled('cpu') and (
-            len(dtypes) > 1 or not dtypes <= set(KERNEL_DTYPES)):
+    tensors = (value, sampling_locations, attention_weights)
+    if not _kernel_dtypes(*tensors):
         raise TypeError('the kernel takes value, sampling_locations and '
                         'attention_weights of one dtype, float32 or float64; '
-                        f'got {sorted(str(d) for d in dtypes)}')
+                        f'got {sorted({str(t.dtype) for t in tensors})}')
     if not _all_finite(sampling_locations, attention_weights):
         # mmcv's sum multiplies the zero sample of such a point: NaN
         return MMCV_CPU_FUNCTION(value, shapes, sampling_locations,
@@ -175,19 +174,26 @@ def _all_finite(*tensors: Tensor) -> bool:
         return all(bool(torch.isfinite(t.sum())) for t in tensors)
 
 
+def _kernel_dtypes(*tensors: Tensor) -> bool:
+    """Whether the kernel computes in these tensors' dtypes: one of
+    :data:`KERNEL_DTYPES` for all, or any float dtypes under CPU autocast
+    (which casts them to float32)."""
+    if torch.is_autocast_enabled('cpu'):
+        return all(t.is_floating_point() for t in tensors)
+    return tensors[0].dtype in KERNEL_DTYPES and all(
+        t.dtype == tensors[0].dtype for t in tensors)
+
+
 def _kernel_runs(*tensors: Tensor) -> bool:
     """Whether the kernel can take these tensors as they are: on the CPU,
-    one dtype it computes in (or any float dtype under CPU autocast, which
-    casts them to float32), and not traced or exported."""
+    of dtypes it computes in (:func:`_kernel_dtypes`), and not traced or
+    exported."""
     if torch.jit.is_tracing() or torch.jit.is_scripting() or \
             torch.onnx.is_in_onnx_export():
         return False
     if any(t.device.type != 'cpu' for t in tensors):
         return False
-    if torch.is_autocast_enabled('cpu'):
-        return all(t.is_floating_point() for t in tensors)
-    return tensors[0].dtype in KERNEL_DTYPES and all(
-        t.dtype == tensors[0].dtype for t in tensors)
+    return _kernel_dtypes(*tensors)
 
 
 def multi_scale_deformable_attn_cpu(value: Tensor,
