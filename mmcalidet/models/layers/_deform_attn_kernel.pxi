@@ -59,7 +59,11 @@ cdef inline int64_t _floor(real x) noexcept nogil:
     return i - 1 if x < i else i
 
 
-cdef inline real _clamp(real x, int64_t size) noexcept nogil:
+cdef inline real _pixel(real location, int64_t size) noexcept nogil:
+    # the pixel coordinate of a location in [0, 1] (align_corners=False),
+    # clamped to [-2, size + 1]: beyond a pixel outside the map both corners
+    # are outside, and the integer conversion stays exact
+    cdef real x = location * size - <real>0.5
     if x < -2:
         return -2
     if x > size + 1:
@@ -103,15 +107,11 @@ def deform_attn_forward(const real[:, :, :, ::1] value,
                 h = shapes[lv, 0]
                 w = shapes[lv, 1]
                 for p in range(points):
-                    # pixel coordinates (align_corners=False), their
-                    # top-left corner and the fractions past it
-                    px = locations[b, q, hd, lv, p, 0] * w - <real>0.5
-                    py = locations[b, q, hd, lv, p, 1] * h - <real>0.5
+                    # pixel coordinates, their top-left corner and the
+                    # fractions past it
+                    px = _pixel(locations[b, q, hd, lv, p, 0], w)
+                    py = _pixel(locations[b, q, hd, lv, p, 1], h)
                     a = attention[b, q, hd, lv, p]
-                    # (beyond a pixel outside the map both corners are
-                    # outside: clamped, the integer conversion stays exact)
-                    px = _clamp(px, w)
-                    py = _clamp(py, h)
                     x0 = _floor(px)
                     y0 = _floor(py)
                     fx = px - x0
@@ -171,13 +171,9 @@ def deform_attn_backward(const real[:, :, :, ::1] value,
                 h = shapes[lv, 0]
                 w = shapes[lv, 1]
                 for p in range(points):
-                    px = locations[b, q, hd, lv, p, 0] * w - <real>0.5
-                    py = locations[b, q, hd, lv, p, 1] * h - <real>0.5
+                    px = _pixel(locations[b, q, hd, lv, p, 0], w)
+                    py = _pixel(locations[b, q, hd, lv, p, 1], h)
                     a = attention[b, q, hd, lv, p]
-                    # (beyond a pixel outside the map both corners are
-                    # outside: clamped, the integer conversion stays exact)
-                    px = _clamp(px, w)
-                    py = _clamp(py, h)
                     x0 = _floor(px)
                     y0 = _floor(py)
                     fx = px - x0
