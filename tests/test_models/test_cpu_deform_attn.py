@@ -2,7 +2,11 @@
 """The compiled CPU kernel of multi-scale deformable attention against
 mmcv's own CPU function: the same outputs and gradients, its switch, its
 fallbacks."""
+import os.path as osp
 import platform
+import subprocess
+import sys
+from typing import Tuple
 
 import pytest
 import torch
@@ -14,6 +18,8 @@ from mmcalidet.models.layers import cpu_deform_attn as kernel
 #: (h, w) of the demo DINO's four levels on 128-px images, and of a
 #: non-square single level as the tiny Deformable DETR has
 SHAPES = ([(16, 16), (8, 8), (4, 4), (2, 2)], [(5, 7)])
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
 def inputs(shapes, num_queries=23, bs=2, heads=4, dims=8, points=3, seed=0):
@@ -187,6 +193,135 @@ def test_shapes_that_do_not_cover_the_keys_are_refused():
         kernel.deform_attn_cpu(
             value, torch.tensor([(16, 16), (8, 8), (4, 4), (1, 3)]), locations,
             weights)
+
+
+def run_in_subprocess(call: str, num_levels: int) -> Tuple[int, str]:
+    """Run ``call`` in a fresh Python process, after making random inputs
+    as :func:`inputs` does (340 keys, ``num_levels`` levels) as ``value``,
+    ``locations`` and ``weights``: an input the kernel once read outside
+    its arrays with may crash that process, not the test run.
+
+    Args:
+        call (str): a statement that reads ``kernel`` (this file's module
+            under test), ``torch`` and the three tensors.
+        num_levels (int): the levels of ``locations`` and ``weights``.
+
+    Returns:
+        tuple[int, str]: the process's return code (1 for an uncaught
+        exception, negative for a signal) and its stderr.
+
+    Raises:
+        subprocess.TimeoutExpired: the process ran for over 300 s.
+    """
+    code = ('import torch\n'
+            'from mmcalidet.models.layers import cpu_deform_attn as kernel\n'
+            'gen = torch.Generator().manual_seed(0)\n'
+            'value = torch.randn(2, 340, 4, 8, generator=gen)\n'
+            f'locations = torch.rand(2, 23, 4, {num_levels}, 3, 2, '
+            'generator=gen)\n'
+            f'weights = torch.rand(2, 23, 4, {num_levels}, 3, '
+            'generator=gen)\n'
+            f'{call}\n')
+    proc = subprocess.run([sys.executable, '-c', code],
+                          capture_output=True,
+                          text=True,
+                          cwd=ROOT,
+                          timeout=300)
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.slow  # a subprocess: the old kernel read out of bounds
+def test_negative_level_shapes_are_refused():
+    """(40, 10) and (-6, 10) add up to the 340 keys; the kernel read 400
+    keys of level 0."""
+    rc, stderr = run_in_subprocess(
+        'kernel.deform_attn_cpu(value, [(40, 10), (-6, 10)], locations, '
+        'weights)',
+        num_levels=2)
+    assert rc == 1, stderr
+    assert 'ValueError: value_spatial_shapes must be positive; level 1 is ' \
+        '(-6, 10)' in stderr
+
+
+@pytest.mark.slow  # a subprocess: the old kernel crashed (SIGSEGV)
+def test_huge_level_shapes_are_refused():
+    """2**62 * 4 wraps around int64 to 0, so that the sum was the 340 keys
+    and the kernel read far outside the value."""
+    rc, stderr = run_in_subprocess(
+        'kernel.multi_scale_deformable_attn_cpu(value, torch.tensor([(1 << '
+        '62, 4), (20, 17)]), locations, weights)',
+        num_levels=2)
+    assert rc == 1, stderr
+    assert 'ValueError: value_spatial_shapes cover 18446744073709551956 ' \
+        'keys, value has 340' in stderr
+
+
+@pytest.mark.slow  # a subprocess: the old kernel read out of bounds
+@pytest.mark.parametrize('direction', ['forward', 'backward'])
+def test_kernel_refuses_level_starts_that_do_not_match(direction):
+    """The compiled entries take the level starts from their caller; one
+    past the cumulative sums of h * w read beyond the last key."""
+    forward = ('kernel.KERNEL.deform_attn_forward(*arrays, '
+               'torch.zeros(2, 23, 4, 8).numpy(), 1)')
+    backward = ('kernel.KERNEL.deform_attn_backward(*arrays, '
+                'torch.ones(2, 23, 4, 8).numpy(), '
+                'torch.zeros_like(value).numpy(), '
+                'torch.zeros_like(locations).numpy(), '
+                'torch.zeros_like(weights).numpy(), 1)')
+    rc, stderr = run_in_subprocess(
+        'shapes = torch.tensor([(16, 16), (8, 8), (4, 4), (2, 2)])\n'
+        'starts = torch.tensor([0, 256, 320, 337])\n'
+        'arrays = [t.numpy() for t in (value, shapes, starts, locations, '
+        'weights)]\n' + (forward if direction == 'forward' else backward),
+        num_levels=4)
+    assert rc == 1, stderr
+    assert 'ValueError: starts must be the cumulative sums of h * w; level ' \
+        '3 starts at 337, not 336' in stderr
+
+
+@pytest.mark.parametrize(
+    'shapes',
+    [torch.tensor([(8.5, 10.2)]), [(8.5, 10.2)],
+     torch.tensor([(8.0, 10.0)])])
+def test_fractional_level_shapes_are_refused(shapes):
+    """Float shapes were truncated to (8, 10), which covers the 80 keys;
+    mmcv's function takes no float shapes, integral ones included."""
+    value, locations, weights = inputs([(8, 10)])
+    for function in (kernel.deform_attn_cpu,
+                     kernel.multi_scale_deformable_attn_cpu):
+        with pytest.raises(
+                TypeError,
+                match='value_spatial_shapes must be of an integer dtype'):
+            function(value, shapes, locations, weights)
+
+
+@pytest.mark.parametrize('shapes', [
+    torch.tensor([5, 7]),
+    torch.tensor([[[5, 7]]]),
+    torch.tensor([(5, 7, 1)]),
+    torch.zeros((0, 2), dtype=torch.long)
+])
+def test_level_shapes_not_shaped_levels_by_two_are_refused(shapes):
+    """A 1-D (h, w) raised an IndexError, an (h, w, 1) was taken as
+    (h, w)."""
+    value, locations, weights = inputs(SHAPES[1])
+    for function in (kernel.deform_attn_cpu,
+                     kernel.multi_scale_deformable_attn_cpu):
+        with pytest.raises(
+                ValueError,
+                match=r'value_spatial_shapes must be \(num_levels, 2\)'):
+            function(value, shapes, locations, weights)
+
+
+def test_levels_other_than_the_locations_are_refused():
+    """Three levels that cover the 340 keys, locations of four."""
+    value, locations, weights = inputs(SHAPES[0])
+    shapes = [(16, 16), (8, 8), (4, 5)]
+    with pytest.raises(
+            ValueError,
+            match='sampling_locations must be of the 3 levels of '
+            r'value_spatial_shapes \(dim 3 .*\); got 4'):
+        kernel.deform_attn_cpu(value, shapes, locations, weights)
 
 
 def test_tracing_other_dtypes_and_devices_take_mmcv_function(monkeypatch):

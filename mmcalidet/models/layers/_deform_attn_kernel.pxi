@@ -14,9 +14,12 @@
 # tensors, so no two threads write the same element and the sums are added
 # in the same order whatever the number of threads.
 #
-# Shapes and dtypes are checked by the Python wrapper
-# (:mod:`mmcalidet.models.layers.cpu_deform_attn`); every array is
-# C-contiguous, float32 or float64 (one dtype for all).
+# The Python wrapper (:mod:`mmcalidet.models.layers.cpu_deform_attn`) checks
+# the shapes and dtypes first and gives its own errors; every array is
+# C-contiguous, float32 or float64 (one dtype for all). Both entries check
+# again, in O(levels), what they index by (_check_levels, _check_arrays):
+# called directly with level shapes, level starts or arrays that do not
+# agree, they raise ValueError rather than read or write outside an array.
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t
 
@@ -71,6 +74,73 @@ cdef inline real _pixel(real location, int64_t size) noexcept nogil:
     return x
 
 
+cdef int _check_levels(const int64_t[:, ::1] shapes,
+                       const int64_t[::1] starts, Py_ssize_t keys,
+                       Py_ssize_t levels) except -1:
+    # the levels' (h, w) are positive, each level starts where the one
+    # before it ends (the cumulative sum of h * w, compared without
+    # overflow) and they cover the keys: then every key index is in
+    # [0, keys)
+    cdef Py_ssize_t lv
+    cdef int64_t h, w, total = 0
+    if shapes.shape[0] != levels or shapes.shape[1] != 2 or \
+            starts.shape[0] != levels:
+        raise ValueError(
+            f'shapes must be ({levels}, 2) and starts ({levels}, ) for the '
+            f'{levels} levels of the locations; got ({shapes.shape[0]}, '
+            f'{shapes.shape[1]}) and ({starts.shape[0]}, )')
+    for lv in range(levels):
+        h = shapes[lv, 0]
+        w = shapes[lv, 1]
+        if h <= 0 or w <= 0:
+            raise ValueError(
+                f'shapes must be positive; level {lv} is ({h}, {w})')
+        if starts[lv] != total:
+            raise ValueError(
+                f'starts must be the cumulative sums of h * w; level {lv} '
+                f'starts at {starts[lv]}, not {total}')
+        if w > keys - total or h > (keys - total) // w:
+            raise ValueError(
+                f'level {lv} of shape ({h}, {w}) starting at {total} ends '
+                f'past the {keys} keys of value')
+        total = total + h * w
+    if total != keys:
+        raise ValueError(f'shapes cover {total} keys, value has {keys}')
+    return 0
+
+
+cdef tuple _dims(const Py_ssize_t *shape, int ndim):
+    # an array's shape, as a tuple (for the messages)
+    return tuple([shape[i] for i in range(ndim)])
+
+
+cdef inline bint _same(const Py_ssize_t *a, const Py_ssize_t *b,
+                       int ndim) noexcept:
+    # whether two shapes agree in their first ndim dimensions
+    cdef int i
+    for i in range(ndim):
+        if a[i] != b[i]:
+            return False
+    return True
+
+
+cdef int _check_arrays(const Py_ssize_t *value, const Py_ssize_t *locations,
+                       const Py_ssize_t *attention,
+                       const Py_ssize_t *output) except -1:
+    # the arrays' shapes agree with value's (bs, keys, heads, dims) and the
+    # locations' (bs, queries, heads, levels, points, 2)
+    if value[0] != locations[0] or value[2] != locations[2] or \
+            locations[5] != 2 or not _same(attention, locations, 5) or \
+            not _same(output, locations, 3) or output[3] != value[3]:
+        raise ValueError(
+            'value (bs, keys, heads, dims), locations (bs, queries, heads, '
+            'levels, points, 2), attention (bs, queries, heads, levels, '
+            'points) and output (bs, queries, heads, dims) do not agree: '
+            f'{_dims(value, 4)}, {_dims(locations, 6)}, '
+            f'{_dims(attention, 5)}, {_dims(output, 4)}')
+    return 0
+
+
 def deform_attn_forward(const real[:, :, :, ::1] value,
                         const int64_t[:, ::1] shapes,
                         const int64_t[::1] starts,
@@ -88,6 +158,11 @@ def deform_attn_forward(const real[:, :, :, ::1] value,
         attention: ``(bs, queries, heads, levels, points)``.
         output: ``(bs, queries, heads, dims)``, zeros on entry.
         num_threads: OpenMP threads.
+
+    Raises:
+        ValueError: shapes that are not positive, starts that are not the
+            cumulative sums of their h * w, levels that do not cover the
+            keys, or arrays whose shapes do not agree.
     """
     cdef Py_ssize_t bs = value.shape[0], heads = value.shape[2]
     cdef Py_ssize_t dims = value.shape[3], queries = locations.shape[1]
@@ -97,6 +172,9 @@ def deform_attn_forward(const real[:, :, :, ::1] value,
     cdef int64_t x0, y0, xx, yy, w, h
     cdef real px, py, fx, fy, a, weight
     cdef real *out
+    _check_arrays(value.shape, locations.shape, attention.shape,
+                  output.shape)
+    _check_levels(shapes, starts, value.shape[1], levels)
     for pair in prange(bs * heads, nogil=True, num_threads=num_threads,
                        schedule='static'):
         b = pair // heads
@@ -152,6 +230,10 @@ def deform_attn_backward(const real[:, :, :, ::1] value,
         grad_locations: the shape of ``locations``, overwritten.
         grad_attention: the shape of ``attention``, overwritten.
         num_threads: OpenMP threads.
+
+    Raises:
+        ValueError: as :func:`deform_attn_forward`'s, or gradients of
+            other shapes than the arrays they are of.
     """
     cdef Py_ssize_t bs = value.shape[0], heads = value.shape[2]
     cdef Py_ssize_t dims = value.shape[3], queries = locations.shape[1]
@@ -161,6 +243,15 @@ def deform_attn_backward(const real[:, :, :, ::1] value,
     cdef int64_t x0, y0, xx, yy, w, h
     cdef real px, py, fx, fy, a, wy, wx, dot, gx, gy, ga
     cdef const real *grad
+    _check_arrays(value.shape, locations.shape, attention.shape,
+                  grad_output.shape)
+    if not _same(grad_value.shape, value.shape, 4) or \
+            not _same(grad_locations.shape, locations.shape, 6) or \
+            not _same(grad_attention.shape, attention.shape, 5):
+        raise ValueError('grad_value, grad_locations and grad_attention '
+                         'must be the shapes of value, locations and '
+                         'attention')
+    _check_levels(shapes, starts, value.shape[1], levels)
     for pair in prange(bs * heads, nogil=True, num_threads=num_threads,
                        schedule='static'):
         b = pair // heads

@@ -25,6 +25,14 @@ the CPU; :func:`use_cpu_deform_attn` points that name at this one (a
 config opts in by importing :mod:`mmcalidet.models.layers.
 enable_cpu_deform_attn` through ``custom_imports``, as the tiny CPU
 configs do). CUDA runs take mmcv's CUDA kernel either way.
+
+What the kernel cannot compute it refuses with a one-line error, in
+O(levels) a call: level shapes not ``(num_levels, 2)``, not of an integer
+dtype (``TypeError``; mmcv's function takes no float shapes), not positive
+or not covering the value's keys (:func:`_level_shapes`), and locations of
+another number of levels. The compiled entries check again what they
+index by (level shapes, level starts, the arrays' shapes), so that a
+direct call never reads or writes outside an array either.
 """
 from contextlib import contextmanager
 from typing import Iterator, Sequence, Union
@@ -108,6 +116,59 @@ class DeformAttnCPUFunction(Function):
                 grad_attention if needs[3] else None)
 
 
+def _level_shapes(value_spatial_shapes: Union[Tensor, Sequence],
+                  num_keys: int) -> Tensor:
+    """Check the level shapes against the keys, in O(levels), and give
+    them as the kernel reads them.
+
+    Refused: shapes not shaped ``(num_levels, 2)`` with at least one
+    level, of a dtype other than an integer one (mmcv's function takes no
+    float shapes, not even integral ones), with an ``h`` or ``w`` that is
+    not positive, or whose ``h * w`` do not add up to ``num_keys`` (summed
+    in Python's integers, so that huge shapes cannot wrap around int64
+    to the right total). The kernel then never reads outside ``value``.
+
+    Args:
+        value_spatial_shapes (Tensor | Sequence): the ``(h, w)`` of each
+            level, as :func:`deform_attn_cpu` takes them.
+        num_keys (int): the keys of ``value`` (its dim 1).
+
+    Returns:
+        Tensor: ``(num_levels, 2)``, int64, contiguous, on the CPU.
+
+    Raises:
+        TypeError: shapes of a dtype that is not an integer one.
+        ValueError: shapes that are not ``(num_levels, 2)`` integers within
+            int64, not positive, or that do not cover ``num_keys`` keys.
+    """
+    shapes = value_spatial_shapes
+    if not isinstance(shapes, Tensor):
+        try:
+            shapes = torch.as_tensor(shapes)
+        except (TypeError, ValueError, RuntimeError, OverflowError) as err:
+            raise ValueError('value_spatial_shapes must be (num_levels, 2) '
+                             f'integers within int64: {err}') from None
+    if shapes.dtype.is_floating_point or shapes.dtype.is_complex or \
+            shapes.dtype == torch.bool:
+        raise TypeError('value_spatial_shapes must be of an integer dtype '
+                        "(mmcv's function takes no others); got "
+                        f'{shapes.dtype}')
+    if shapes.dim() != 2 or shapes.shape[1] != 2 or shapes.shape[0] == 0:
+        raise ValueError('value_spatial_shapes must be (num_levels, 2), the '
+                         '(h, w) of each level (num_levels >= 1); got shape '
+                         f'{tuple(shapes.shape)}')
+    covered = 0
+    for level, (h, w) in enumerate(shapes.tolist()):
+        if h <= 0 or w <= 0:
+            raise ValueError('value_spatial_shapes must be positive; level '
+                             f'{level} is ({h}, {w})')
+        covered += h * w
+    if covered != num_keys:
+        raise ValueError(f'value_spatial_shapes cover {covered} '
+                         f'keys, value has {num_keys}')
+    return shapes.to('cpu', torch.long).contiguous()
+
+
 def deform_attn_cpu(value: Tensor, value_spatial_shapes: Union[Tensor,
                                                                Sequence],
                     sampling_locations: Tensor,
@@ -118,8 +179,9 @@ def deform_attn_cpu(value: Tensor, value_spatial_shapes: Union[Tensor,
     Args:
         value (Tensor): ``(bs, num_keys, num_heads, dims)``.
         value_spatial_shapes (Tensor | Sequence): ``(num_levels, 2)``, the
-            ``(h, w)`` of each level, whose keys follow each other in
-            ``value``.
+            ``(h, w)`` of each level, positive integers (of an integer
+            dtype, as mmcv's function takes), whose keys follow each other
+            in ``value`` and add up to its ``num_keys``.
         sampling_locations (Tensor): ``(bs, num_queries, num_heads,
             num_levels, num_points, 2)``, ``(x, y)`` in [0, 1] of each level
             (outside it samples zeros).
@@ -132,26 +194,34 @@ def deform_attn_cpu(value: Tensor, value_spatial_shapes: Union[Tensor,
         the output is NaN there, as mmcv's).
 
     Raises:
-        ValueError: shapes that do not cover the keys, or locations and
-            weights of other shapes.
-        TypeError: tensors of several dtypes, or of one the kernel does
-            not compute in (outside CPU autocast, which casts them).
+        ValueError: level shapes the kernel cannot compute
+            (:func:`_level_shapes`: not ``(num_levels, 2)``, not positive,
+            not covering the keys), locations of another number of levels,
+            or a value, locations and weights of other shapes.
+        TypeError: level shapes of a dtype that is not an integer one;
+            tensors of several dtypes, or of one the kernel does not
+            compute in (outside CPU autocast, which casts them).
     """
+    if value.dim() != 4:
+        raise ValueError('value must be (bs, num_keys, num_heads, dims); '
+                         f'got {tuple(value.shape)}')
     bs, num_keys, num_heads, _ = value.shape
-    shapes = torch.as_tensor(
-        value_spatial_shapes, dtype=torch.long, device='cpu').contiguous()
-    covered = int((shapes[:, 0] * shapes[:, 1]).sum())
-    if covered != num_keys:
-        raise ValueError(f'value_spatial_shapes cover {covered} '
-                         f'keys, value has {num_keys}')
-    expected = (bs, sampling_locations.shape[1], num_heads, shapes.shape[0])
+    shapes = _level_shapes(value_spatial_shapes, num_keys)
+    num_levels = shapes.shape[0]
+    if sampling_locations.dim() == 6 and \
+            sampling_locations.shape[3] != num_levels:
+        raise ValueError(
+            f'sampling_locations must be of the {num_levels} levels of '
+            'value_spatial_shapes (dim 3 of (bs, queries, heads, levels, '
+            f'points, 2)); got {sampling_locations.shape[3]}')
+    expected = (bs, sampling_locations.shape[1], num_heads, num_levels)
     if sampling_locations.dim() != 6 or sampling_locations.shape[-1] != 2 \
             or tuple(sampling_locations.shape[:4]) != expected \
             or attention_weights.shape != sampling_locations.shape[:5]:
         raise ValueError(
             'sampling_locations must be (bs, queries, heads, levels, points, '
             f'2) and attention_weights (bs, queries, heads, levels, points) '
-            f'with (bs, heads, levels) = {(bs, num_heads, shapes.shape[0])}; '
+            f'with (bs, heads, levels) = {(bs, num_heads, num_levels)}; '
             f'got {tuple(sampling_locations.shape)} and '
             f'{tuple(attention_weights.shape)}')
     tensors = (value, sampling_locations, attention_weights)
