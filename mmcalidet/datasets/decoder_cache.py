@@ -24,6 +24,7 @@ from mmengine.dist import barrier, get_rank
 from torch.utils.data import Dataset
 
 from ..decoder_cache import DecoderCache, ensure_decoder_cache
+from ..decoder_cache.store import FOLDER_METAINFO, HEAD_METAINFO, head_kind
 
 #: the ``source`` keys :func:`ensure_decoder_cache` takes
 SOURCE_KEYS = ('config', 'checkpoint', 'passes', 'indices', 'batch_size',
@@ -41,6 +42,10 @@ class DecoderCacheDataset(Dataset):
     metainfo the losses read (a one-stage head's cache adds the locations'
     ``targets`` (Q, 4) to ``inputs``, a two-stage box head's the RoIs');
     :class:`DecoderCachePreprocessor` batches them and draws the priors.
+    Each data sample names the kind of cache (``cache_head``, the cache's
+    ``meta['head']``) and its folder (``cache_dir``): a calibrator refuses
+    a cache of another kind than its head's
+    (:class:`~mmcalidet.decoder_cache.store.CacheKindError`).
 
     Args:
         cache_dir (str): the cache folder.
@@ -116,4 +121,10 @@ class DecoderCacheDataset(Dataset):
         targets = self.cache.targets_of(index)
         if targets is not None:
             inputs['targets'] = targets
-        return dict(inputs=inputs, data_samples=self.cache.data_sample(index))
+        sample = self.cache.data_sample(index)
+        # what made the item: the calibrator checks it is its head's kind
+        sample.set_metainfo({
+            HEAD_METAINFO: head_kind(self.meta),
+            FOLDER_METAINFO: self.cache_dir
+        })
+        return dict(inputs=inputs, data_samples=sample)

@@ -25,18 +25,20 @@ from .fingerprint import (cache_fingerprint, checkpoint_fingerprint,
                           weights_fingerprint)
 from .roi import fill_roi_cache, is_roi_model, run_roi_head
 from .samples import strip_data_sample, with_predictions
-from .store import CACHE_FORMAT, CacheError, DecoderCache, check_cache
+from .store import (CACHE_FORMAT, CacheError, CacheKindError, DecoderCache,
+                    check_cache)
 from .writer import DecoderCacheWriter, remove_stale_folders
 
 __all__ = [
-    'DecoderCache', 'DecoderCacheWriter', 'CacheError', 'CACHE_FORMAT',
-    'check_cache', 'cache_fingerprint', 'checkpoint_fingerprint',
-    'config_fingerprint', 'weights_fingerprint', 'fingerprint_digest',
-    'run_decoder', 'fill_cache', 'cache_hidden_states', 'cache_images',
-    'image_batches', 'cache_folder', 'open_or_make', 'stale_reasons',
-    'build_decoder_cache', 'ensure_decoder_cache', 'train_fingerprint',
-    'strip_data_sample', 'with_predictions', 'remove_stale_folders',
-    'match_baseline', 'same_checkpoint', 'TrunkMismatchError',
-    'fill_dense_cache', 'run_dense_head', 'is_dense_model',
-    'DEFAULT_NUM_LOCATIONS', 'fill_roi_cache', 'run_roi_head', 'is_roi_model'
+    'DecoderCache', 'DecoderCacheWriter', 'CacheError', 'CacheKindError',
+    'CACHE_FORMAT', 'check_cache', 'cache_fingerprint',
+    'checkpoint_fingerprint', 'config_fingerprint', 'weights_fingerprint',
+    'fingerprint_digest', 'run_decoder', 'fill_cache', 'cache_hidden_states',
+    'cache_images', 'image_batches', 'cache_folder', 'open_or_make',
+    'stale_reasons', 'build_decoder_cache', 'ensure_decoder_cache',
+    'train_fingerprint', 'strip_data_sample', 'with_predictions',
+    'remove_stale_folders', 'match_baseline', 'same_checkpoint',
+    'TrunkMismatchError', 'fill_dense_cache', 'run_dense_head',
+    'is_dense_model', 'DEFAULT_NUM_LOCATIONS', 'fill_roi_cache',
+    'run_roi_head', 'is_roi_model'
 ]

@@ -25,7 +25,7 @@ from .fingerprint import (cache_fingerprint, fingerprint_changes,
                           fingerprint_digest)
 from .roi import fill_roi_cache, is_roi_model
 from .store import CacheError, DecoderCache
-from .writer import DecoderCacheWriter
+from .writer import DecoderCacheWriter, remove_stale_folders
 
 
 def check_decoder_model(model: torch.nn.Module) -> None:
@@ -173,7 +173,10 @@ def open_or_make(folder: str,
     """The cache of ``folder`` where it is complete and of ``fingerprint``,
     else the one ``make()`` returns (it writes ``folder`` through a
     :class:`DecoderCacheWriter`); a one-line message says why an existing
-    folder is made again.
+    folder is made again. Either way the private folders that killed
+    builds left beside it (``.<name>.partial-<pid>-...`` of a process no
+    longer alive, :func:`~.writer.remove_stale_folders`) are removed first,
+    each named in a message.
 
     Args:
         folder (str): the cache folder.
@@ -186,6 +189,8 @@ def open_or_make(folder: str,
     Returns:
         tuple[DecoderCache, bool]: the cache and whether it was made.
     """
+    for path in remove_stale_folders(osp.dirname(osp.realpath(folder))):
+        _log(f'removed the stale decoder cache folder {path}', logger)
     cache, reasons = (None, ['remade on request']) if force else \
         _open_current(folder, fingerprint)
     if cache is not None:

@@ -72,6 +72,16 @@ TARGET_HEADS = ('dense', 'roi')
 MAPPED = ('hidden', 'boxes')
 #: the columns of ``targets.npy``
 TARGET_COLUMNS = ('level', 'label', 'score', 'weight')
+#: what each kind of cache holds, in words (errors name both kinds)
+HEAD_WORDS = dict(
+    decoder='a DETR\'s decoder queries',
+    dense='a one-stage head\'s locations',
+    roi='a two-stage box head\'s RoIs')
+#: the metainfo key of a training item's data sample that names the kind
+#: of cache it came from (:class:`~mmcalidet.datasets.DecoderCacheDataset`)
+HEAD_METAINFO = 'cache_head'
+#: the metainfo key that names the cache folder it came from
+FOLDER_METAINFO = 'cache_dir'
 
 
 class CacheError(ValueError):
@@ -89,6 +99,39 @@ class CacheError(ValueError):
                          f'decoder cache file {path}: {problem}')
         self.path = path
         self.problem = problem
+
+
+class CacheKindError(CacheError, TypeError):
+    """A cache of another kind (``meta['head']``) or feature width than a
+    model trains on: a ``CacheError`` (one line from the tools) and a
+    ``TypeError`` (the batch does not fit the model)."""
+
+
+def head_kind(meta: Dict) -> str:
+    """The kind of a cache (``meta['head']``; a format-2 cache, which
+    records none, is a decoder cache).
+
+    Args:
+        meta (dict): the content of ``meta.json``.
+
+    Returns:
+        str: one of :data:`HEADS`.
+    """
+    return meta.get('head') or 'decoder'
+
+
+def kind_text(kind: str) -> str:
+    """``'a dense cache (a one-stage head's locations)'``: a kind of cache
+    in words.
+
+    Args:
+        kind (str): one of :data:`HEADS`.
+
+    Returns:
+        str: the words.
+    """
+    words = HEAD_WORDS.get(kind)
+    return f'a {kind} cache' + (f' ({words})' if words else '')
 
 
 def _sha1(path: str) -> str:
@@ -233,6 +276,11 @@ def check_cache(folder: str) -> Dict:
             'not increasing from 0 to the number of ground-truth boxes')
     if 'targets' in names:
         _check_targets(folder, meta)
+    elif 'targets' in meta['arrays'] or 'num_levels' in meta:
+        raise CacheError(
+            meta_path, f'says "head": "{head_kind(meta)}" but records '
+            'targets or levels (a dense or roi cache\'s): its head does '
+            'not match its content')
     return meta
 
 
@@ -248,9 +296,47 @@ def _check_targets(folder: str, meta: Dict) -> None:
             osp.join(folder, META_FILE),
             f'a {meta["head"]} cache without num_levels / num_classes '
             f'({exc!r})') from None
-    problem = targets_problem(np.load(path), num_levels, num_classes)
+    targets = np.load(path)
+    problem = targets_problem(targets, num_levels, num_classes)
     if problem:
         raise CacheError(path, problem)
+    problem = head_problem(meta, targets)
+    if problem:
+        raise CacheError(osp.join(folder, META_FILE), problem)
+
+
+def head_problem(meta: Dict, targets: np.ndarray) -> Optional[str]:
+    """Whether a dense or roi cache's content is of the kind its
+    ``meta['head']`` says: a two-stage box head's RoIs are of one level,
+    the positives' scores 1 (a dense head's are IoU qualities, its
+    locations of every level); a dense or roi cache stores one layer.
+
+    Args:
+        meta (dict): the content of ``meta.json``.
+        targets (np.ndarray): (N, Q, 4) its level, label, score, weight.
+
+    Returns:
+        str | None: what contradicts the recorded head.
+    """
+    head = head_kind(meta)
+    contradiction = f'says "head": "{head}" but '
+    if int(meta.get('num_decoder_layers', 1)) != 1 or \
+            int(meta.get('num_stored_layers', 1)) != 1:
+        return (contradiction + f'stores {meta.get("num_stored_layers")} '
+                'layers (a decoder cache\'s): its head does not match its '
+                'content')
+    if head != 'roi':
+        return None
+    level, _, score = np.moveaxis(np.asarray(targets), -1, 0)[:3]
+    if int(meta['num_levels']) != 1 or (level != 0).any():
+        return (contradiction + f'holds {int(meta["num_levels"])} levels '
+                '(a dense head\'s locations, not a box head\'s RoIs): its '
+                'head does not match its content')
+    if ((score != 0) & (score != 1)).any():
+        return (contradiction + 'holds soft quality scores (a dense '
+                'head\'s locations, not a box head\'s RoIs): its head '
+                'does not match its content')
+    return None
 
 
 class DecoderCache:

@@ -136,6 +136,32 @@ positive_int = bounded_int(1)
 #: an argparse type: an integer >= 0
 non_negative_int = bounded_int(0)
 
+#: the largest random seed (numpy's and mmengine's ``randomness.seed``
+#: take 32-bit seeds)
+MAX_SEED = 2**32 - 1
+
+
+def seed_int(value: str) -> int:
+    """An argparse type: a random seed, an integer in [0, 2**32 - 1] (what
+    numpy and mmengine take), refused at the parser otherwise.
+
+    Args:
+        value (str): the option's text.
+
+    Returns:
+        int: the seed.
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer in that range.
+    """
+    import argparse
+    try:
+        return check_int('value', int(value), 0, MAX_SEED)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f'an integer in [0, {MAX_SEED}] (2**32 - 1), got {value!r}'
+        ) from None
+
 
 def unit_float(value: str) -> float:
     """An argparse type: a finite number in [0, 1] (a score threshold, a

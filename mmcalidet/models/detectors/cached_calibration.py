@@ -20,7 +20,7 @@ add the RoIs' ``targets``
 (:func:`~.cached_roi_losses.cached_roi_head_losses`).
 """
 from functools import partial
-from typing import Dict, Type
+from typing import Dict, Optional, Type
 
 import torch
 from mmdet.models.dense_heads import DETRHead
@@ -28,6 +28,8 @@ from mmdet.registry import MODELS
 from mmdet.structures import SampleList
 from torch import Tensor, nn
 
+from ...decoder_cache.store import (FOLDER_METAINFO, HEAD_METAINFO,
+                                    TARGET_HEADS, CacheKindError, kind_text)
 from ..data_preprocessors import is_cached_batch
 from .cached_dense_losses import cached_dense_head_losses
 from .cached_roi_losses import cached_roi_head_losses
@@ -126,6 +128,20 @@ class CachedCalibrationMixin:
             return 'dense'
         return 'roi' if hasattr(head, 'roi_loma') else 'decoder'
 
+    def cache_width(self) -> int:
+        """The width of the features this detector's calibrated head
+        classifies (what a cache of its kind stores as hidden states): the
+        input of a decoder layer's classification branch, of a dense
+        head's classification convs or of a box head's ``fc_cls``."""
+        head, kind = self.calibrated_head, self.cache_kind()
+        if kind == 'dense':
+            layer = next(iter(head.dense_cls_convs().values()))
+        elif kind == 'roi':
+            layer = head.fc_cls
+        else:
+            layer = head.decoder_cls_branch(0)
+        return int(layer.weight.shape[1])
+
     def calibrator_modules(self) -> Dict[str, nn.Module]:
         """What the training updates, by name in the detector: the
         CaliFormer and, with ``cache_train_cls_branches``, the decoder
@@ -169,6 +185,9 @@ class CachedCalibrationMixin:
 
         Raises:
             TypeError: the inputs are images, not cached decoder outputs.
+            CacheKindError: the batch comes from a cache of another kind
+                or feature width than this detector's head trains on (a
+                ``CacheError`` and a ``TypeError``).
         """
         if not is_cached_batch(batch_inputs):
             raise TypeError(
@@ -176,6 +195,7 @@ class CachedCalibrationMixin:
                 '(DecoderCachePreprocessor), got '
                 f'{type(batch_inputs).__name__}: train on images with the '
                 f'detector itself (model.type={self.detector_type!r})')
+        kind = self._batch_kind(batch_inputs, batch_data_samples)
         self.check_classes_matched()
         hidden = batch_inputs['hidden_states']
         priors = self.batch_priors(batch_data_samples)
@@ -184,7 +204,6 @@ class CachedCalibrationMixin:
             priors = self.prior.expand(hidden.shape[1], -1, -1)
         head = self.calibrated_head
         cali_vectors = head.get_cali_vectors(priors, support, marginals)
-        kind = self._batch_kind(batch_inputs)
         if kind != 'decoder':
             losses = cached_dense_head_losses if kind == 'dense' else \
                 cached_roi_head_losses
@@ -200,24 +219,62 @@ class CachedCalibrationMixin:
             priors,
             train_cls_branches=self.cache_train_cls_branches)
 
-    def _batch_kind(self, batch_inputs: Dict[str, Tensor]) -> str:
-        """The batch's kind of cache (:meth:`cache_kind`); refuse a
-        decoder cache's batch for a head that needs targets and the other
-        way round, and features of another width than the head's."""
+    def _batch_kind(self,
+                    batch_inputs: Dict[str, Tensor],
+                    batch_data_samples: Optional[SampleList] = None) -> str:
+        """The batch's kind of cache (:meth:`cache_kind`), checked: the
+        kind the cache's ``meta['head']`` records (its data samples'
+        ``cache_head``, from :class:`~mmcalidet.datasets.
+        DecoderCacheDataset`; else whether the batch has targets) must be
+        this detector's, and its features of the head's width
+        (:meth:`cache_width`).
+
+        Args:
+            batch_inputs (dict): the cached batch.
+            batch_data_samples (list[DetDataSample], optional): its data
+                samples.
+
+        Returns:
+            str: the kind.
+
+        Raises:
+            CacheKindError: another kind or width, in one line naming
+                both kinds (or both widths) and the cache folder.
+        """
         kind = self.cache_kind()
-        head = self.calibrated_head
+        head = type(self.calibrated_head).__name__
+        recorded = {
+            ds.metainfo.get(HEAD_METAINFO)
+            for ds in batch_data_samples or ()
+        } - {None}
+        folders = {
+            ds.metainfo.get(FOLDER_METAINFO)
+            for ds in batch_data_samples or ()
+        } - {None}
+        where = f'the cache {sorted(folders)[0]}' if folders else 'the batch'
         has_targets = 'targets' in batch_inputs
-        if has_targets != (kind != 'decoder'):
-            raise TypeError(
-                f'{type(head).__name__} cannot train on a '
-                f'{"dense or box head" if has_targets else "decoder"} '
-                "cache: make the cache from this detector's baseline")
-        dims = batch_inputs['hidden_states'].shape[-1]
-        if kind == 'roi' and dims != head.fc_cls.in_features:
-            raise TypeError(
-                f'{type(head).__name__} classifies {head.fc_cls.in_features}'
-                f'-wide RoI features, the cache holds {dims}-wide ones: '
-                "make the cache from this detector's baseline")
+        if len(recorded) > 1:
+            raise CacheKindError(
+                f'the batch mixes caches of kinds {sorted(recorded)}: '
+                f'{head} trains on {kind_text(kind)}')
+        if recorded:
+            batch_kind = recorded.pop()
+        elif has_targets:  # a dense or roi batch without its record
+            batch_kind = kind if kind in TARGET_HEADS else 'dense or roi'
+        else:
+            batch_kind = 'decoder'
+        if batch_kind != kind or has_targets != (kind in TARGET_HEADS):
+            raise CacheKindError(
+                f'{head} trains on {kind_text(kind)}, {where} is '
+                f'{kind_text(batch_kind)}: make the cache from this '
+                "detector's baseline")
+        dims, width = batch_inputs['hidden_states'].shape[-1], \
+            self.cache_width()
+        if dims != width:
+            raise CacheKindError(
+                f'{head} classifies {width}-wide features, {where} holds '
+                f'{dims}-wide ones ({kind_text(kind)} of another '
+                "detector): make the cache from this detector's baseline")
         return kind
 
 

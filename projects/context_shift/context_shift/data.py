@@ -40,13 +40,13 @@ Two variants (``variant=``):
 import colorsys
 import copy
 import fnmatch
-from typing import (Dict, Iterator, List, NamedTuple, Optional, Sequence,
-                    Tuple, Union)
+from typing import (Callable, Dict, Iterator, List, NamedTuple, Optional,
+                    Sequence, Tuple, Union)
 
 import numpy as np
 
 from mmcalidet.utils.progress import progress_bar
-from .data_writer import BenchmarkWriter, label_statistics
+from .data_writer import BenchmarkWriter, disk_full_error, label_statistics
 
 CLASSES = ('zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven',
            'eight', 'nine')
@@ -749,11 +749,17 @@ def make_context_shift(out_dir: str,
                        overwrite: bool = False,
                        progress: bool = True,
                        variant: str = 'digits',
-                       hue_jitter: Optional[float] = None) -> Dict:
+                       hue_jitter: Optional[float] = None,
+                       before_commit: Optional[Callable[[str, Dict],
+                                                        None]] = None
+                       ) -> Dict:
     """Write the benchmark (images, COCO annotations, priors) to a folder.
 
-    The folder is written under a temporary name and renamed at the end:
-    an interrupted run leaves no half-written benchmark. Each image's scene
+    The folder is written under a temporary name (``<out_dir>.partial``)
+    and renamed at the end: an interrupted run leaves no half-written
+    benchmark, a failed one (e.g. a full disk) removes the temporary
+    folder, and the next run removes one that a killed run left. Each
+    image's scene
     type and classes are drawn by :func:`sample_scenes`, the image by the
     variant's renderer (:func:`_render_splits`), and the files are written
     by :class:`~.data_writer.BenchmarkWriter`.
@@ -776,23 +782,63 @@ def make_context_shift(out_dir: str,
         hue_jitter (float, optional): many-class only: std of each
             object's hue around its style's, in degrees (default 8; the
             look-alike styles are 12 degrees apart).
+        before_commit (callable, optional): ``before_commit(folder,
+            meta)`` after everything is written to the temporary
+            ``folder``, before ``meta`` goes to its ``meta.json`` and the
+            folder is renamed into place (it may change both, e.g.
+            :func:`~.simulated_sites.make_validation_data`).
 
     Returns:
         dict: the metadata written to ``meta.json`` (knobs, counts, the
         per-image class statistics of every split and the epsilon of
         every site's prior against E_t).
+
+    Raises:
+        ValueError: ``out_dir`` exists without ``overwrite``, or bad
+            knobs.
+        OSError: the folder cannot be written (a full disk in one line
+            naming it); nothing is left behind.
     """
     defaults = VARIANT_DEFAULTS[_check_variant(variant)]
     scenes = check_scene_model(
         copy.deepcopy(scenes or defaults['scenes']), variant)
     objects = tuple(objects or defaults['objects'])
     classes = variant_classes(variant, scenes)
-    num_classes = len(classes)
     if variant == 'digits' and hue_jitter is not None:
         raise ValueError('hue_jitter (--hue-jitter) belongs to the many-class '
                          'variant (--variant many-class)')
     tables, site_tables = _scene_tables(scenes, classes, objects, variant)
     writer = BenchmarkWriter(out_dir, classes, img_size, overwrite)
+    try:
+        return _write_benchmark(writer, variant, scenes, classes, tables,
+                                site_tables, seed, num_train,
+                                num_val_per_site, img_size, digit_size,
+                                objects, noise_std, hue_jitter, progress,
+                                before_commit)
+    except OSError as exc:
+        writer.abort()
+        raise disk_full_error(exc, writer.out_dir) from None
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def _write_benchmark(writer: BenchmarkWriter, variant: str, scenes: Dict,
+                     classes: Sequence[str], tables: Dict[str, np.ndarray],
+                     site_tables: Dict[str, Dict[str, np.ndarray]],
+                     seed: int, num_train: int, num_val_per_site: int,
+                     img_size: int, digit_size: Tuple[int, int],
+                     objects: Tuple[int, int], noise_std: float,
+                     hue_jitter: Optional[float], progress: bool,
+                     before_commit: Optional[Callable[[str, Dict], None]]
+                     ) -> Dict:
+    """Draw, render and write the benchmark through ``writer`` and commit
+    it: the body of :func:`make_context_shift` (its arguments, checked).
+
+    Returns:
+        dict: the metadata written to ``meta.json``.
+    """
+    num_classes = len(classes)
     rng = np.random.default_rng(seed)
     train_scans, val_scans = load_digits_split(seed=seed)
     renderer, hue_jitter = _make_renderer(variant, scenes, classes, rng,
@@ -814,5 +860,7 @@ def make_context_shift(out_dir: str,
     if variant == 'many-class':
         meta['hue_jitter'] = hue_jitter
     writer.write_splits(meta, e_t, supercategories)
+    if before_commit is not None:
+        before_commit(writer.tmp, meta)
     writer.commit(meta)
     return meta

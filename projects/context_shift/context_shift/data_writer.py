@@ -2,11 +2,14 @@
 """The writing part of the context-shift generator
 (:func:`~.data.make_context_shift`): image files, COCO annotations, the
 priors, the class list and ``meta.json``, under a temporary folder renamed
-at the end (an interrupted run leaves no half-written benchmark).
+at the end (an interrupted run leaves no half-written benchmark; a failed
+one removes the temporary folder, and the next run removes one that a
+killed run left).
 
 It draws nothing at random: :mod:`.data` samples and renders the scenes
 and hands each image to :class:`BenchmarkWriter`.
 """
+import errno
 import json
 import os
 import os.path as osp
@@ -99,11 +102,54 @@ def _merge_sites(splits: Dict[str, Dict]) -> Tuple[List[Dict], List[Dict]]:
     return all_images, all_anns
 
 
+def remove_leftovers(out_dir: str) -> List[str]:
+    """Remove the temporary folders of a data folder that a killed run
+    left: ``<out_dir>.partial`` (being written) and ``<out_dir>.old`` (an
+    old folder being replaced, once the new one is in place).
+
+    Args:
+        out_dir (str): the data folder.
+
+    Returns:
+        list[str]: the folders removed.
+    """
+    removed = []
+    leftovers = [out_dir + '.partial']
+    if osp.exists(out_dir):  # .old is the only copy while out_dir is absent
+        leftovers.append(out_dir + '.old')
+    for path in leftovers:
+        if osp.lexists(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def disk_full_error(exc: OSError, out_dir: str) -> OSError:
+    """A full disk as one error naming the data folder (others as they
+    are).
+
+    Args:
+        exc (OSError): the error raised while writing.
+        out_dir (str): the data folder being made.
+
+    Returns:
+        OSError: the error to raise.
+    """
+    if exc.errno != errno.ENOSPC:
+        return exc
+    return OSError(
+        errno.ENOSPC, f'no space left on the device for {out_dir} (nothing '
+        'was written: the partial folder was removed)')
+
+
 class BenchmarkWriter:
     """Write a context-shift benchmark folder.
 
     Everything goes to ``<out_dir>.partial`` first; :meth:`commit` renames
-    it to ``out_dir`` (replacing an old folder when ``overwrite``).
+    it to ``out_dir`` (replacing an old folder when ``overwrite``), and
+    :meth:`abort` (a failed run) removes it. A ``.partial`` (or ``.old``)
+    folder that a killed run left is removed when the next writer of
+    ``out_dir`` starts, whether or not it goes on.
 
     Args:
         out_dir (str): the folder to create.
@@ -118,13 +164,12 @@ class BenchmarkWriter:
     def __init__(self, out_dir: str, classes: Sequence[str], img_size: int,
                  overwrite: bool = False) -> None:
         out_dir = osp.abspath(out_dir)
+        self.out_dir = out_dir
+        self.tmp = out_dir + '.partial'
+        remove_leftovers(out_dir)
         if osp.exists(out_dir) and not overwrite:
             raise ValueError(f'{out_dir} exists (pass overwrite=True / '
                              '--overwrite to replace it)')
-        self.out_dir = out_dir
-        self.tmp = out_dir + '.partial'
-        if osp.exists(self.tmp):
-            shutil.rmtree(self.tmp)
         self.classes = classes
         self.img_size = img_size
         #: split key (``train``, ``val_<site>``) -> ``images`` (COCO image
@@ -244,6 +289,12 @@ class BenchmarkWriter:
         meta['epsilon']['all_sites'] = prior_mae(e_v, e_t)
         meta['statistics']['val'] = label_statistics(val_labels, num_classes)
 
+    def abort(self) -> None:
+        """Remove what was written (the temporary folder); the run failed.
+        ``out_dir`` is left as it was."""
+        if osp.lexists(self.tmp):
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
     def commit(self, meta: Dict) -> None:
         """Write ``classes.txt`` and ``meta.json``, then move the folder
         into place (replacing an old one).
@@ -260,7 +311,11 @@ class BenchmarkWriter:
             if osp.exists(old):
                 shutil.rmtree(old)
             os.replace(self.out_dir, old)
-            os.replace(self.tmp, self.out_dir)
+            try:
+                os.replace(self.tmp, self.out_dir)
+            except BaseException:
+                os.replace(old, self.out_dir)  # the old folder stays
+                raise
             shutil.rmtree(old)
         else:
             os.replace(self.tmp, self.out_dir)

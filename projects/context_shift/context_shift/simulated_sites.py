@@ -398,6 +398,10 @@ def make_validation_data(out_dir: str,
     the *training* mixture (the held-out digit scans), not the scene
     model's deployment sites.
 
+    The sites are written into the generator's temporary folder before it
+    is renamed into place: a failed or killed run leaves no folder that
+    looks finished (nor its ``.partial`` folder once the next run starts).
+
     Args:
         out_dir (str): the folder to create.
         seed (int): the data seed.
@@ -409,25 +413,42 @@ def make_validation_data(out_dir: str,
     Returns:
         dict: the folder's ``meta.json``.
     """
-    import json
-    import os
-    import os.path as osp
-
-    from mmcalidet.priors import load_prior, prior_mae, save_prior
-    from mmcalidet.priors.label_io import read_coco_labels
     from .data import DEFAULT_SCENES, MANY_CLASS_SCENES, make_context_shift
     variant = data_cfg.get('variant', 'digits')
     scenes = data_cfg.pop('scenes', None) or (
         MANY_CLASS_SCENES if variant == 'many-class' else DEFAULT_SCENES)
     scenes = dict(
         scenes, sites=dict(pool=dict(mixture=scenes['train_mixture'])))
-    meta = make_context_shift(
+    return make_context_shift(
         out_dir,
         seed=seed,
         num_val_per_site=pool_size,
         scenes=scenes,
+        before_commit=lambda folder, meta: _write_validation_sites(
+            folder, meta, seed, per_site),
         **data_cfg)
-    ann_dir = osp.join(out_dir, 'annotations')
+
+
+def _write_validation_sites(folder: str, meta: Dict, seed: int,
+                            per_site: int) -> None:
+    """Replace the ``pool`` site of a generated folder by
+    :func:`validation_sites` on its images: their annotation files and
+    priors, and ``meta``'s epsilons, ``validation_sites`` and
+    ``num_val_per_site``.
+
+    Args:
+        folder (str): the folder being generated (not yet in place).
+        meta (dict): its metadata, changed here (written after).
+        seed (int): the data seed.
+        per_site (int): the most images a site takes.
+    """
+    import json
+    import os
+    import os.path as osp
+
+    from mmcalidet.priors import load_prior, prior_mae, save_prior
+    from mmcalidet.priors.label_io import read_coco_labels
+    ann_dir = osp.join(folder, 'annotations')
 
     def read(name):
         with open(osp.join(ann_dir, name)) as f:
@@ -441,7 +462,7 @@ def make_validation_data(out_dir: str,
     num_classes = meta['num_classes']
     sites = validation_sites(
         pool_labels, train_labels, num_classes, per_site=per_site, seed=seed)
-    e_t = load_prior(osp.join(out_dir, 'priors', 'E_t.json'))
+    e_t = load_prior(osp.join(folder, 'priors', 'E_t.json'))
     site_of = {}
     meta['epsilon'], meta['validation_sites'] = {}, {}
     for site, spec in sites.items():
@@ -460,7 +481,7 @@ def make_validation_data(out_dir: str,
         e_site = batch_prior(num_classes,
                              [pool_labels[k] for k in spec['members']])
         save_prior(
-            osp.join(out_dir, 'priors', f'E_{site}.json'),
+            osp.join(folder, 'priors', f'E_{site}.json'),
             e_site,
             meta['classes'],
             source=f'context-shift validation site {site}: {spec["rule"]}',
@@ -478,9 +499,6 @@ def make_validation_data(out_dir: str,
     with open(osp.join(ann_dir, 'instances_val.json'), 'w') as f:
         json.dump(pool, f)
     os.remove(osp.join(ann_dir, 'instances_val_pool.json'))
-    os.remove(osp.join(out_dir, 'priors', 'E_pool.json'))
+    os.remove(osp.join(folder, 'priors', 'E_pool.json'))
     meta['statistics'].pop('val_pool', None)
     meta['num_val_per_site'] = per_site
-    with open(osp.join(out_dir, 'meta.json'), 'w') as f:
-        json.dump(meta, f, indent=1)
-    return meta

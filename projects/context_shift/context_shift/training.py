@@ -2,10 +2,12 @@
 """The trainings of the context-shift benchmark: the data, the schedules of
 the plain DINO and the CaliDINO, and one ``tools/train.py`` run per work
 folder, skipped when its last checkpoint exists and was trained with the
-same model, optimizer, schedule and init (the config mmengine keeps in the
-checkpoint). A run's output goes to ``<work_dir>/train.log``; the terminal
-shows a progress bar."""
+same model, optimizer, schedule and init on the same data (the config
+mmengine keeps in the checkpoint, which records the data's identity,
+:func:`data_identity`). A run's output goes to ``<work_dir>/train.log``;
+the terminal shows a progress bar."""
 import argparse
+import hashlib
 import json
 import os
 import os.path as osp
@@ -73,9 +75,18 @@ DETECTORS = ('dino', *CACHED_ONLY)
 #: (dino iterations, fine-tune iterations, calibrator updates) per mode
 SCHEDULES = dict(full=(3000, 1000, 10000), quick=(900, 300, 3000))
 
+#: the config key under which a training records the identity of the
+#: benchmark data it read (:func:`data_identity`)
+DATA_KEY = 'context_shift_data'
 #: the config parts that decide what a training produces
 TRAINING_KEYS = ('model', 'optim_wrapper', 'param_scheduler', 'load_from',
-                 'randomness')
+                 'randomness', DATA_KEY)
+#: the annotation files of a benchmark data folder that a training reads
+#: (the splits of ``configs/_base_/context_shift_data.py``)
+SPLIT_FILES = ('annotations/instances_train.json',
+               'annotations/instances_val.json')
+#: what a data identity holds, in the order differences are named
+DATA_FIELDS = ('seed', 'variant', 'validation_sites', 'splits')
 
 #: how a training process starts: ``subprocess.Popen`` (the project's
 #: tests fork it from a process that has imported torch and mmdet once,
@@ -148,6 +159,117 @@ def changed_keys(ran: str, planned: str) -> List[str]:
     return [k for k in TRAINING_KEYS if ran_d.get(k) != planned_d.get(k)]
 
 
+def _read_meta(folder: str) -> Optional[Dict]:
+    """The ``meta.json`` of a benchmark data folder, or ``None`` when it is
+    missing or unreadable (not a dict of JSON)."""
+    try:
+        with open(osp.join(folder, 'meta.json')) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def splits_digest(folder: str) -> str:
+    """A digest of the split files of a data folder (:data:`SPLIT_FILES`,
+    what a training reads): another draw of the data, or files edited
+    since, give another digest.
+
+    Args:
+        folder (str): the benchmark data folder.
+
+    Returns:
+        str: ``sha256:<hex>`` over each file's name and content (a missing
+        file counts as such).
+    """
+    digest = hashlib.sha256()
+    for name in SPLIT_FILES:
+        digest.update(name.encode() + b'\0')
+        path = osp.join(folder, name)
+        if not osp.isfile(path):
+            digest.update(b'missing\0')
+            continue
+        with open(path, 'rb') as f:
+            for block in iter(lambda: f.read(1 << 20), b''):
+                digest.update(block)
+        digest.update(b'\0')
+    return 'sha256:' + digest.hexdigest()
+
+
+def data_identity(data: Optional[str]) -> Optional[Dict]:
+    """The identity of the benchmark data a training reads: the data seed,
+    the variant, whether its val split is validation sites
+    (``make_data.py --validation-sites``), as its ``meta.json`` records
+    them, and :func:`splits_digest` of its split files.
+
+    Args:
+        data (str, optional): the benchmark data folder.
+
+    Returns:
+        dict | None: ``seed``, ``variant``, ``validation_sites`` (``None``
+        each where ``meta.json`` is missing or does not say) and
+        ``splits``; ``None`` when there is no such folder.
+    """
+    if data is None or not osp.isdir(data):
+        return None
+    meta = _read_meta(data) or {}
+    seed, variant = meta.get('seed'), meta.get('variant')
+    return dict(
+        seed=seed if isinstance(seed, int) else None,
+        variant=variant if isinstance(variant, str) else None,
+        validation_sites=('validation_sites' in meta) if meta else None,
+        splits=splits_digest(data))
+
+
+def data_options(identity: Optional[Dict]) -> List[str]:
+    """The ``--cfg-options`` that record a data identity in a training's
+    config (:data:`DATA_KEY`), so that its checkpoint keeps it.
+
+    Args:
+        identity (dict, optional): :func:`data_identity`'s result.
+
+    Returns:
+        list[str]: ``KEY=VALUE`` options.
+    """
+    if identity is None:
+        return [f'{DATA_KEY}=None']
+    return [f'{DATA_KEY}.{k}={identity[k]}' for k in DATA_FIELDS]
+
+
+def data_changes(ran: Optional[Dict], planned: Optional[Dict]) -> List[str]:
+    """How the data a training ran on differs from the planned data, in
+    words.
+
+    Args:
+        ran (dict, optional): the identity its checkpoint records
+            (``None``: none, or no data folder).
+        planned (dict, optional): this run's :func:`data_identity`.
+
+    Returns:
+        list[str]: e.g. ``['seed 0, not 5', 'other split files']``; empty
+        when they are the same.
+    """
+    if ran == planned:
+        return []
+    if not isinstance(ran, dict):
+        return ['no record of its data']
+    if not isinstance(planned, dict):
+        return ['no data folder now']
+    changes = []
+    for key in DATA_FIELDS:
+        if ran.get(key) == planned.get(key):
+            continue
+        if key == 'splits':
+            changes.append('other split files')
+        elif key == 'validation_sites':
+            changes.append('validation sites, not deployment sites' if ran.
+                           get(key) else 'deployment sites, not validation '
+                           'sites')
+        else:
+            changes.append(f'{key} {ran.get(key)}, not {planned.get(key)}')
+    return changes or ['another record of its data']
+
+
 def _settings(cfg) -> str:
     """:func:`training_settings` of a loaded config."""
     picked = {k: cfg.get(k) for k in TRAINING_KEYS}
@@ -162,11 +284,16 @@ class Training:
     """One tools/train.py run, skipped when ``iter_<max_iters>.pth``
     exists and was trained with the same :func:`training_settings` as this
     run (read from the checkpoint, :func:`checkpoint_settings`), unless
-    ``retrain``. A checkpoint of another config in the same folder (another
-    ``--calibrator-config``) is trained again, not reused. A checkpoint that
-    keeps no config (one rebuilt from its weights) is compared through the
-    copy of ``config`` dumped beside it; without either, nothing is
-    overwritten: a ``ValueError`` asks for ``--retrain``.
+    ``retrain``. The settings include the identity of the data
+    (:func:`data_identity`: data seed, variant, validation sites and a
+    digest of the split files), which the run records in its config
+    (:data:`DATA_KEY`): a checkpoint trained on other data, or one that
+    does not record its data, is trained again. A checkpoint of another
+    config in the same folder (another ``--calibrator-config``) is trained
+    again, not reused. A checkpoint that keeps no config (one rebuilt from
+    its weights) is compared through the copy of ``config`` dumped beside
+    it; without either, nothing is overwritten: a ``ValueError`` asks for
+    ``--retrain``.
 
     Args:
         config (str): the config.
@@ -193,6 +320,8 @@ class Training:
         self.last = osp.join(work_dir, f'iter_{max_iters}.pth')
         self.proc = None
         self.start = time.perf_counter()
+        # the data's identity goes into the config the checkpoint keeps
+        options = list(options) + data_options(data_identity(data))
         if osp.isfile(self.last) and not retrain:
             why = self.why_train_again(options, data)
             if why is None:
@@ -226,12 +355,13 @@ class Training:
         """Why the existing last checkpoint cannot be reused.
 
         Args:
-            options (list[str]): this run's ``--cfg-options``.
+            options (list[str]): this run's ``--cfg-options``, with its
+                data identity (:func:`data_options`).
             data (str): the benchmark data folder.
 
         Returns:
-            str | None: the reason (unreadable, or the settings that
-            differ); ``None``: it can be reused.
+            str | None: the reason (unreadable, other data, or the
+            settings that differ); ``None``: it can be reused.
 
         Raises:
             ValueError: when it keeps no config and none of this name was
@@ -255,8 +385,17 @@ class Training:
         if ran == planned:
             return None
         keys = changed_keys(ran, planned)
-        return ('was trained with other settings (' + ', '.join(keys) +
-                (' differs)' if len(keys) == 1 else ' differ)'))
+        why = []
+        if DATA_KEY in keys:
+            keys.remove(DATA_KEY)
+            why.append('was trained on other data (' + ', '.join(
+                data_changes(
+                    json.loads(ran).get(DATA_KEY),
+                    json.loads(planned).get(DATA_KEY))) + ')')
+        if keys:
+            why.append('was trained with other settings (' + ', '.join(keys) +
+                       (' differs)' if len(keys) == 1 else ' differ)'))
+        return ' and '.join(why)
 
     def wait(self) -> float:
         """Wait for the run; returns its wall-clock seconds (0: reused)."""
@@ -428,21 +567,98 @@ def schedule(args: argparse.Namespace) -> Dict:
         calidet_decay=decay - dino + ft)
 
 
+def data_differences(folder: str,
+                     seed: int,
+                     variant: str,
+                     validation_sites: bool = False) -> List[str]:
+    """How the benchmark data folder ``folder`` differs from the data asked
+    for, by its ``meta.json``.
+
+    Args:
+        folder (str): an existing data folder.
+        seed (int): the data seed asked for.
+        variant (str): the variant asked for.
+        validation_sites (bool): whether the val split asked for is
+            validation sites (the benchmark's is the deployment sites).
+
+    Returns:
+        list[str]: what differs, in words (e.g. ``'seed 0, not 5'``);
+        empty when the folder holds the data asked for.
+    """
+    if not osp.isfile(osp.join(folder, 'meta.json')):
+        return ['it has no meta.json (not a finished benchmark folder)']
+    meta = _read_meta(folder)
+    if meta is None:
+        return ['its meta.json cannot be read']
+    differences = []
+    for key, asked in (('seed', seed), ('variant', variant)):
+        if meta.get(key) != asked:
+            differences.append(f'{key} {meta.get(key)}, not {asked}')
+    made_sites = 'validation_sites' in meta
+    if made_sites != bool(validation_sites):
+        differences.append(
+            'validation sites, not the deployment sites'
+            if made_sites else 'deployment sites, not validation sites')
+    return differences
+
+
+def own_data_folder(folder: str, variant: str) -> bool:
+    """Whether ``folder`` is the benchmark's own data folder of a variant
+    (its default, ``VARIANTS[variant]['data']``), which it may remake.
+
+    Args:
+        folder (str): the data folder.
+        variant (str): the variant asked for.
+
+    Returns:
+        bool: the same folder (through links or not).
+    """
+    return osp.realpath(folder) == osp.realpath(VARIANTS[variant]['data'])
+
+
 def ensure_data(args: argparse.Namespace) -> Dict:
-    """Generate the benchmark data unless the folder exists."""
+    """The benchmark data of ``args.data``: reused when its ``meta.json``
+    says it is the data asked for (``args.seed``, ``args.variant``, the
+    deployment sites), generated when missing. A folder of other data is
+    generated again when it is the benchmark's own (the variant's default
+    folder, :func:`own_data_folder`), else refused.
+
+    Args:
+        args (argparse.Namespace): ``data``, ``seed``, ``variant`` and
+            ``no_progress``.
+
+    Returns:
+        dict: the folder's ``meta.json``.
+
+    Raises:
+        ValueError: ``args.data`` is not the benchmark's own folder and
+            holds other data (naming what differs).
+    """
     from .data import make_context_shift
-    meta_file = osp.join(args.data, 'meta.json')
-    if osp.isfile(meta_file):
-        print(f'[data] reusing {args.data}')
-        with open(meta_file) as f:
-            return json.load(f)
+    overwrite = False
+    if osp.exists(args.data):
+        differences = data_differences(args.data, args.seed, args.variant)
+        if not differences:
+            print(f'[data] reusing {args.data}')
+            return _read_meta(args.data)
+        what = '; '.join(differences)
+        if not own_data_folder(args.data, args.variant):
+            raise ValueError(
+                f'--data {args.data} is not the data asked for ({what}): '
+                'pass the --seed and --variant it was made with, or '
+                'another --data folder (the benchmark remakes only its '
+                f'own, {VARIANTS[args.variant]["data"]})')
+        print(f'[data] {args.data} is not the data asked for ({what}): '
+              'generating it again')
+        overwrite = True
     print(f'[data] generating {args.data} (seed {args.seed}, '
           f'{args.variant})')
     return make_context_shift(
         args.data,
         seed=args.seed,
         progress=not args.no_progress,
-        variant=args.variant)
+        variant=args.variant,
+        overwrite=overwrite)
 
 
 def cache_dataset_key(config: str) -> str:

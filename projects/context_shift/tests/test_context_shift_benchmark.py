@@ -297,7 +297,16 @@ def test_benchmark_trains_again_what_ran_with_other_settings(
         training.Training(filled, str(bare), 3, [], False, str(root / 'data'))
     assert not launched
     monkeypatch.setenv('MMCALIDET_CS_DATA', osp.realpath(root / 'data'))
-    Config.fromfile(filled).dump(str(bare / osp.basename(filled)))
+    dumped = Config.fromfile(filled)
+    dumped.dump(str(bare / osp.basename(filled)))
+    # a dumped config that does not record its data: trained again
+    training.Training(filled, str(bare), 3, [], False, str(root / 'data'))
+    assert 'other data (no record of its data)' in capsys.readouterr().out
+    assert len(launched) == 1
+    launched.clear()
+    # one that records it (as tools/train.py dumps a benchmark training's)
+    dumped[training.DATA_KEY] = training.data_identity(str(root / 'data'))
+    dumped.dump(str(bare / osp.basename(filled)))
     training.Training(filled, str(bare), 3, [], False, str(root / 'data'))
     assert f'[train] reusing {bare}' in capsys.readouterr().out
     training.Training(filled, str(bare), 3, ['model.bbox_head.rho=0.5'], False,

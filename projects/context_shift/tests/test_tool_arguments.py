@@ -61,3 +61,23 @@ def test_make_data_refuses_before_it_writes(tmp_path, capsys):
                        r"\.\./y' must be"):
         make_data['main'](['--out', out, '--scenes', str(scenes)])
     assert not osp.exists(out) and not osp.exists(out + '.partial')
+
+
+@pytest.mark.parametrize('option,value', [('--train-seed', '-1'),
+                                          ('--train-seed', '4294967296'),
+                                          ('--train-seed', 'x'),
+                                          ('--seed', '-1')])
+def test_benchmark_seeds_out_of_range_are_one_line(option, value, capsys):
+    """``--train-seed -1`` and ``--train-seed 4294967296`` (2**32) passed
+    the parser and ended in a traceback of the training's seeding."""
+    parse_args = tool('benchmark')['parse_args']
+    with pytest.raises(SystemExit) as exc:
+        parse_args([option, value])
+    assert exc.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f'error: argument {option}: an integer in [0, 4294967295]' in \
+        last, last
+    # the range's ends are seeds
+    for seed in ('0', '4294967295'):
+        assert getattr(parse_args([option, seed]),
+                       option[2:].replace('-', '_')) == int(seed)

@@ -21,9 +21,12 @@ finetune`` fine-tunes the whole CaliDINO from the final DINO instead (the
 paper's recipe, ``--finetune-iters``), ``same-budget|scratch`` start it
 otherwise.
 ``--variant many-class`` runs the 40-class data. Steps already done are
-reused: the data folder, and a work folder holding the last checkpoint of
-a training with the same model, optimizer, schedule and init
-(``--retrain`` trains again). Each training's output goes to
+reused: the data folder when its ``meta.json`` holds the asked-for seed
+and variant (else the default folder is generated again and another
+``--data`` folder refused), and a work folder holding the last checkpoint
+of a training with the same model, optimizer, schedule and init on the
+same data (data seed, variant, validation sites and split files;
+``--retrain`` trains again). Each training's output goes to
 ``<work folder>/train.log``. Writes ``results.md``, ``results.json`` and
 the plots to ``--out-dir`` (default ``<work-dir>/results``).
 """
@@ -52,7 +55,7 @@ from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
 from mmcalidet.evaluation.baselines import CORRECTION_NAMES, CORRECTIONS
 from mmcalidet.evaluation.site_prior import ACCEPT, DEFAULT_ACCEPT
 from mmcalidet.utils.cli import (finite_float, non_negative_int, positive_int,
-                                 run_tool, trust_radius, unit_float)
+                                 run_tool, seed_int, trust_radius, unit_float)
 from mmcalidet.utils.log_level import log_to_file
 
 
@@ -72,7 +75,13 @@ def _add_data_options(group: argparse._ArgumentGroup) -> None:
         '--data',
         help='benchmark data folder (generated when missing; default '
         'data/context_shift or data/context_shift_many-class)')
-    group.add_argument('--seed', type=int, default=0, help='data seed')
+    group.add_argument(
+        '--seed',
+        type=seed_int,
+        default=0,
+        help='data seed, in [0, 2**32 - 1]; a --data folder of another '
+        'seed or variant is refused (the default folder is generated '
+        'again)')
 
 
 def _add_training_options(group: argparse._ArgumentGroup) -> None:
@@ -98,11 +107,11 @@ def _add_training_options(group: argparse._ArgumentGroup) -> None:
         '5 of 6 epochs)')
     group.add_argument(
         '--train-seed',
-        type=int,
+        type=seed_int,
         default=0,
-        help='the seed of both trainings (randomness.seed): the same '
-        'command trains the same models; another seed measures the '
-        'run-to-run spread on the same data')
+        help='the seed of both trainings (randomness.seed), in [0, '
+        '2**32 - 1]: the same command trains the same models; another seed '
+        'measures the run-to-run spread on the same data')
     group.add_argument(
         '--retrain', action='store_true', help='train even if done')
     group.add_argument(

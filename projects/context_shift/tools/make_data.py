@@ -12,7 +12,9 @@ Writes ``images/{train,val}/``, ``annotations/instances_train.json``,
 ``meta.json`` (knobs, per-image class statistics of every split, and
 epsilon = mean |E_site - E_t| per site). The scene model (scene types,
 mixtures, sites) can be replaced with ``--scenes FILE.json``; see
-the project's README.md.
+the project's README.md. Everything is written to ``OUT.partial`` and
+renamed to ``OUT`` at the end: a failed run (e.g. a full disk) removes
+it, and the next run removes one that a killed run left.
 
 ``--variant many-class`` makes the variant whose class statistics look like
 COCO's (40 digit x colour style classes, 2-4 distinct per image)::
@@ -22,6 +24,7 @@ COCO's (40 digit x colour style classes, 2-4 distinct per image)::
 """
 import argparse
 import os
+import os.path as osp
 import re
 
 # images and annotations only: skip registering the models (see
@@ -33,6 +36,8 @@ import sys
 try:
     from projects.context_shift.context_shift.data import (VARIANTS,
                                                            make_context_shift)
+    from projects.context_shift.context_shift.data_writer import \
+        remove_leftovers
 except ImportError as exc:  # not run from the root with it on PYTHONPATH
     sys.exit(f'make_data.py: error: {exc}; run it from the repository root '
              'with export PYTHONPATH=$PWD:$PYTHONPATH')
@@ -116,6 +121,8 @@ def check_site_names(scenes) -> None:
 
 def main(argv=None):
     args = parse_args(argv)
+    # what a failed or killed run left (OUT.partial), before anything else
+    remove_leftovers(osp.abspath(args.out))
     scenes = None
     if args.scenes:
         scenes = load_json(args.scenes, 'scene model')
