@@ -24,6 +24,7 @@ from mmdet.utils import get_test_pipeline_cfg
 from mmengine.config import Config
 
 from ..models.detectors import defer_class_matching
+from ..priors.prior import Prior
 from ..utils.checkpoint import (build_with_checked_checkpoint,
                                 checkpoint_names_classes)
 
@@ -80,12 +81,13 @@ def per_image_priors(prior: Any) -> Optional[list]:
 
 
 def resolve_call_priors(model: nn.Module, prior: Any,
-                        num_images: int) -> List[Optional[torch.Tensor]]:
+                        num_images: int) -> List[Optional[Prior]]:
     """Validate the priors of an inference call before the model runs.
 
-    Every prior is loaded, reordered by class name to the model's classes
-    (``model.dataset_meta['classes']``) and validated; nothing in the
-    model changes.
+    Every prior is made once (a file is read once however many images
+    share it) with the model's :meth:`resolve`: reordered by class name to
+    the model's classes (``model.dataset_meta['classes']``) and validated,
+    its support included; nothing in the model changes.
 
     Args:
         model (nn.Module): a calibratable detector (e.g. ``CaliDINO``).
@@ -93,9 +95,9 @@ def resolve_call_priors(model: nn.Module, prior: Any,
         num_images (int): the number of images of the call.
 
     Returns:
-        list[Tensor | None]: a float32 K x K tensor per image (the same
-        tensor where images share a prior), ``None`` where the model's
-        deployment prior applies.
+        list[Prior | None]: a :class:`~mmcalidet.priors.Prior` per image
+        (the same object where images share a prior), ``None`` where the
+        model's deployment prior applies.
 
     Raises:
         ValueError: if the model is not calibratable, if a per-image list
@@ -107,8 +109,7 @@ def resolve_call_priors(model: nn.Module, prior: Any,
                          f'e.g. CaliDINO), got {type(model).__name__}')
     sources = per_image_priors(prior)
     if sources is None:
-        return [torch.from_numpy(model.resolve_prior(prior)).float()
-                ] * num_images
+        return [model.resolve(prior)] * num_images
     if len(sources) != num_images:
         raise ValueError(f'got {len(sources)} priors for {num_images} '
                          'images: give one prior for all images or one per '
@@ -123,69 +124,60 @@ def resolve_call_priors(model: nn.Module, prior: Any,
             else id(src)
         if key not in resolved:
             try:
-                matrix = model.resolve_prior(src)
+                resolved[key] = model.resolve(src)
             except ValueError as exc:
                 raise ValueError(f'prior of image {index}: {exc}') from exc
-            resolved[key] = torch.from_numpy(matrix).float()
         priors.append(resolved[key])
     return priors
 
 
-def resolve_call_supports(model: nn.Module, prior: Any,
-                          num_images: int) -> List[Optional[dict]]:
-    """The support each call prior's file records, for a model whose
-    CaliFormer reads it (experimental; see
-    :meth:`~mmcalidet.models.CalibratableDetectorMixin.resolve_prior_support`).
-
-    Call after :func:`resolve_call_priors`, which validates the priors.
+def call_prior_fields(model: nn.Module,
+                      priors: Sequence[Optional[Prior]]
+                      ) -> List[Optional[dict]]:
+    """The data sample fields that carry each call prior to its image:
+    ``prior`` (K x K float32) and, for a model whose CaliFormer reads a
+    support (experimental), the support the prior records
+    (``prior_support``, ``prior_marginals``).
 
     Args:
         model (nn.Module): the CaliDet detector.
-        prior: one prior or one per image (see :func:`per_image_priors`).
-        num_images (int): the number of images of the call.
+        priors (Sequence[Prior | None]): from :func:`resolve_call_priors`.
 
     Returns:
-        list[dict | None]: per image, the data sample fields
-        ``prior_support`` and ``prior_marginals`` ((K,) tensors), or
-        ``None`` (a model that reads no support, a matrix, a file that
-        records none, or the model's prior).
+        list[dict | None]: the fields per image (one dict per distinct
+        prior), ``None`` where the model's prior applies.
     """
-    if not getattr(model, 'reads_prior_support', False):
-        return [None] * num_images
-    sources = per_image_priors(prior)
-    if sources is None:
-        sources = [prior] * num_images
-    resolved: dict = {}
+    reads_support = getattr(model, 'reads_prior_support', False)
+    made: dict = {}
     out = []
-    for src in sources:
-        if not isinstance(src, (str, os.PathLike, dict)):
+    for prior in priors:
+        if prior is None:
             out.append(None)
             continue
-        key = os.fspath(src) if isinstance(src, (str, os.PathLike)) \
-            else id(src)
-        if key not in resolved:
-            found = model.resolve_prior_support(src)
-            resolved[key] = None if found is None else dict(
-                prior_support=torch.from_numpy(found[0]).float(),
-                prior_marginals=torch.from_numpy(found[1]).float())
-        out.append(resolved[key])
+        if id(prior) not in made:
+            fields = dict(prior=torch.from_numpy(np.array(
+                prior.matrix)).float())
+            if reads_support and prior.has_support:
+                fields.update(
+                    prior_support=torch.from_numpy(np.array(
+                        prior.support)).float(),
+                    prior_marginals=torch.from_numpy(np.array(
+                        prior.marginals)).float())
+            made[id(prior)] = fields
+        out.append(made[id(prior)])
     return out
 
 
-def attach_call_prior(data_sample: Any, prior: Optional[torch.Tensor],
-                      support: Optional[dict] = None) -> None:
-    """Put a call's prior (and its recorded support) in a data sample,
-    where they override the model's deployment prior for that image.
+def attach_call_prior(data_sample: Any, fields: Optional[dict]) -> None:
+    """Put a call's prior (and its support) in a data sample, where they
+    override the model's deployment prior for that image.
 
     Args:
         data_sample (DetDataSample): the image's data sample.
-        prior (Tensor, optional): K x K; ``None`` leaves the model's.
-        support (dict, optional): from :func:`resolve_call_supports`.
+        fields (dict, optional): from :func:`call_prior_fields`; ``None``
+            leaves the model's prior.
     """
-    if prior is None:
-        return
-    data_sample.prior = prior
-    for field, value in (support or {}).items():
+    for field, value in (fields or {}).items():
         data_sample.set_field(value, field)
 
 
@@ -302,20 +294,16 @@ def build_test_pipeline(cfg: Config, ndarray_inputs: bool) -> Compose:
 
 
 class _AttachPrior:
-    """A test pipeline that also puts ``prior`` (and the support its file
-    records) in the data sample."""
+    """A test pipeline that also puts a call prior's fields (the prior and
+    its support) in the data sample."""
 
-    def __init__(self,
-                 pipeline: Callable,
-                 prior: torch.Tensor,
-                 support: Optional[dict] = None) -> None:
+    def __init__(self, pipeline: Callable, fields: dict) -> None:
         self.pipeline = pipeline
-        self.prior = prior
-        self.support = support
+        self.fields = fields
 
     def __call__(self, data: dict) -> dict:
         data = self.pipeline(data)
-        attach_call_prior(data['data_samples'], self.prior, self.support)
+        attach_call_prior(data['data_samples'], self.fields)
         return data
 
 
@@ -354,21 +342,20 @@ def inference_detector(model: nn.Module,
     """
     is_batch = isinstance(imgs, (list, tuple))
     images = list(imgs) if is_batch else [imgs]
-    priors = resolve_call_priors(model, prior, len(images)) \
-        if prior is not None else None
-    supports = resolve_call_supports(model, prior, len(images)) \
+    fields = call_prior_fields(
+        model, resolve_call_priors(model, prior, len(images))) \
         if prior is not None else None
     if test_pipeline is None and images:
         # built here from a copy: mmdet's default edits ``model.cfg`` for
         # array inputs, which breaks later calls with file names
         test_pipeline = build_test_pipeline(model.cfg,
                                             isinstance(images[0], np.ndarray))
-    if priors is None:
+    if fields is None:
         return mmdet_inference_detector(model, imgs, test_pipeline, **kwargs)
     results = []
-    for img, img_prior, img_support in zip(images, priors, supports):
-        pipeline = test_pipeline if img_prior is None \
-            else _AttachPrior(test_pipeline, img_prior, img_support)
+    for img, img_fields in zip(images, fields):
+        pipeline = test_pipeline if img_fields is None \
+            else _AttachPrior(test_pipeline, img_fields)
         results.append(
             mmdet_inference_detector(model, img, pipeline, **kwargs))
     return results if is_batch else results[0]

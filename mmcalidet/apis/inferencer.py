@@ -13,8 +13,8 @@ from torch import nn
 
 from ..utils.checkpoint import build_with_checked_checkpoint
 from ..utils.validation import check_float
-from .inference import (attach_call_prior, is_calibratable, per_image_priors,
-                        resolve_call_priors, resolve_call_supports)
+from .inference import (attach_call_prior, call_prior_fields, is_calibratable,
+                        per_image_priors, resolve_call_priors)
 
 
 def count_by_class(pred: DetDataSample, score_thr: float) -> Dict[int, int]:
@@ -220,9 +220,9 @@ class CaliDetInferencer(DetInferencer):
 
     def _resolve(self, inputs: InputsType,
                  prior: Any) -> Tuple[list, Optional[list]]:
-        """The inputs as a list and their validated priors, each a pair
-        (K x K tensor or ``None``, the support its file records or
-        ``None``); ``None`` for all: the model's prior."""
+        """The inputs as a list and their validated priors' data sample
+        fields (:func:`call_prior_fields`; ``None`` items: the model's
+        prior); ``None`` for all: the model's prior."""
         if prior is None:
             return self._inputs_to_list(inputs), None
         self._check_calibratable()
@@ -231,9 +231,8 @@ class CaliDetInferencer(DetInferencer):
             raise ValueError('per-image priors need a list of images, not a '
                              f'folder ({inputs})')
         inputs = self._inputs_to_list(inputs)
-        priors = resolve_call_priors(self.model, prior, len(inputs))
-        supports = resolve_call_supports(self.model, prior, len(inputs))
-        return inputs, list(zip(priors, supports))
+        return inputs, call_prior_fields(
+            self.model, resolve_call_priors(self.model, prior, len(inputs)))
 
     def __call__(self,
                  inputs: InputsType,
@@ -273,10 +272,9 @@ class CaliDetInferencer(DetInferencer):
         Args:
             inputs (list): the inputs.
             batch_size (int): batch size.
-            priors (list[tuple], optional): one (prior, support) pair per
-                input, from :func:`resolve_call_priors` and
-                :func:`resolve_call_supports` (``None`` prior: the
-                model's).
+            priors (list[dict], optional): one item per input, the fields
+                of :func:`call_prior_fields` (``None``: the model's
+                prior).
 
         Yields:
             tuple: ``(original inputs, collated data)`` per batch.
@@ -288,7 +286,7 @@ class CaliDetInferencer(DetInferencer):
         remaining = iter(priors)
         for ori_inputs, data in batches:
             for sample in data['data_samples']:
-                attach_call_prior(sample, *next(remaining))
+                attach_call_prior(sample, next(remaining))
             yield ori_inputs, data
 
     def compare_priors(self,

@@ -77,22 +77,25 @@ def fold_prior(model: nn.Module, prior) -> nn.Module:
     two-stage one: the box head's ``fc_cls``), and no calibration left to
     compute (the plain detector's cost).
 
+    V' is what ``model.set_prior(prior)`` gives: the prior's support, where
+    it records one and the CaliFormer reads it, included.
+
     Args:
         model (nn.Module): a calibratable detector.
-        prior: what :meth:`resolve_prior` of the model takes (a file, a
-            shipped name, a K x K matrix, a dict).
+        prior: what :meth:`resolve` of the model takes (a
+            :class:`~mmcalidet.priors.Prior`, a file, a shipped name, a
+            K x K matrix, a dict).
 
     Returns:
         nn.Module: the folded copy (eval mode); ``model`` is unchanged.
     """
-    matrix = model.resolve_prior(prior)
+    value = model.resolve(prior)
     folded = copy.deepcopy(model).eval()
+    folded.set_prior(value)
     head = classifying_head(folded)
     kind = head_kind(folded)
     with torch.no_grad():
-        prior_t = torch.as_tensor(
-            matrix, dtype=torch.float32, device=folded.prior.device)
-        cali = head.get_cali_vectors(prior_t)
+        cali = folded.deployment_cali_vectors()
         num_classes = cali.shape[0]
         if kind == 'roi':
             head.fc_cls.weight[:num_classes] += head.rho * cali.to(
@@ -106,14 +109,13 @@ def fold_prior(model: nn.Module, prior) -> nn.Module:
             for branch in _decoder_cls_branches(head):
                 branch.weight[:num_classes] += head.rho * cali.to(
                     branch.weight.dtype)
-        folded.set_prior(matrix)
     # the logits are the folded classifiers' own
     if kind != 'detr':
         head.rho = 0.0
     else:
         head.calibrate_cls_scores = \
             lambda scores, hidden, cali_vectors: scores
-    folded.folded_prior = matrix
+    folded.folded_prior = np.array(value.matrix)
     return folded
 
 

@@ -75,67 +75,46 @@ class OnnxDetector:
         self.classes: Optional[List[str]] = self.meta.get('classes')
         self.num_classes = int(self.meta['num_classes'])
         self.prior_input = bool(self.meta['prior_input'])
-        stored = self.meta.get('prior')
-        self.default_prior = None if stored is None else np.asarray(
-            stored, dtype=np.float32)
         #: the graph also takes the prior's support (experimental)
         self.support_input = bool(self.meta.get('support_input', False))
-        self.default_support = None
-        if self.meta.get('prior_support') is not None:
-            self.default_support = tuple(
-                np.asarray(self.meta[name], dtype=np.float32)
-                for name in ('prior_support', 'prior_marginals'))
+        self.default_prior = self.default_support = None
+        if self.meta.get('prior') is not None:
+            # the deployment prior the file stores, validated as any prior
+            from ..priors.prior import Prior
+            stored = Prior(
+                self.meta['prior'],
+                self.classes,
+                self.meta.get('prior_support'),
+                self.meta.get('prior_marginals'),
+                name=f'{onnx_file} (its stored prior)',
+                num_classes=self.num_classes)
+            self.default_prior = np.asarray(stored.matrix, dtype=np.float32)
+            if stored.has_support:
+                self.default_support = tuple(
+                    np.asarray(t, dtype=np.float32)
+                    for t in stored.support_pair())
 
-    def resolve_support(
-            self,
-            prior: Any = None) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-        """The (support, class shares) a run-time prior comes with, for a
-        graph that takes them: the exported deployment prior's for
-        ``None``, what a prior file or dict records
-        (:mod:`mmcalidet.priors.file_support`), else none (the graph then
-        gets zeros: no support).
-
-        Args:
-            prior: as :meth:`resolve_prior`'s.
-
-        Returns:
-            tuple[np.ndarray, np.ndarray] | None: (K,) n and (K,) p.
-        """
-        if not self.support_input:
-            return None
-        if prior is None:
-            return self.default_support
-        if not isinstance(prior, (str, os.PathLike, dict)):
-            return None
-        from ..priors.file_support import support_from_meta
-        from ..priors.prior_source import (describe_prior_source,
-                                           load_prior_source)
-        _, meta = load_prior_source(
-            prior,
-            classes=self.classes,
-            num_classes=self.num_classes,
-            return_meta=True)
-        found = support_from_meta(meta, self.classes,
-                                  describe_prior_source(prior))
-        return None if found is None else tuple(
-            t.astype(np.float32) for t in found)
-
-    def resolve_prior(self, prior: Any = None) -> Optional[np.ndarray]:
-        """Validate a run-time prior before ONNX Runtime runs.
+    def resolve(self, prior: Any = None
+                ) -> Tuple[Optional[np.ndarray], Optional[tuple]]:
+        """Validate a run-time prior before ONNX Runtime runs: its matrix
+        and, for a graph that takes one, its support (read once).
 
         Args:
-            prior: a prior file, a shipped name, a K x K matrix or a dict in
-                the prior file format (reordered by class name to the
-                model's classes); ``None``: the exported deployment prior.
+            prior: a :class:`~mmcalidet.priors.Prior`, a prior file, a
+                shipped name, a K x K matrix or a dict in the prior file
+                format (reordered by class name to the model's classes);
+                ``None``: the exported deployment prior.
 
         Returns:
-            np.ndarray | None: the float32 K x K matrix, ``None`` for a
-            folded graph given no prior.
+            tuple: the float32 K x K matrix (``None`` for a folded graph
+            given no prior) and the (support, class shares), (K,) float32
+            each, for a graph with a support input (``None``: none; the
+            graph then gets zeros).
 
         Raises:
             ValueError: one line naming the problem (shape, NaN, values
-                outside [0, 1], class names), or a prior given to a graph
-                whose prior is folded.
+                outside [0, 1], class names, support), or a prior given to
+                a graph whose prior is folded.
         """
         if not self.prior_input:
             if prior is not None and self.meta.get('folded', True):
@@ -148,13 +127,29 @@ class OnnxDetector:
                     f'{self.onnx_file} is an export of a '
                     f'{self.meta.get("model", "detector")}, which takes no '
                     'prior: give no --prior (or export a CaliDet detector)')
-            return None
+            return None, None
         if prior is None:
-            return self.default_prior
-        from ..priors.prior_source import load_prior_source
-        matrix = load_prior_source(
+            return self.default_prior, self.default_support \
+                if self.support_input else None
+        from ..priors.prior import Prior
+        value = Prior.load(
             prior, classes=self.classes, num_classes=self.num_classes)
-        return np.ascontiguousarray(matrix, dtype=np.float32)
+        matrix = np.ascontiguousarray(value.matrix, dtype=np.float32)
+        support = None
+        if self.support_input and value.has_support:
+            support = tuple(
+                np.asarray(t, dtype=np.float32) for t in value.support_pair())
+        return matrix, support
+
+    def resolve_prior(self, prior: Any = None) -> Optional[np.ndarray]:
+        """The matrix of :meth:`resolve`."""
+        return self.resolve(prior)[0]
+
+    def resolve_support(
+            self,
+            prior: Any = None) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """The support of :meth:`resolve`."""
+        return self.resolve(prior)[1]
 
     def preprocess(self, image: ImageLike) -> tuple:
         """An image as the graph's input.
@@ -177,6 +172,9 @@ class OnnxDetector:
             array = np.asarray(image)
         if array.ndim != 3 or array.shape[2] != 3:
             raise ValueError(f'an image must be H x W x 3, got '
+                             f'{tuple(array.shape)}')
+        if array.size == 0:
+            raise ValueError(f'an image must not be empty, got '
                              f'{tuple(array.shape)}')
         height, width = self.meta['input_shape']
         orig_h, orig_w = array.shape[:2]
@@ -220,9 +218,9 @@ class OnnxDetector:
             raise ValueError(f'the input must have the shape {shape}, got '
                              f'{tuple(tensor.shape)}')
         check_finite_array(tensor, 'the input tensor')
-        matrix = self.resolve_prior(prior)
+        matrix, recorded = self.resolve(prior)
         if support is None:
-            support = self.resolve_support(prior)
+            support = recorded
         elif self.support_input:
             support = self._check_support(support)
         return self._run(tensor.astype(np.float32, copy=False), matrix,
@@ -231,6 +229,12 @@ class OnnxDetector:
     def _check_support(self, support: Tuple[Any, Any]) -> tuple:
         """A given (support, class shares): (K,) each, finite, n >= 0 and
         shares in [0, 1]."""
+        if not isinstance(support, (tuple, list)) or len(support) != 2:
+            raise ValueError('the support must be a pair (support, class '
+                             'shares), (K,) each, got a '
+                             f'{type(support).__name__}' + (
+                                 f' of {len(support)} items' if isinstance(
+                                     support, (tuple, list)) else ''))
         out = []
         for name, value in zip(('support', 'class shares'), support):
             value = np.asarray(value, dtype=np.float32)
@@ -283,8 +287,7 @@ class OnnxDetector:
             ``label_names`` (when the classes are known), best first.
         """
         check_float('score_thr', score_thr, 0, 1)
-        matrix = self.resolve_prior(prior)
-        support = self.resolve_support(prior)
+        matrix, support = self.resolve(prior)
         single = isinstance(images, (str, os.PathLike, np.ndarray))
         results = []
         for image in ([images] if single else list(images)):

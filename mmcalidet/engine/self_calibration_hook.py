@@ -132,18 +132,22 @@ class OnlineSelfCalibrationHook(Hook):
             f'{cal.last_step["step_max"]:.5f}')
         try:
             if self.save_prior:
-                from ..priors import save_prior
+                from ..priors import Prior
                 classes = self._classes(runner, model)
                 path = osp.join(runner.work_dir, self.save_prior)
                 if classes is not None:
-                    save_prior(
-                        path,
+                    # E_c with the support it was scored with (the start
+                    # prior's, for a support-aware CaliFormer)
+                    Prior(
                         cal.prior,
-                        classes=list(classes),
-                        source='online self-calibration',
-                        num_images=cal.num_images,
-                        num_updates=cal.num_updates,
-                        options=self.options)
+                        list(classes),
+                        *(cal.init_support or (None, None)),
+                        meta=dict(
+                            source='online self-calibration',
+                            images_seen=cal.num_images,
+                            num_updates=cal.num_updates,
+                            options=self.options),
+                        name=path).save(path)
                     runner.logger.info(f'self-calibrated prior: {path}')
                 else:
                     runner.logger.warning(

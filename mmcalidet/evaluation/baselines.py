@@ -25,12 +25,13 @@ so "DINO + correction at E_t" is the plain DINO.
   weighted by the detector's confidence that j is in the image (its max
   score for j), ``logit' = logit + beta * weighted mean``.
 """
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from ..priors.prior import Prior
 from ..utils.validation import check_float
 
 CORRECTIONS = ('reweight', 'cooccurrence')
@@ -60,30 +61,28 @@ def _check_logits(logits: Tensor, num_classes: int) -> None:
                          f'K={num_classes}), got {tuple(logits.shape)}')
 
 
-def class_frequencies(meta: dict, classes: Sequence[str]) -> np.ndarray:
-    """Image-level class frequencies ``n_c / N`` from a prior file's
-    metadata (``images_per_class`` and ``num_images``, as written by
-    ``tools/analysis_tools/compute_prior.py``).
+def class_frequencies(prior: Prior) -> np.ndarray:
+    """Image-level class frequencies ``n_c / N`` of the training set: the
+    marginals of E_t's support (its file's ``images_per_class`` over
+    ``num_images``, or ``support_images``, as written by
+    ``tools/analysis_tools/compute_prior.py``), validated when the prior
+    was made.
 
     Args:
-        meta (dict): the prior file's keys (``load_prior(...,
-            return_meta=True)``).
-        classes (Sequence[str]): the class order.
+        prior (Prior): E_t, in the evaluation's class order.
 
     Returns:
-        np.ndarray: (K,) frequencies in (0, 1).
+        np.ndarray: (K,) frequencies, kept within (0, 1) (a class in no
+        image, or in every one, would give an infinite logit).
+
+    Raises:
+        ValueError: E_t records no support.
     """
-    counts = meta.get('images_per_class')
-    total = meta.get('num_images')
-    if not isinstance(counts, dict) or not total:
-        raise ValueError('the training prior file has no images_per_class '
-                         '/ num_images: marginal re-weighting needs the '
+    if not prior.has_support:
+        raise ValueError(f'{prior.name} records no images_per_class / '
+                         'num_images: marginal re-weighting needs the '
                          'training class frequencies')
-    missing = [c for c in classes if c not in counts]
-    if missing:
-        raise ValueError(f'images_per_class has no count for {missing[0]!r}')
-    freq = np.array([counts[c] for c in classes], dtype=np.float64) / total
-    return np.clip(freq, 1e-6, 1 - 1e-6)
+    return np.clip(np.array(prior.marginals), 1e-6, 1 - 1e-6)
 
 
 class PriorReweighting:

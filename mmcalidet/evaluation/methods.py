@@ -11,8 +11,10 @@ import logging
 import os.path as osp
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
+from ..priors.prior import Prior
 from ..utils.log_level import mmengine_log_level
 from ..utils.validation import check_float, check_int
 from .baselines import (CORRECTION_NAMES, CORRECTIONS, build_correction,
@@ -79,30 +81,30 @@ def build_test_loader(cfg):
     return Runner.build_dataloader(cfg.test_dataloader)
 
 
-def resolve_train_prior(src, model, cfg, classes: Sequence[str]):
-    """E_t and its file's metadata (class frequencies for re-weighting).
+def resolve_train_prior(src, model, cfg, classes: Sequence[str]) -> Prior:
+    """E_t, with its support (the class frequencies of re-weighting).
 
     Args:
-        src (optional): a prior source (file, shipped name, matrix, see
-            :func:`~mmcalidet.priors.prior_source.load_prior_source`);
-            default the config's ``prior`` (or ``model.prior``), else the
-            model's deployment prior.
+        src (optional): a prior source (a :class:`~mmcalidet.priors.Prior`,
+            file, shipped name, matrix, see :meth:`Prior.load`); default
+            the config's ``prior`` (or ``model.prior``), else the model's
+            deployment prior.
         model (nn.Module): the detector.
         cfg (Config): its config.
         classes (Sequence[str]): class order.
 
     Returns:
-        tuple[np.ndarray, dict]: E_t and the file's extra keys.
+        Prior: E_t in ``classes`` order.
     """
-    from ..priors.prior_source import load_prior_source
     if src is None:
         src = cfg.get('prior', None) or cfg.model.get('prior', None)
     if src is None:
-        if hasattr(model, 'get_prior'):
-            return model.get_prior(), {}
-        raise ValueError('pass --train-prior (E_t): the detector has no '
-                         'deployment prior')
-    return load_prior_source(src, classes, len(classes), return_meta=True)
+        if hasattr(model, 'current_prior'):
+            src = model.current_prior()
+        else:
+            raise ValueError('pass --train-prior (E_t): the detector has no '
+                             'deployment prior')
+    return Prior.load(src, classes=classes, num_classes=len(classes))
 
 
 def has_decoder(model: torch.nn.Module) -> bool:
@@ -224,7 +226,7 @@ class EvalSetup:
         cache (DecoderCache | FeatureCache): the main model's cache (a
             FeatureCache for a one- or two-stage detector).
         evaluator (CocoEvaluator): COCO metrics of the test set.
-        train_prior (np.ndarray): E_t; ``train_meta`` its file's keys.
+        train (Prior): E_t, with its support; ``train_prior`` its matrix.
         classes (list[str]): class names.
         model: the main detector.
         info (dict): what was run (for the JSON reports); with a
@@ -317,8 +319,9 @@ class EvalSetup:
             self.cfg = cfg
             self.classes = list(loader.dataset.metainfo['classes'])
             self.info['eval_batch_size'] = loader.batch_size
-            self.train_prior, self.train_meta = resolve_train_prior(
-                opts['train_prior'], model, cfg, self.classes)
+            self.train = resolve_train_prior(opts['train_prior'], model, cfg,
+                                             self.classes)
+            self.train_prior = np.array(self.train.matrix)
             self.evaluator: CocoEvaluator = coco_evaluator_from_cfg(
                 cfg, self.classes)
         elif shares_trunk(self.model, model, self.cfg, cfg):
@@ -361,15 +364,11 @@ class EvalSetup:
 
     def _register_train_support(self, rescorer: Rescorer) -> None:
         """A support-aware CaliFormer (experimental) scores E_t with the
-        support its prior file records (``num_images``,
-        ``images_per_class``), as ``set_prior`` of that file does."""
-        if not rescorer.reads_support or self.train_prior is None:
-            return
-        from ..priors.file_support import support_from_meta
-        found = support_from_meta(self.train_meta, self.classes,
-                                  'the training prior')
-        if found is not None:
-            rescorer.register_support(self.train_prior, *found)
+        support it records (``num_images``, ``images_per_class``), as
+        ``set_prior`` of that file does."""
+        if rescorer.reads_support and self.train.has_support:
+            rescorer.register_support(self.train_prior,
+                                      *self.train.support_pair())
 
     def _add(self, model, cache) -> None:
         name = type(model).__name__
@@ -390,10 +389,9 @@ class EvalSetup:
         for corr in (CORRECTIONS if posthoc is None else posthoc):
             freq = None
             if corr == 'reweight':
-                if self.posthoc is None and \
-                        'images_per_class' not in self.train_meta:
+                if self.posthoc is None and not self.train.has_support:
                     continue  # not asked for, and no class frequencies
-                freq = class_frequencies(self.train_meta, self.classes)
+                freq = class_frequencies(self.train)
             kwargs = dict(beta=self.cooc_beta) if corr == 'cooccurrence' \
                 else {}
             fn = build_correction(corr, self.train_prior, freq, **kwargs)

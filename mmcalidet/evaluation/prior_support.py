@@ -16,6 +16,7 @@ import numpy as np
 
 from ..models.layers.support_ops import label_support
 from ..priors import batch_prior, sample_prior
+from ..priors.prior import Prior
 from .scoring import Rescorer
 from .site_prior import shrink
 
@@ -23,9 +24,7 @@ from .site_prior import shrink
 def register_label_supports(
         rescorer: Rescorer,
         label_lists: Sequence[np.ndarray],
-        train_prior: Optional[np.ndarray] = None,
-        train_meta: Optional[Dict] = None,
-        classes: Optional[Sequence[str]] = None,
+        train: Optional[Prior] = None,
         batch_ids: Optional[Sequence[int]] = None,
         sites: Optional[Dict[str, Tuple[np.ndarray, Sequence[int]]]] = None,
         sweep_alphas: Sequence[float] = ()) -> int:
@@ -36,12 +35,8 @@ def register_label_supports(
         rescorer (Rescorer): the CaliDet model's scorer (nothing happens
             when its CaliFormer reads no support).
         label_lists (Sequence[np.ndarray]): class indices per cached image.
-        train_prior (np.ndarray, optional): E_t, registered with the
-            training set's support when ``train_meta`` has
-            ``num_images`` and ``images_per_class``.
-        train_meta (dict, optional): E_t's file keys.
-        classes (Sequence[str], optional): class order of
-            ``images_per_class``.
+        train (Prior, optional): E_t in the evaluation's class order,
+            registered with the support it records (if any).
         batch_ids (Sequence[int], optional): evaluation batch per image
             (E_b's groups).
         sites (dict, optional): site -> (E_site, its image indices).
@@ -49,7 +44,7 @@ def register_label_supports(
             priors ``shrink(E_t, E_site, alpha)`` (alpha != 0: alpha 0 is
             E_t) with the site's n and the shares moved as the prior,
             ``p_t + alpha (p_site - p_t)`` clipped to [0, 1] (needs E_t's
-            support from ``train_meta``).
+            support).
 
     Returns:
         int: the priors registered (0 for a model that reads no support).
@@ -64,25 +59,17 @@ def register_label_supports(
         rescorer.register_support(prior, *label_support(lists, k))
         count += 1
 
-    meta = train_meta or {}
-    train_share = None
-    if train_prior is not None and meta.get('num_images') and \
-            isinstance(meta.get('images_per_class'), dict) and classes:
-        total = float(meta['num_images'])
-        train_share = np.clip(
-            np.array([meta['images_per_class'].get(c, 0) for c in classes],
-                     dtype=np.float64) / total, 0, 1)
-        rescorer.register_support(train_prior, np.full(k, total),
-                                  train_share)
+    if train is not None and train.has_support:
+        train_prior = np.array(train.matrix)
+        rescorer.register_support(train_prior, *train.support_pair())
         count += 1
-    if train_share is not None:
         for prior, idx in (sites or {}).values():
             n, share = label_support([label_lists[i] for i in idx], k)
             for alpha in (a for a in sweep_alphas if a != 0):
                 rescorer.register_support(
                     shrink(train_prior, prior, alpha), n,
-                    np.clip(train_share + alpha * (share - train_share), 0,
-                            1))
+                    np.clip(train.marginals + alpha *
+                            (share - train.marginals), 0, 1))
                 count += 1
     add(batch_prior(k, label_lists), label_lists)
     if batch_ids is not None:

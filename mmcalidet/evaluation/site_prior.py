@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..models.layers.support_ops import label_support
-from ..priors import batch_prior
+from ..priors import Prior, batch_prior
 from ..utils.progress import progress_bar
 from ..utils.validation import check_finite_array, check_float, check_int
 from .coco import CocoEvaluator, paired_bootstrap
@@ -166,31 +166,14 @@ class SitePriorFit:
     dropped: Dict[str, int] = field(default_factory=dict)
     support: Optional[Tuple[np.ndarray, np.ndarray]] = None
 
-    def meta(self, classes: Optional[Sequence[str]] = None) -> Dict:
-        """The keys a fitted prior file records (``save_prior(**meta)``).
-
-        Args:
-            classes (Sequence[str], optional): the class names; with a
-                ``support``, the file also records it (``support_images``
-                and ``images_per_class``, the class shares times it), so
-                that loading the file gives the prior the support it was
-                fitted with.
+    def meta(self) -> Dict:
+        """The keys a fitted prior file records besides the matrix, the
+        class names and the support.
 
         Returns:
             dict: the keys.
         """
-        extra = {}
-        if self.support is not None and classes:
-            n, share = self.support
-            total = float(np.max(n))
-            extra = dict(
-                support_images=total,
-                images_per_class={
-                    c: round(float(p) * total, 6)
-                    for c, p in zip(classes, share)
-                })
         return dict(
-            **extra,
             source='fit_site_prior',
             num_images=self.num_images,
             alpha=self.alpha,
@@ -201,6 +184,26 @@ class SitePriorFit:
             cv_gain_interval_95=[round(self.low, 3),
                                  round(self.high, 3)],
             dropped=dict(self.dropped))
+
+    def to_prior(self, classes: Sequence[str], name: str = 'fit') -> Prior:
+        """The fitted prior with the support it was scored with, so that
+        loading its file gives a support-aware CaliFormer the same V' (the
+        file records it as ``support_images`` and ``images_per_class``:
+        its ``num_images`` counts the site images fitted on).
+
+        Args:
+            classes (Sequence[str]): the class names.
+            name (str): how errors name it (its file).
+
+        Returns:
+            Prior: the fitted prior.
+        """
+        return Prior(
+            self.prior,
+            classes,
+            *(self.support or (None, None)),
+            meta=self.meta(),
+            name=name)
 
 
 def site_annotation_counts(evaluator: CocoEvaluator, img_ids: Sequence,

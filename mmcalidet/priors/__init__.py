@@ -6,16 +6,18 @@ Light: imported with ``MMCALIDET_LIGHT=1`` (see mmcalidet/__init__.py), so
 its modules import nothing heavier than numpy at the top (torch, mmengine
 and mmdet only inside the functions that need them).
 """
-from .prior_io import (check_class_names, default_prior_path, load_prior,
-                       reorder_prior, save_prior, validate_prior)
-from .prior_source import (describe_prior_source, load_prior_source,
-                           model_classes, training_dataset_classes)
+from .prior import Prior
+from .prior_io import (check_class_names, default_prior_path, reorder_prior,
+                       save_prior, validate_prior)
+from .prior_source import (describe_prior_source, load_prior,
+                           load_prior_source, model_classes,
+                           training_dataset_classes)
 from .statistics import (batch_prior, cooccurrence_counts, counts_to_prior,
                          flat_prior, flip_prior, label_lists_prior,
                          prior_from_flat, prior_mae, sample_prior)
 
 __all__ = [
-    'flat_prior', 'sample_prior', 'batch_prior', 'flip_prior',
+    'Prior', 'flat_prior', 'sample_prior', 'batch_prior', 'flip_prior',
     'prior_from_flat', 'cooccurrence_counts', 'counts_to_prior',
     'label_lists_prior', 'prior_mae', 'load_prior', 'save_prior',
     'validate_prior', 'reorder_prior', 'check_class_names',

@@ -13,6 +13,7 @@ import difflib
 import json
 import os
 import os.path as osp
+import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -308,73 +309,6 @@ def _split_prior_dict(data: Any,
     return matrix, classes, meta
 
 
-def load_prior(src: PriorSource,
-               classes: Optional[Sequence[str]] = None,
-               num_classes: Optional[int] = None,
-               reset_diagonal: bool = False,
-               return_meta: bool = False):
-    """Load and validate a prior.
-
-    Args:
-        src (str | PathLike | array-like | dict): a ``.json`` or ``.npy``
-            file, a K x K matrix, or a dict in the file format.
-        classes (Sequence[str], optional): reorder the matrix by class name
-            to this order (needs class names in ``src``). Every name must
-            be in the file and every file class in ``classes``.
-        num_classes (int, optional): the expected K (checked after
-            reordering).
-        reset_diagonal (bool): set the diagonal to 1 instead of requiring
-            it.
-        return_meta (bool): also return the file's class names and extra
-            keys.
-
-    Returns:
-        np.ndarray | tuple: the K x K float64 matrix, or ``(matrix, meta)``
-        with ``meta = {'classes': [...] or None, **extra keys}``.
-
-    Raises:
-        ValueError: naming the problem (file missing/empty/malformed,
-            shape, K, values, class names).
-    """
-    where = 'prior'
-    if isinstance(src, (str, os.PathLike)):
-        where = os.fspath(src)
-        # the expected K bounds what is read (a huge file is not parsed)
-        expected = num_classes if num_classes is not None else \
-            len(classes) if classes is not None else None
-        matrix, file_classes, meta = _read_prior_file(where, expected)
-    elif isinstance(src, dict):
-        matrix, file_classes, meta = _split_prior_dict(src, 'prior')
-    else:
-        matrix, file_classes, meta = src, None, {}
-    try:
-        arr = validate_prior(matrix, reset_diagonal=reset_diagonal)
-    except ValueError as exc:
-        raise ValueError(f'{where}: {exc}') from exc
-    if file_classes is not None and len(file_classes) != arr.shape[0]:
-        raise ValueError(f'{where}: {len(file_classes)} class names for a '
-                         f'{arr.shape[0]} x {arr.shape[0]} matrix')
-    if classes is not None:
-        classes = check_class_names(list(classes))
-        if file_classes is None:
-            if len(classes) != arr.shape[0]:
-                raise ValueError(f'{where}: prior has K={arr.shape[0]} '
-                                 f'classes, expected {len(classes)}')
-            # no names to reorder by: taken to be in ``classes`` order
-        else:
-            try:
-                arr = reorder_prior(arr, file_classes, classes)
-            except ValueError as exc:
-                raise ValueError(f'{where}: {exc}') from exc
-            file_classes = list(classes)
-    if num_classes is not None and arr.shape[0] != num_classes:
-        raise ValueError(f'{where}: prior has K={arr.shape[0]} classes, '
-                         f'expected {num_classes}')
-    if return_meta:
-        return arr, dict(classes=file_classes, **meta)
-    return arr
-
-
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, np.integer):
         return int(obj)
@@ -383,6 +317,21 @@ def _json_default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         return obj.tolist()
     raise TypeError(f'{type(obj).__name__} is not JSON serialisable')
+
+
+def check_json_keys(keys: Dict[str, Any], where: str) -> None:
+    """Refuse a prior file key whose value is not finite JSON (NaN, inf,
+    an object), naming the key.
+
+    Raises:
+        ValueError: ``<where>: the file key 'k' cannot be written ...``.
+    """
+    for key, value in keys.items():
+        try:
+            json.dumps(value, allow_nan=False, default=_json_default)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f'{where}: the file key {key!r} cannot be '
+                             f'written as JSON ({exc})') from None
 
 
 def save_prior(path: Union[str, os.PathLike],
@@ -419,6 +368,7 @@ def save_prior(path: Union[str, os.PathLike],
     for key in ('classes', 'matrix'):
         if key in meta:
             raise ValueError(f'save_prior: {key!r} is reserved')
+    check_json_keys(meta, 'save_prior')
     rows = np.round(arr, decimals) if decimals is not None else arr
     head = json.dumps(
         dict(classes=classes, **meta), default=_json_default,
@@ -429,6 +379,29 @@ def save_prior(path: Union[str, os.PathLike],
     text = head[:-1] + ', "matrix": [\n' + body + '\n]}\n'
     with atomic_write(path, 'w', encoding='utf-8') as f:
         f.write(text)
+    return path
+
+
+#: a bare name such as ``'coco2017_train'`` (no folder, no extension)
+_SHIPPED_NAME = re.compile(r'[A-Za-z0-9_\-]+')
+
+
+def resolve_shipped_name(src) -> str:
+    """A prior path as given, or the file of a shipped prior's bare name
+    (``'coco2017_train'``) where no such path exists.
+
+    Raises:
+        ValueError: an unknown shipped name, or a string that looks like a
+            matrix.
+    """
+    path = os.fspath(src)
+    if not osp.exists(path):
+        if _SHIPPED_NAME.fullmatch(path):
+            return default_prior_path(path)
+        if path.lstrip().startswith('['):
+            raise ValueError(
+                'prior: got a string that looks like a matrix; pass the '
+                'matrix itself (a list or an array) or a file path')
     return path
 
 

@@ -1,38 +1,82 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""Resolve the ``prior`` argument of configs: a shipped name or a source.
+"""The loaders of a prior as a matrix (the :class:`~mmcalidet.priors.Prior`
+made and validated, its matrix returned) and the class names a model
+orders priors by.
 
 Light at import (numpy only, like the rest of :mod:`mmcalidet.priors`):
 :func:`training_dataset_classes` imports mmengine when called.
 """
 import os
-import os.path as osp
-import re
 from typing import List, Optional, Sequence
 
-from .prior_io import default_prior_path, load_prior
+import numpy as np
 
-#: a bare name such as ``'coco2017_train'`` (no folder, no extension)
-_SHIPPED_NAME = re.compile(r'[A-Za-z0-9_\-]+')
+from .prior import Prior
+from .prior_io import PriorSource
+
+
+def load_prior(src: PriorSource,
+               classes: Optional[Sequence[str]] = None,
+               num_classes: Optional[int] = None,
+               reset_diagonal: bool = False,
+               return_meta: bool = False):
+    """Load and validate a prior.
+
+    Args:
+        src (str | PathLike | array-like | dict): a ``.json`` or ``.npy``
+            file, a K x K matrix, or a dict in the file format.
+        classes (Sequence[str], optional): reorder the matrix by class name
+            to this order (needs class names in ``src``). Every name must
+            be in the file and every file class in ``classes``.
+        num_classes (int, optional): the expected K (checked after
+            reordering).
+        reset_diagonal (bool): set the diagonal to 1 instead of requiring
+            it.
+        return_meta (bool): also return the file's class names and extra
+            keys.
+
+    Returns:
+        np.ndarray | tuple: the K x K float64 matrix, or ``(matrix, meta)``
+        with ``meta = {'classes': [...] or None, **extra keys}``.
+
+    Raises:
+        ValueError: naming the problem (file missing/empty/malformed,
+            shape, K, values, class names).
+    """
+    prior = Prior.load(
+        src,
+        classes=classes,
+        num_classes=num_classes,
+        reset_diagonal=reset_diagonal,
+        shipped_names=False)
+    matrix = np.array(prior.matrix)
+    if return_meta:
+        names = None if prior.classes is None else list(prior.classes)
+        return matrix, dict(classes=names, **prior.file_keys())
+    return matrix
 
 
 def load_prior_source(src,
                       classes: Optional[Sequence[str]] = None,
                       num_classes: Optional[int] = None,
                       return_meta: bool = False):
-    """Load a prior given in a config or by a user.
+    """Load a prior given in a config or by a user, as a matrix.
+
+    The prior is made with :meth:`~mmcalidet.priors.Prior.load` (a support
+    it records is validated too); take the :class:`~mmcalidet.priors.Prior`
+    itself where the support matters.
 
     Args:
-        src (str | PathLike | array-like | dict | Tensor): a ``.json`` /
-            ``.npy`` file, the name of a prior shipped in
+        src (Prior | str | PathLike | array-like | dict | Tensor): a
+            ``.json`` / ``.npy`` file, the name of a prior shipped in
             ``mmcalidet/data/priors`` (e.g. ``'coco2017_train'``), a K x K
             matrix or a dict in the prior file format.
         classes (Sequence[str], optional): reorder a named prior (a JSON
             file or dict with ``classes``) to this class order.
         num_classes (int, optional): the expected K.
-        return_meta (bool): also return the meta of
-            :func:`~mmcalidet.priors.load_prior` (``classes``: the class
-            names of the returned matrix's order, ``None`` for an unnamed
-            matrix).
+        return_meta (bool): also return the file's keys (``classes``: the
+            class names of the returned matrix's order, ``None`` for an
+            unnamed matrix given no ``classes``; the support's keys).
 
     Returns:
         np.ndarray | tuple: the validated K x K float64 matrix, or
@@ -40,22 +84,14 @@ def load_prior_source(src,
 
     Raises:
         ValueError: naming the problem (unknown name, missing file, shape,
-            values, class names).
+            values, class names, support).
     """
-    if isinstance(src, (str, os.PathLike)):
-        path = os.fspath(src)
-        if not osp.exists(path):
-            if _SHIPPED_NAME.fullmatch(path):
-                src = default_prior_path(path)
-            elif path.lstrip().startswith('['):
-                raise ValueError(
-                    'prior: got a string that looks like a matrix; pass the '
-                    'matrix itself (a list or an array) or a file path')
-    return load_prior(
-        src,
-        classes=classes,
-        num_classes=num_classes,
-        return_meta=return_meta)
+    prior = Prior.load(src, classes=classes, num_classes=num_classes)
+    matrix = np.array(prior.matrix)
+    if not return_meta:
+        return matrix
+    names = None if prior.classes is None else list(prior.classes)
+    return matrix, dict(classes=names, **prior.file_keys())
 
 
 def describe_prior_source(src) -> str:

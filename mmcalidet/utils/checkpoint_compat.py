@@ -14,6 +14,10 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .model_heads import classifying_head
 
+#: state-dict keys a checkpoint may save or not: the deployment prior's
+#: support (a support-aware CaliFormer's prior that has one)
+OPTIONAL_KEYS = ('prior_support', 'prior_marginals')
+
 #: the keys mmengine strips before loading (its default ``revise_keys``)
 _REVISE_KEYS = ((r'^module\.', ''), )
 
@@ -94,7 +98,9 @@ def check_checkpoint(model,
     Raises:
         CheckpointMismatchError: naming what does not fit.
     """
-    own = model.state_dict()
+    own = dict(model.state_dict())
+    for key in OPTIONAL_KEYS:  # saved where the prior has a support
+        own.pop(key, None)
     ckpt = {}
     for key, value in state_dict.items():
         for pattern, repl in _REVISE_KEYS:

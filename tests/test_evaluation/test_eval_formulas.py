@@ -383,11 +383,14 @@ def test_posthoc_corrections_identity_at_reference_and_direction():
 
 
 def test_class_frequencies():
-    meta = dict(images_per_class=dict(a=5, b=0), num_images=10)
+    from mmcalidet.priors import Prior
+    e_t = Prior.load(
+        dict(classes=['a', 'b'], matrix=[[1, 0.5], [0.5, 1]],
+             images_per_class=dict(a=5, b=0), num_images=10))
     np.testing.assert_allclose(
-        class_frequencies(meta, ['b', 'a']), [1e-6, 0.5])
+        class_frequencies(e_t.reorder(['b', 'a'])), [1e-6, 0.5])
     with pytest.raises(ValueError, match='images_per_class'):
-        class_frequencies({}, ['a'])
+        class_frequencies(Prior(np.eye(2), ['a', 'b']))
 
 
 def test_batch_step_with_zero_predictions_keeps_prior_valid():

@@ -12,7 +12,7 @@ from mmengine.runner import Runner
 from mmcalidet.evaluation import Rescorer, cache_hidden_states
 from mmcalidet.evaluation.prior_support import register_label_supports
 from mmcalidet.models.layers.support_ops import label_support
-from mmcalidet.priors import batch_prior, sample_prior
+from mmcalidet.priors import Prior, batch_prior, sample_prior
 from mmcalidet.testing import get_config
 
 K = 80
@@ -148,14 +148,11 @@ def test_sweep_priors_move_the_shares_with_the_prior(with_support):
     train_prior = batch_prior(K, train_lists)
     n_t, p_t = label_support(train_lists, K)
     classes = [f'c{i}' for i in range(K)]
-    meta = dict(
-        num_images=50,
-        images_per_class={c: int(round(v * 50))
-                          for c, v in zip(classes, p_t)})
+    train = Prior(train_prior, classes, n_t, p_t)
     site, idx = site_prior_and_support()[0], [0, 1]
     rescorer = Rescorer(model, cache)
     count = register_label_supports(
-        rescorer, labels, train_prior, meta, classes,
+        rescorer, labels, train,
         sites={'s': (site, idx)}, sweep_alphas=(-1.0, 0.0, 0.5, 1.0))
     # E_t, three sweep priors (alpha 0 is E_t), E_v, E_site, 3 E_x
     assert count == 1 + 3 + 1 + 1 + 3
@@ -242,8 +239,7 @@ def test_a_fitted_prior_file_records_the_support_it_was_scored_with(
     """alpha 0 gives E_t back, with E_t's support (not the n labelled
     images'): support_images keeps it apart from num_images."""
     from mmcalidet.evaluation.site_prior import SitePriorFit
-    from mmcalidet.priors import load_prior, save_prior
-    from mmcalidet.priors.file_support import support_from_meta
+    from mmcalidet.priors import Prior, load_prior
     classes = [f'c{i}' for i in range(4)]
     prior = batch_prior(4, [[0, 1], [2]])
     support = (np.full(4, 2000.0), np.array([0.5, 0.25, 0.125, 0.0]))
@@ -251,14 +247,15 @@ def test_a_fitted_prior_file_records_the_support_it_was_scored_with(
                        absent='train', num_images=32, gain=0.0, low=0.0,
                        high=0.0, folds=4, support=support)
     path = str(tmp_path / 'fitted.json')
-    save_prior(path, prior, classes, **fit.meta(classes))
+    fit.to_prior(classes).save(path)
     _, meta = load_prior(path, return_meta=True)
     assert meta['num_images'] == 32 and meta['support_images'] == 2000
-    n, share = support_from_meta(meta, classes)
-    np.testing.assert_array_equal(n, support[0])
-    np.testing.assert_allclose(share, support[1])
+    loaded = Prior.load(path)
+    np.testing.assert_array_equal(loaded.support, support[0])
+    np.testing.assert_allclose(loaded.marginals, support[1])
     # without a support (a model that reads none) the file records none
     bare = SitePriorFit(prior=prior, estimate=prior, alpha=0.0,
                         absent='train', num_images=32, gain=0.0, low=0.0,
                         high=0.0, folds=4)
-    assert 'images_per_class' not in bare.meta(classes)
+    assert not bare.to_prior(classes).has_support
+    assert 'images_per_class' not in bare.to_prior(classes).file_keys()

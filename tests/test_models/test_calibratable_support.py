@@ -53,15 +53,22 @@ def test_set_prior_support_reaches_v_prime(model):
         model.set_prior(None)
 
 
-@pytest.mark.parametrize('support, match', [
-    (np.ones(K - 1), 'support must have shape'),
-    (-np.ones(K), 'support must be >= 0'),
-    (np.full(K, np.nan), 'support must be finite'),
+@pytest.mark.parametrize('support, marginals, match', [
+    (np.ones(K - 1), np.zeros(K), 'support must have shape'),
+    (-np.ones(K), np.zeros(K), 'support must be >= 0'),
+    (np.full(K, np.nan), np.zeros(K), 'support must be finite'),
+    ('abc', np.zeros(K), 'support must be numbers'),
+    (np.ones(K), np.full(K, 7.0), r'marginals \(class shares\) must lie'),
+    (np.ones(K), None, 'a support without marginals'),
+    (None, np.zeros(K), 'marginals without a support'),
 ])
-def test_bad_support_raises_and_keeps_the_prior(model, support, match):
+def test_bad_support_raises_and_keeps_the_prior(model, support, marginals,
+                                                match):
+    """A support is given whole (both arrays) and valid, or refused in one
+    line before the prior changes."""
     prior = sample_prior(K, [2])
     with pytest.raises(ValueError, match=match):
-        model.set_prior(prior, support=support)
+        model.set_prior(prior, support=support, marginals=marginals)
     np.testing.assert_array_equal(model.get_prior(),
                                   sample_prior(K, [])), 'prior unchanged'
 
@@ -164,20 +171,23 @@ def test_a_model_that_reads_no_support_ignores_the_record(tmp_path):
     write_site_prior(path, classes, [1] * K)
     plain.set_prior(str(path))
     assert plain.deployment_support() == (None, None)
-    assert plain.resolve_prior_support(str(path)) is None
+    # carried whole, read by none of the model's CaliFormer
+    assert plain.resolve(str(path)).has_support
+    assert plain.current_prior().has_support
 
 
 def test_a_call_prior_file_takes_its_support_to_the_images(model, tmp_path):
     """inference_detector(prior=file) and the inferencer put the file's
     support in the data samples: the same V' as set_prior(file)."""
-    from mmcalidet.apis import (CaliDetInferencer, inference_detector,
-                                resolve_call_supports)
+    from mmcalidet.apis import (CaliDetInferencer, call_prior_fields,
+                                inference_detector, resolve_call_priors)
     classes = list(model.dataset_meta['classes'])
     path = str(tmp_path / 'site.json')
     prior = write_site_prior(path, classes, [i % 5 for i in range(K)])
-    supports = resolve_call_supports(model, [path, None, prior], 3)
-    assert supports[1] is None and supports[2] is None
-    assert torch.equal(supports[0]['prior_support'], torch.full((K, ), 10.))
+    fields = call_prior_fields(
+        model, resolve_call_priors(model, [path, None, prior], 3))
+    assert fields[1] is None and 'prior_support' not in fields[2]
+    assert torch.equal(fields[0]['prior_support'], torch.full((K, ), 10.))
     seen = []
     head = model.bbox_head
     original = head.get_cali_vectors
@@ -257,5 +267,5 @@ def test_a_checkpoint_without_support_keeps_it_only_for_the_same_prior():
     assert model.deployment_support() == (None, None)
     state['prior_support'] = torch.full((K - 1, ), 3.0)
     state['prior_marginals'] = torch.zeros(K - 1)
-    with pytest.raises(ValueError, match='prior_support must have shape'):
+    with pytest.raises(ValueError, match='support must have shape'):
         model.load_state_dict(state)

@@ -149,7 +149,7 @@ def test_the_online_hook_restores_the_prior_when_saving_fails(
         raise OSError('no space left on device')
 
     import mmcalidet.priors
-    monkeypatch.setattr(mmcalidet.priors, 'save_prior', full_disk)
+    monkeypatch.setattr(mmcalidet.priors.Prior, 'save', full_disk)
     with pytest.raises(OSError, match='no space'):
         hook._end(runner)
     assert runner.model.prior == 'E_t'

@@ -16,17 +16,26 @@ with its whole 95 % interval (``--accept gain``: above 0). The prior file
 records n, alpha and the cross-validated AP gain over E_t with its paired
 bootstrap 95 % interval. With ``--baseline-config`` the plain detector's
 post-hoc corrections are fitted the same way and reported beside it.
-``--out-dir`` gets ``site_prior.md`` / ``.json`` (every candidate).
+``--out-dir`` (default ``./work_dirs/<config file stem>``, where
+``tools/train.py`` and ``tools/test.py`` put theirs) gets
+``site_prior.md`` / ``.json`` (every candidate) and ``eval.log`` (what the
+libraries printed). A fit that fails writes nothing: no prior, no report,
+no log (a log that was there is left as it was). A site annotation file
+that is not JSON, or holds no images, is one line naming it.
 """
 import argparse
+import contextlib
+import os
 import os.path as osp
 import sys
 import time
+from typing import Iterator
 
 from mmcalidet.evaluation import fit_site_prior, markdown_table, write_report
 from mmcalidet.evaluation.site_prior import (ABSENT, ACCEPT, ALPHAS,
                                              DEFAULT_ACCEPT)
 from mmcalidet.utils.cli import bounded_int, finite_float, run_tool
+from mmcalidet.utils.file_io import load_json
 
 # the tools' shared options, beside this file
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
@@ -76,7 +85,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         '--seed', type=int, default=0, help='folds and bootstrap seed')
     add_model_args(parser)
+    # the output folder of mmdet's tools: ./work_dirs/<config file stem>
+    parser.set_defaults(out_dir=None)
+    for action in parser._actions:
+        if action.dest == 'out_dir':
+            action.help = ('where to write the report and eval.log '
+                           '(default ./work_dirs/<config file stem>)')
     args = parser.parse_args(argv)
+    if args.out_dir is None:
+        args.out_dir = default_out_dir(args.config)
     if bool(args.site_ann) != bool(args.site_img_dir):
         parser.error('give --site-ann and --site-img-dir together')
     if any(a <= 0 for a in args.alphas):
@@ -86,14 +103,58 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def default_out_dir(config: str) -> str:
+    """The default output folder, as ``tools/train.py`` and
+    ``tools/test.py`` name theirs.
+
+    Args:
+        config (str): the config file.
+
+    Returns:
+        str: ``./work_dirs/<config file stem>``.
+    """
+    return osp.join('./work_dirs', osp.splitext(osp.basename(config))[0])
+
+
+def check_site_annotations(path: str) -> None:
+    """Refuse a site annotation file that cannot be fitted from: not JSON
+    (e.g. truncated), not a COCO file, or without images.
+
+    Args:
+        path (str): the ``--site-ann`` file.
+
+    Raises:
+        ValueError: one line naming the file and the problem.
+    """
+    coco = load_json(path, '--site-ann annotation file')
+    images = coco.get('images') if isinstance(coco, dict) else None
+    if not isinstance(images, list):
+        raise ValueError(f'--site-ann annotation file {path} is not a COCO '
+                         'annotation file (no "images" list)')
+    if not images:
+        raise ValueError(f'--site-ann annotation file {path} holds no '
+                         'images: a site prior is fitted from labelled '
+                         'images of the site')
+
+
 def site_options(args: argparse.Namespace) -> None:
-    """Point the config's test set and evaluator at the site's images."""
+    """Point the config's test set and evaluator at the site's images.
+
+    Raises:
+        ValueError: a site file or folder that is missing, or an
+            annotation file that is not JSON or holds no images
+            (:func:`check_site_annotations`).
+    """
     if not args.site_ann:
         return
     for what, path in (('--site-ann', args.site_ann), ('--site-img-dir',
                                                        args.site_img_dir)):
         if not osp.exists(path):
             raise ValueError(f'{what} not found: {path}')
+    if not osp.isdir(args.site_img_dir):
+        raise ValueError(f'--site-img-dir is not a folder: '
+                         f'{args.site_img_dir}')
+    check_site_annotations(args.site_ann)
     ann = osp.abspath(args.site_ann)
     options = {
         'test_dataloader.dataset.data_root':
@@ -108,9 +169,70 @@ def site_options(args: argparse.Namespace) -> None:
     args.cfg_options = dict(args.cfg_options or {}, **options)
 
 
+@contextlib.contextmanager
+def nothing_left_on_failure(out_dir: str) -> Iterator[None]:
+    """Inside the block, a failure (any exception, Ctrl-C included)
+    removes what the run wrote to ``out_dir``: the files it made there
+    (``eval.log``, the report), ``eval.log`` cut back to the size it had,
+    and the folders it made (``out_dir`` and missing parents such as
+    ``./work_dirs``), where empty.
+
+    Args:
+        out_dir (str): the output folder.
+
+    Yields:
+        None
+    """
+    out_dir = osp.abspath(out_dir)
+    top = None  # the outermost folder the run will make
+    folder = out_dir
+    while not osp.isdir(folder) and osp.dirname(folder) != folder:
+        top, folder = folder, osp.dirname(folder)
+    before = set() if top else set(os.listdir(out_dir))
+    log = osp.join(out_dir, 'eval.log')
+    log_size = osp.getsize(log) if osp.isfile(log) else None
+    try:
+        yield
+    except BaseException:
+        if osp.isdir(out_dir):
+            for name in set(os.listdir(out_dir)) - before:
+                path = osp.join(out_dir, name)
+                if osp.isfile(path) or osp.islink(path):
+                    os.remove(path)
+            if log_size is not None and osp.isfile(log):
+                with open(log, 'r+b') as f:
+                    f.truncate(log_size)
+        folder = out_dir
+        while top is not None and osp.isdir(folder) and \
+                not os.listdir(folder):
+            os.rmdir(folder)
+            if folder == top:
+                break
+            folder = osp.dirname(folder)
+        raise
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     site_options(args)
+    with nothing_left_on_failure(args.out_dir):
+        return fit_and_write(args)
+
+
+def fit_and_write(args: argparse.Namespace) -> int:
+    """Fit the site prior and write it with its report (``main`` once the
+    inputs are checked).
+
+    Args:
+        args (argparse.Namespace): the parsed options.
+
+    Returns:
+        int: 0.
+
+    Raises:
+        ValueError: the detector is not a CaliDet detector, or the site
+            has no images.
+    """
     out_dir = ensure_out_dir(args.out_dir)
     start = time.perf_counter()
     setup = eval_setup(args)
@@ -118,6 +240,10 @@ def main(argv=None) -> int:
     if not methods or not methods[0].rescorer.calibratable:
         raise ValueError(f'{args.config} is not a CaliDet detector: its '
                          'prior cannot be fitted')
+    if not len(setup.cache):
+        site = args.site_ann or f"{args.config}'s test set"
+        raise ValueError(f'the site ({site}) has no images: a site prior '
+                         'is fitted from labelled images')
     print(
         f'fitting on {len(setup.cache)} labelled site images '
         f'({args.folds} folds) ...',
@@ -143,13 +269,6 @@ def main(argv=None) -> int:
                 gain=fit.gain,
                 interval=f'[{fit.low:+.2f}, {fit.high:+.2f}]'))
     main_fit = fits[methods[0].name]
-    from mmcalidet.priors import save_prior
-    save_prior(
-        args.out,
-        main_fit.prior,
-        setup.classes,
-        decimals=6,
-        **main_fit.meta(setup.classes))
     table = markdown_table(rows, [('method', 'method', ''),
                                   ('alpha', 'alpha', '.2f'),
                                   ('absent', 'absent columns', ''),
@@ -178,6 +297,8 @@ def main(argv=None) -> int:
             },
             info=setup.info,
             out=args.out))
+    # the prior last: a fit that fails before leaves --out as it was
+    main_fit.to_prior(setup.classes, args.out).save(args.out, decimals=6)
     print(table)
     verdict = (f'E_t + {main_fit.alpha:g} (E_site - E_t)' if main_fit.alpha
                else 'E_t (no candidate gained on these images' +

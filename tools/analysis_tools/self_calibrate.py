@@ -129,7 +129,8 @@ def calibrate_all(setup, methods: List, args: argparse.Namespace) -> Tuple:
 
     Returns:
         tuple: the curves by label, the per-iteration rows, the summary rows
-        and the first method's first calibrated prior.
+        and the first method's first calibrated prior (with the support it
+        was scored with, or ``None``).
     """
     evaluate = cache_evaluator(setup.evaluator)
     curves, rows, summary, final = {}, [], [], None
@@ -154,6 +155,8 @@ def calibrate_all(setup, methods: List, args: argparse.Namespace) -> Tuple:
                     score_thr=thr,
                     tol=args.tol,
                     init_prior=setup.train_prior,
+                    init_support=method.rescorer.support_of(
+                        setup.train_prior),
                     correction=method.rescorer.correction,
                     batch_size=args.rescore_batch_size,
                     eval_interval=args.eval_interval,
@@ -167,7 +170,10 @@ def calibrate_all(setup, methods: List, args: argparse.Namespace) -> Tuple:
                         dict(method=method.name, size=n, score_thr=thr, **rec))
                 summary.append(summary_row(method.name, n, thr, out))
                 if method is methods[0] and final is None:
-                    final = out['results'][0].prior
+                    # E_c with the support it was scored with (E_t's, for
+                    # a support-aware CaliFormer)
+                    final = (out['results'][0].prior,
+                             method.rescorer.support_of(setup.train_prior))
     return curves, rows, summary, final
 
 
@@ -242,15 +248,19 @@ def main(argv=None) -> int:
         plot_self_calibration(curves, osp.join(out_dir,
                                                'self_calibration.png')))
     if args.save_prior:
-        from mmcalidet.priors import save_prior
+        from mmcalidet.priors import Prior
+        matrix, support = final
         paths.append(
-            save_prior(
-                args.save_prior,
-                final,
-                classes=setup.classes,
-                source=f'self-calibration of {args.checkpoint}',
-                images_used=min(args.num_images, setup.info['num_images']),
-                self_calibration=options))
+            Prior(
+                matrix,
+                setup.classes,
+                *(support or (None, None)),
+                meta=dict(
+                    source=f'self-calibration of {args.checkpoint}',
+                    images_used=min(args.num_images,
+                                    setup.info['num_images']),
+                    self_calibration=options),
+                name=args.save_prior).save(args.save_prior))
     print(summary_table)
     print(timing)
     print('wrote ' + ', '.join(paths))

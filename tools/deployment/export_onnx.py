@@ -21,7 +21,9 @@ A plain DINO or Deformable DETR exports without a prior.
 first ``--verify-images`` of the config's test set) under two priors (the
 deployment prior and ``--verify-prior``, E0 by default): boxes and scores
 must agree within ``--atol`` and every box must be a decoder query's box
-under either prior. A failed check exits with 1 and keeps the file.
+under either prior. A folded graph is compared with the model under the
+prior it folds, as ``set_prior`` gives it (its support included). A failed
+check exits with 1 and keeps the file.
 """
 import argparse
 import contextlib
@@ -119,6 +121,46 @@ def test_images(cfg: Config, num: int) -> List[str]:
     ]
 
 
+def load_models(cfg: Config, args: argparse.Namespace) -> tuple:
+    """The model to export, the model ``--verify`` compares with and the
+    verification's second prior; every prior is checked before the export
+    runs, its support included.
+
+    Returns:
+        tuple: ``(model, reference, second)``: a ``--fold-prior`` export's
+        model is the folded copy and its reference the model under that
+        prior, as ``set_prior`` gives it (its support included); the second
+        prior is ``--verify-prior`` (E0 by default), ``None`` when the graph
+        takes no prior.
+    """
+    from mmcalidet.apis import init_detector
+    from mmcalidet.deploy import fold_prior
+    from mmcalidet.priors import flat_prior
+    from mmcalidet.utils.log_level import mmengine_log_level
+    from mmcalidet.utils.model_heads import classifying_head
+    with mmengine_log_level(at_least=40), warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # mmdet's notes on class names
+        model = init_detector(
+            cfg,
+            None if args.checkpoint == 'none' else args.checkpoint,
+            device=args.device)
+    calibratable = hasattr(model, 'resolve_prior')
+    if (args.prior_input or args.fold_prior) and not calibratable:
+        raise ValueError(f'{type(model).__name__} takes no prior: export it '
+                         'without --prior-input / --fold-prior')
+    if args.fold_prior is not None:
+        folded_prior = model.resolve(args.fold_prior)
+        folded = fold_prior(model, folded_prior)
+        model.set_prior(folded_prior)
+        return folded, model, None
+    second = None
+    if calibratable:
+        second = model.resolve(args.verify_prior) \
+            if args.verify_prior else flat_prior(
+                classifying_head(model).num_classes)
+    return model, model, second
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     for what, path in (('config', args.config), ('checkpoint',
@@ -137,30 +179,9 @@ def main(argv=None) -> int:
         cfg.merge_from_dict(args.cfg_options)
     shape = list(args.shape) if args.shape else test_scale(cfg)
 
-    from mmcalidet.apis import init_detector
-    from mmcalidet.deploy import export_onnx, fold_prior, verify_onnx
-    from mmcalidet.priors import flat_prior
-    from mmcalidet.utils.log_level import mmengine_log_level
-    from mmcalidet.utils.model_heads import classifying_head
-    with mmengine_log_level(at_least=40), warnings.catch_warnings():
-        warnings.simplefilter('ignore')  # mmdet's notes on class names
-        model = init_detector(
-            cfg,
-            None if args.checkpoint == 'none' else args.checkpoint,
-            device=args.device)
-    calibratable = hasattr(model, 'resolve_prior')
-    if (args.prior_input or args.fold_prior) and not calibratable:
-        raise ValueError(f'{type(model).__name__} takes no prior: export it '
-                         'without --prior-input / --fold-prior')
-    # every prior is checked before the export runs
-    second = None
-    if calibratable and args.fold_prior is None:
-        second = model.resolve_prior(args.verify_prior) \
-            if args.verify_prior else flat_prior(
-                classifying_head(model).num_classes)
-    if args.fold_prior is not None:
-        model = fold_prior(model, args.fold_prior)
-    prior_input = calibratable and args.fold_prior is None
+    model, reference, second = load_models(cfg, args)
+    prior_input = hasattr(model, 'resolve_prior') and args.fold_prior is None
+    from mmcalidet.deploy import export_onnx, verify_onnx
     kind = 'prior input' if prior_input else (
         f'prior {args.fold_prior} folded' if args.fold_prior else 'no prior')
     print(
@@ -186,7 +207,8 @@ def main(argv=None) -> int:
         f'verifying on {len(images)} test image(s) under {len(priors)} '
         'prior(s) ...',
         flush=True)
-    report = verify_onnx(args.out, model, images, priors, atol=args.atol)
+    report = verify_onnx(
+        args.out, reference, images, priors, atol=args.atol)
     print(f'  boxes: max |ONNX - PyTorch| {report["max_box_diff"]:.2e} px; '
           f'scores: {report["max_score_diff"]:.2e}; labels equal: '
           f'{report["labels_equal"]}')

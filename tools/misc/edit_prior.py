@@ -7,7 +7,9 @@
 
 ``--set "i|j=v"`` sets P(class i present | class j present) = v; ``*``
 stands for every class on its side. Unknown class names are errors that
-list close matches. The output is written atomically.
+list close matches. The output is written atomically. An edited prior
+keeps the class names, not the source's support (``num_images``,
+``images_per_class``): its matrix was not measured on those images.
 """
 import argparse
 import os
@@ -15,8 +17,8 @@ import os
 # priors only: skip importing torch/mmdet (see mmcalidet/__init__.py)
 os.environ.setdefault('MMCALIDET_LIGHT', '1')
 
-from mmcalidet.priors import load_prior, save_prior
-from mmcalidet.priors.edit import apply_edits
+from mmcalidet.priors.edit import MEASURED_KEYS, edit_prior
+from mmcalidet.priors.prior import Prior
 from mmcalidet.utils.cli import run_tool
 
 
@@ -34,16 +36,20 @@ def main(argv=None):
     args = parse_args(argv)
     if not args.edits:
         raise ValueError('nothing to do: give at least one --set "I|J=V"')
-    base, meta = load_prior(args.base, return_meta=True)
-    classes = meta.pop('classes')
-    if classes is None:
-        raise ValueError(f'{args.base} has no class names to edit by')
-    edited = apply_edits(base, classes, args.edits)
-    meta.update(base=os.path.basename(args.base), edits=list(args.edits))
-    save_prior(args.out, edited, classes, **meta)
-    changed = int((edited != base).sum())
+    base = Prior.load(args.base, shipped_names=False)
+    edited = edit_prior(base, args.edits)
+    edited.save(args.out)
+    changed = int((edited.matrix != base.matrix).sum())
     print(f'wrote {args.out}: {len(args.edits)} edits, {changed} entries '
           'changed')
+    dropped = [k for k in MEASURED_KEYS if k in base.meta]
+    if base.has_support:
+        dropped = ['num_images', 'images_per_class'] + [
+            k for k in dropped if k != 'num_images'
+        ]
+    if dropped:
+        print(f'  not kept: {", ".join(dropped)} (the edited matrix was '
+              'not measured on those images)')
     return 0
 
 

@@ -13,6 +13,7 @@ In a CaliDet detector, K and E_t come from one place: the sampler takes
 ``num_classes`` from the head and E_t from the detector's ``prior``.
 """
 import os
+import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -23,7 +24,8 @@ from mmengine.dist import all_gather_object, get_rank, get_world_size
 from torch import Tensor, nn
 
 from ...priors import (batch_prior, counts_to_prior, describe_prior_source,
-                       label_lists_prior, load_prior_source, reorder_prior)
+                       label_lists_prior, load_prior_source, reorder_prior,
+                       training_dataset_classes)
 from ..layers.support_ops import label_support
 
 #: mode name -> the statistics it gives every sample of the mini-batch
@@ -302,6 +304,28 @@ class EdgeSampler(nn.Module):
             self.prior_classes = list(classes)
         self._classes_checked = True
 
+    def _match_training_classes(self) -> None:
+        """A named E_t never matched to the dataset's classes: take the
+        classes a Runner trains on, else (a model built outside a Runner,
+        as mmdet's own tests build one) warn once and read E_t in its own
+        class order, as mmdet's ``init_detector`` reads COCO's for a model
+        without classes.
+
+        Raises:
+            ValueError: the training dataset's class names are not the
+                prior's.
+        """
+        classes = training_dataset_classes(self.num_classes)
+        if classes is not None:
+            self.set_classes(classes)
+            return
+        warnings.warn(
+            f'EdgeSampler: {self._prior_name} names its classes, but no '
+            'dataset classes reached it: reading it in its own class order '
+            "(train with PriorClassesHook, or call set_classes(), to match "
+            'it by name)')
+        self._classes_checked = True
+
     @classmethod
     def _check_mode_probs(
             cls,
@@ -493,12 +517,7 @@ class EdgeSampler(nn.Module):
         """
         self._check_ready()
         if not self._classes_checked and self.prior_classes is not None:
-            raise RuntimeError(
-                f'EdgeSampler: {self._prior_name} names its classes, but '
-                "the training dataset's classes never reached it: add "
-                "dict(type='PriorClassesHook') to custom_hooks (the CaliDet "
-                'configs have it: configs/_base_/calidet.py), or call '
-                'set_classes() before drawing')
+            self._match_training_classes()
         labels = [
             ds.gt_instances.labels.detach().cpu().numpy().astype(np.int64)
             for ds in data_samples

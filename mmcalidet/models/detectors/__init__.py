@@ -6,18 +6,18 @@ from .cali_deformable_detr import CaliDeformableDETR
 from .cali_dino import CaliDINO
 from .cali_faster_rcnn import CaliFasterRCNN
 from .cali_rtmdet import CaliRTMDet
-from .calibratable import CalibratableDetectorMixin
+from .calibratable import CalibratableDetectorMixin, defer_class_matching
+from .calibratable_detr import CalibratableDETRMixin
 from .calibratable_single_stage import CalibratableSingleStageMixin
 from .calibratable_two_stage import CalibratableTwoStageMixin
 from .calibrated_head_calls import CalibratedHeadCallsMixin
-from .prior_buffer import PriorBufferMixin
-from .prior_classes import PriorClassesMixin, defer_class_matching
+from .prior_state import PriorState
 
 __all__ = [
-    'CalibratableDetectorMixin', 'CaliDINO', 'CaliDeformableDETR',
+    'CalibratableDetectorMixin', 'CalibratableDETRMixin', 'CaliDINO', 'CaliDeformableDETR',
     'defer_class_matching', 'CachedCalibration', 'CachedCalibrationMixin',
-    'cached_calibration_type', 'cached_head_losses', 'PriorBufferMixin',
-    'PriorClassesMixin', 'CaliDABDETR', 'CaliRTMDet',
+    'cached_calibration_type', 'cached_head_losses', 'PriorState',
+    'CaliDABDETR', 'CaliRTMDet',
     'CalibratableSingleStageMixin', 'CalibratedHeadCallsMixin',
     'CaliFasterRCNN', 'CalibratableTwoStageMixin'
 ]

@@ -3,11 +3,11 @@
 from mmdet.models.detectors import DABDETR
 from mmdet.registry import MODELS
 
-from .calibratable import CalibratableDetectorMixin
+from .calibratable_detr import CalibratableDETRMixin
 
 
 @MODELS.register_module()
-class CaliDABDETR(CalibratableDetectorMixin, DABDETR):
+class CaliDABDETR(CalibratableDETRMixin, DABDETR):
     """DAB-DETR whose classification follows an injected prior E (the
     worked example of ``docs/user_guides/new_baseline.md``); the bbox head
     must be a calibrated head such as ``CaliDABDETRHead``.

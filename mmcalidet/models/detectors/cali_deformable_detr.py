@@ -3,16 +3,16 @@
 from mmdet.models.detectors import DeformableDETR
 from mmdet.registry import MODELS
 
-from .calibratable import CalibratableDetectorMixin
+from .calibratable_detr import CalibratableDETRMixin
 
 
 @MODELS.register_module()
-class CaliDeformableDETR(CalibratableDetectorMixin, DeformableDETR):
+class CaliDeformableDETR(CalibratableDETRMixin, DeformableDETR):
     """Deformable DETR whose classification follows an injected prior E
     (CaliDet, the paper's supplementary "Porting to D-DETR").
 
     The prior plumbing (deployment prior, ``set_prior`` / ``get_prior``,
-    per-sample priors, the V' cache) is :class:`CalibratableDetectorMixin`,
+    per-sample priors, the V' cache) is :class:`CalibratableDETRMixin`,
     shared with ``CaliDINO``; the bbox head must be a calibrated head such
     as ``CaliDeformableDETRHead``. Single- and multi-scale, plain, box
     refinement and two-stage variants are all mmdet's ``DeformableDETR``

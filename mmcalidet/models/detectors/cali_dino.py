@@ -3,15 +3,15 @@
 from mmdet.models.detectors import DINO
 from mmdet.registry import MODELS
 
-from .calibratable import CalibratableDetectorMixin
+from .calibratable_detr import CalibratableDETRMixin
 
 
 @MODELS.register_module()
-class CaliDINO(CalibratableDetectorMixin, DINO):
+class CaliDINO(CalibratableDETRMixin, DINO):
     """DINO whose classification follows an injected prior E (CaliDet).
 
     The prior plumbing (deployment prior, ``set_prior`` / ``get_prior``,
-    per-sample priors, the V' cache) is :class:`CalibratableDetectorMixin`;
+    per-sample priors, the V' cache) is :class:`CalibratableDETRMixin`;
     the bbox head must be a calibrated head such as ``CaliDINOHead``.
 
     Args:

@@ -63,9 +63,7 @@ class _Context:
             prior_support.register_label_supports(
                 m.rescorer,
                 labels,
-                self.e_t,
-                setup.train_meta,
-                setup.classes,
+                setup.train,
                 cache.batch_ids,
                 sites={
                     s: (self.site_prior[s], self.sites[s])
