@@ -42,7 +42,8 @@ def roi_detections(boxes: np.ndarray, scores: np.ndarray,
     """Detections from every RoI's per-class boxes and scores.
 
     Args:
-        boxes (np.ndarray): (N, K, 4) every RoI's box for each class.
+        boxes (np.ndarray): (N, K, 4) every RoI's box for each class (N
+            is the input's: any number, none included).
         scores (np.ndarray): (N, K) its class scores (the softmax, the
             background left out).
         settings (dict): :func:`roi_postprocess_settings`.

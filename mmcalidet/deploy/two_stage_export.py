@@ -7,18 +7,24 @@ runtime (:mod:`~mmcalidet.deploy.roi_postprocess`), as the one-stage
 export leaves its own; the RPN's NMS is in the graph (ONNX's
 ``NonMaxSuppression``).
 
-mmdet's RPN and RoI head run as they are, with four rewrites for the
-trace's duration only (as mmdeploy's rewriters do):
+The number of RoIs (N) is the input's, not the trace's: the RPN keeps
+as many proposals as its NMS leaves, at most ``max_per_img``, and every
+reshape, expand and slice along them takes -1 or a size read in the graph
+(a size taken in Python, ``len(tensor)``, would be a constant of the
+trace). mmdet's RPN and RoI head run as they are, with four rewrites for
+the trace's duration only (as mmdeploy's rewriters do):
 
 - mmcv's NMS gets an ONNX symbolic (the standard ``NonMaxSuppression``);
 - the RPN's post-processing drops boxes below ``min_bbox_size`` by a mask
   on every input (mmdet skips the mask when no box is small: a branch the
-  tracer would freeze at the trace input's);
+  tracer would freeze at the trace input's) and runs one level-aware NMS
+  whatever the number of boxes (mmcv's ``batched_nms`` branches on it);
 - the RoI extractor pools every RoI on every level and keeps each RoI's
   own level by a mask (mmdet skips empty levels: a frozen branch too),
   with RoIAlign exported as ONNX's own (half-pixel, opset 16);
 - the box coders decode with mmdet's ``delta2bbox`` (their export branch
-  imports mmdet 2.x's ``mmdet.core``).
+  imports mmdet 2.x's ``mmdet.core``), a row of zeros beside the boxes so
+  that no RoI decodes too.
 """
 import contextlib
 import types
@@ -136,17 +142,46 @@ def rpn_post_process(rpn_head: nn.Module,
                      img_meta: Optional[dict] = None):
     """``RPNHead._bbox_post_process`` of one unscaled input without
     data-dependent branches: boxes below ``min_bbox_size`` masked out,
-    the level-aware NMS, the best ``max_per_img``."""
-    from mmcv.ops import batched_nms
+    the level-aware NMS (mmcv's ``batched_nms``: the levels set apart by
+    an offset), the best ``max_per_img``. Any number of boxes (none
+    included) takes the same ops: mmcv's NMS of each level apart from
+    ``split_thr`` boxes on, and ``max()`` of no box, are left out.
+
+    Args:
+        rpn_head (nn.Module): the RPN.
+        results (InstanceData): the decoded ``bboxes``, ``scores`` and
+            ``level_ids`` of the input's best anchors.
+        cfg (dict): the RPN's ``test_cfg``.
+        rescale (bool): must be ``False``.
+        with_nms (bool): unused (the RPN's NMS always runs).
+        img_meta (dict, optional): unused.
+
+    Returns:
+        InstanceData: the proposals, best first.
+
+    Raises:
+        ValueError: a rescaled input, or an NMS other than mmcv's ``nms``.
+    """
+    from mmcv.ops import nms
     from mmdet.structures.bbox import get_box_wh
     if rescale:
         raise ValueError('the traced RPN takes an unscaled input')
+    nms_cfg = dict(cfg.nms)
+    if nms_cfg.pop('type', 'nms') != 'nms':
+        raise ValueError(f'the traced RPN runs mmcv\'s plain nms, got '
+                         f'{cfg.nms["type"]!r}')
+    nms_cfg.pop('split_thr', None)
     if cfg.get('min_bbox_size', -1) >= 0:
         width, height = get_box_wh(results.bboxes)
         results = results[(width > cfg.min_bbox_size)
                           & (height > cfg.min_bbox_size)]
-    dets, keep = batched_nms(results.bboxes, results.scores, results.level_ids,
-                             cfg.nms)
+    boxes = results.bboxes
+    if not nms_cfg.pop('class_agnostic', False):
+        # mmcv's offsets; the zero beside the boxes (clipped to the
+        # input: their maximum is >= 0) gives max() a value without any
+        top = torch.cat([boxes.reshape(-1), boxes.new_zeros(1)]).max()
+        boxes = boxes + (results.level_ids.to(boxes) * (top + 1))[:, None]
+    dets, keep = nms(boxes, results.scores, **nms_cfg)
     results = results[keep]
     results.scores = dets[:, -1]
     return results[:cfg.max_per_img]
@@ -158,12 +193,29 @@ def delta_decode(coder: nn.Module,
                  max_shape: Optional[tuple] = None,
                  wh_ratio_clip: float = 16 / 1000) -> Tensor:
     """``DeltaXYWHBBoxCoder.decode``'s eager path (mmdet's
-    ``delta2bbox``) for 2-D deltas."""
+    ``delta2bbox``) for 2-D deltas, of any number of boxes: ``delta2bbox``
+    reshapes its result to ``(rows, -1)``, which ONNX Runtime cannot do
+    with no row; a row of zeros is decoded beside the boxes and left out.
+
+    Args:
+        coder (nn.Module): the box coder.
+        bboxes (Tensor): (N, 4) the boxes (anchors or RoIs).
+        pred_bboxes (Tensor): (N, 4 * C) their deltas.
+        max_shape (tuple, optional): ``(H, W)`` to clip to.
+        wh_ratio_clip (float): as mmdet's.
+
+    Returns:
+        Tensor: (N, 4 * C) the decoded boxes.
+    """
     from mmdet.models.task_modules.coders.delta_xywh_bbox_coder import \
         delta2bbox
-    return delta2bbox(bboxes, pred_bboxes, coder.means, coder.stds, max_shape,
-                      wh_ratio_clip, coder.clip_border, coder.add_ctr_clamp,
-                      coder.ctr_clamp)
+    decoded = delta2bbox(
+        torch.cat([bboxes, bboxes.new_zeros(1, bboxes.size(1))]),
+        torch.cat([pred_bboxes,
+                   pred_bboxes.new_zeros(1, pred_bboxes.size(1))]),
+        coder.means, coder.stds, max_shape, wh_ratio_clip, coder.clip_border,
+        coder.add_ctr_clamp, coder.ctr_clamp)
+    return decoded[:-1]
 
 
 def _check_type(what: str, part: nn.Module, supported: str) -> None:
@@ -254,6 +306,18 @@ class RoIExportWrapper(TracedForward):
                 prior: Optional[Tensor] = None,
                 support: Optional[Tensor] = None,
                 marginals: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """Every RoI's per-class boxes and class scores.
+
+        Args:
+            input (Tensor): (1, 3, H, W) the normalised image.
+            prior (Tensor, optional): (K, K) a prior input's.
+            support (Tensor, optional): (K,) its support.
+            marginals (Tensor, optional): (K,) its class shares.
+
+        Returns:
+            tuple[Tensor, Tensor]: ``boxes`` (N, K, 4) and ``scores``
+            (N, K), N the RoIs the RPN kept on this input.
+        """
         from mmdet.structures.bbox import bbox2roi
         model, roi_head = self.model, self.model.roi_head
         head = roi_head.bbox_head
@@ -274,6 +338,7 @@ class RoIExportWrapper(TracedForward):
         scores = cls_score.softmax(-1)[:, :k]
         boxes = head.bbox_coder.decode(
             rois[:, 1:], bbox_pred, max_shape=(height, width))
-        boxes = boxes.reshape(len(boxes), -1, 4)
-        return boxes.expand(-1, k, 4) if boxes.shape[1] == 1 else boxes, \
-            scores
+        # -1 along the RoIs: their number is the input's, not the trace's
+        if head.reg_class_agnostic:
+            return boxes.reshape(-1, 1, 4).expand(-1, k, 4), scores
+        return boxes.reshape(-1, k, 4), scores

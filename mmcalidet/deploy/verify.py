@@ -12,6 +12,9 @@ from ..utils.validation import check_float
 from .export import ExportWrapper, export_wrapper, head_kind, input_sample
 from .runtime import OnnxDetector
 
+#: the grey of the images without objects (:func:`synthetic_images`)
+GREY = 128
+
 
 def query_boxes(model: nn.Module, tensor: torch.Tensor) -> np.ndarray:
     """Every decoder query's box (the last layer's, x1 y1 x2 y2 in the
@@ -49,6 +52,63 @@ def query_boxes(model: nn.Module, tensor: torch.Tensor) -> np.ndarray:
     boxes[:, 0::2] = boxes[:, 0::2].clamp(min=0, max=width)
     boxes[:, 1::2] = boxes[:, 1::2].clamp(min=0, max=height)
     return boxes.cpu().numpy()
+
+
+def _image_shape(input_shape: Sequence[int]) -> Tuple[int, int, int]:
+    """``(H, W, 3)`` of a BGR image of the graph's input size.
+
+    Raises:
+        ValueError: a size that is not two positive integers.
+    """
+    if len(input_shape) != 2 or any(int(v) != v or v < 1 for v in input_shape):
+        raise ValueError('the input size must be two positive integers '
+                         f'(H, W), got {tuple(input_shape)}')
+    return int(input_shape[0]), int(input_shape[1]), 3
+
+
+def blank_image(input_shape: Sequence[int]) -> np.ndarray:
+    """A constant grey BGR image of the graph's input size: no objects.
+
+    Args:
+        input_shape (Sequence[int]): ``(H, W)``.
+
+    Returns:
+        np.ndarray: (H, W, 3) uint8.
+
+    Raises:
+        ValueError: a size that is not two positive integers.
+    """
+    return np.full(_image_shape(input_shape), GREY, np.uint8)
+
+
+def synthetic_images(input_shape: Sequence[int],
+                     seed: int = 0) -> List[np.ndarray]:
+    """Two BGR images of the graph's input size that :func:`verify_onnx`
+    compares on beside the real ones: grey without objects (with a faint
+    noise of two grey levels at most) and uniform noise. A two-stage
+    graph's RPN keeps as many proposals as an input's content gives (the
+    export traced an all-zero input): these give other numbers than the
+    trace's and the real images'. The grey is not constant: a constant
+    image scores its anchors alike, and ONNX Runtime's and PyTorch's
+    sorts may keep different ones of equal score (:func:`blank_image` is
+    run, not compared).
+
+    Args:
+        input_shape (Sequence[int]): ``(H, W)`` of the graph's input.
+        seed (int): the noise's seed.
+
+    Returns:
+        list[np.ndarray]: the grey and the noise image, (H, W, 3) uint8
+        each.
+
+    Raises:
+        ValueError: a size that is not two positive integers.
+    """
+    shape = _image_shape(input_shape)
+    rng = np.random.default_rng(seed)
+    grey = GREY + rng.integers(-2, 3, shape)
+    noise = rng.integers(0, 256, shape)
+    return [grey.astype(np.uint8), noise.astype(np.uint8)]
 
 
 def match_detections(dets: np.ndarray, labels: np.ndarray,
@@ -119,37 +179,57 @@ def verify_onnx(onnx_file: str,
                 model: nn.Module,
                 images: Sequence[Any],
                 priors: Sequence[Any] = (None, ),
-                atol: float = 1e-4) -> Dict:
+                atol: float = 1e-4,
+                synthetic: Optional[bool] = None) -> Dict:
     """Compare an exported graph in ONNX Runtime with the PyTorch model on
     the same inputs.
 
     Args:
         onnx_file (str): the export.
-        model (nn.Module): the model exported (a :func:`fold_prior` copy
-            for a folded graph).
+        model (nn.Module): the PyTorch model to compare with: the model
+            exported, or, for a :func:`fold_prior` graph, the model under
+            the folded prior (``set_prior``: its support included).
         images (Sequence): image files (or BGR arrays).
         priors (Sequence): priors to compare under (a folded graph: only
             ``None``).
         atol (float): the largest difference of a box coordinate (pixels)
             or a score.
+        synthetic (bool, optional): also compare on
+            :func:`synthetic_images` of the graph's input size (a grey
+            image without objects and noise) under the first prior, and
+            run the graph on a :func:`blank_image`. ``None`` (default):
+            for a two-stage graph, whose number of RoIs is the input's.
 
     Returns:
-        dict: ``max_box_diff``, ``max_score_diff``, ``labels_equal``,
-        ``boxes_fixed`` (every detection's box is a decoder query's box,
-        whatever the prior), ``score_shift`` (how much the priors moved
-        the scores), ``ok`` and ``failures`` (one line each).
+        dict: ``images`` (how many inputs were compared, the synthetic
+        ones included), ``max_box_diff``, ``max_score_diff``,
+        ``labels_equal``, ``boxes_fixed`` (every detection's box is a
+        decoder query's box, whatever the prior), ``score_shift`` (how
+        much the priors moved the scores), ``ok`` and ``failures`` (one
+        line each); a two-stage graph's also ``rois`` (the RoIs its RPN
+        kept on each input compared); with ``synthetic``, ``blank_error``
+        (``None``, or why ONNX Runtime failed on the blank image).
     """
     check_float('atol', atol, 0)
     detector = OnnxDetector(onnx_file)
+    kind = head_kind(model)
+    if synthetic is None:
+        synthetic = kind == 'roi'
+    # (image, how many of the priors it is compared under): the synthetic
+    # images check the input's side (the RoIs), under the first prior
+    inputs = [(image, len(priors)) for image in images]
+    if synthetic:
+        inputs += [(image, 1)
+                   for image in synthetic_images(detector.meta['input_shape'])]
     model = model.eval()
     wrapper = ExportWrapper(model, detector.meta['input_shape'],
                             detector.prior_input, detector.support_input)
-    matrices = [detector.resolve_prior(p) for p in priors]
-    # a graph with a support input: each prior's, zeros (none) for a matrix
-    supports = [detector.resolve_support(p) for p in priors]
+    # (matrix, support) of each prior, read once; a graph with a support
+    # input gets zeros (none) for a bare matrix
+    resolved = [detector.resolve(p) for p in priors]
     report = dict(
-        images=len(images),
-        priors=len(matrices),
+        images=len(inputs),
+        priors=len(resolved),
         max_box_diff=0.0,
         max_score_diff=0.0,
         labels_equal=True,
@@ -158,41 +238,23 @@ def verify_onnx(onnx_file: str,
     device = next(model.parameters()).device
     # a one- or two-stage graph: the runtime runs the last NMS, with the
     # head's settings stored in the file
-    dense = head_kind(model) != 'detr'
-    if dense:
+    if kind != 'detr':
         report['counts_equal'] = True
-        max_per_img = detector.meta['postprocess']['max_per_img']
-    for image in images:
+    if kind == 'roi':
+        report['rois'] = []
+    if synthetic:  # runs and gives well-formed detections, or fails
+        report['blank_error'] = run_blank(detector, *resolved[0])
+    for image, num_priors in inputs:
         array, _, _ = detector.preprocess(image)
-        tensor = torch.from_numpy(array).to(device)
-        queries = query_boxes(model, tensor)
+        queries = query_boxes(model, torch.from_numpy(array).to(device))
+        if kind == 'roi':  # every RoI's box for each class
+            report['rois'].append(len(queries) // detector.num_classes)
         scores: List[np.ndarray] = []
-        for matrix, support in zip(matrices, supports):
-            dets, labels = detector.run_input(array, matrix, support)
-            prior = None if matrix is None else torch.from_numpy(matrix).to(
-                device)
-            extra = ()
-            if detector.support_input:
-                zeros = np.zeros(detector.num_classes, np.float32)
-                extra = tuple(
-                    torch.from_numpy(t).to(device)
-                    for t in (support or (zeros, zeros)))
-            with torch.no_grad():
-                ref_dets, ref_labels = wrapper(tensor, prior, *extra)
-            ref_dets = ref_dets.cpu().numpy()
-            ref_labels = ref_labels.cpu()
-            if dense:  # tied scores: mmdet's and NumPy's sorts may differ
-                paired = pair_dense_detections(dets, labels, ref_dets,
-                                               ref_labels.numpy(), atol,
-                                               max_per_img)
-                report['counts_equal'] &= paired is not None
-                if paired is None or not len(paired[0]):
-                    continue
-                dets, labels, ref_dets, ref_labels = paired
-                ref_labels = torch.from_numpy(ref_labels)
-            compare_detections(report, dets, labels, ref_dets,
-                               ref_labels.numpy(), queries, atol)
-            scores.append(np.sort(dets[:, 4]))
+        for matrix, support in resolved[:num_priors]:
+            found = compare_under(report, detector, wrapper, array, queries,
+                                  matrix, support, atol)
+            if found is not None:
+                scores.append(found)
         for other in scores[1:]:
             # the best n of each (a one-stage detector keeps as many
             # detections as pass its thresholds under each prior)
@@ -204,6 +266,81 @@ def verify_onnx(onnx_file: str,
     report['failures'] = report_failures(report, atol)
     report['ok'] = not report['failures']
     return report
+
+
+def compare_under(report: Dict, detector: OnnxDetector,
+                  wrapper: ExportWrapper, array: np.ndarray,
+                  queries: np.ndarray, matrix: Optional[np.ndarray],
+                  support: Optional[tuple],
+                  atol: float) -> Optional[np.ndarray]:
+    """Run one input under one prior in ONNX Runtime and in PyTorch and
+    fold the comparison into ``report`` (:func:`compare_detections`).
+
+    Args:
+        report (dict): the report of :func:`verify_onnx`.
+        detector (OnnxDetector): the graph.
+        wrapper (ExportWrapper): the PyTorch model's traced forward.
+        array (np.ndarray): the input, (1, 3, H, W).
+        queries (np.ndarray): the boxes any prior's detections are drawn
+            from (:func:`query_boxes`).
+        matrix (np.ndarray, optional): the resolved prior.
+        support (tuple, optional): its (support, class shares).
+        atol (float): the largest box or score difference.
+
+    Returns:
+        np.ndarray | None: the graph's sorted scores, ``None`` when a one-
+        or two-stage graph's detections could not be paired.
+    """
+    device = next(wrapper.model.parameters()).device
+    dets, labels = detector.run_input(array, matrix, support)
+    prior = None if matrix is None else torch.from_numpy(matrix).to(device)
+    extra = ()
+    if detector.support_input:
+        zeros = np.zeros(detector.num_classes, np.float32)
+        extra = tuple(
+            torch.from_numpy(t).to(device)
+            for t in (support or (zeros, zeros)))
+    with torch.no_grad():
+        ref_dets, ref_labels = wrapper(
+            torch.from_numpy(array).to(device), prior, *extra)
+    ref_dets, ref_labels = ref_dets.cpu().numpy(), ref_labels.cpu().numpy()
+    if 'counts_equal' in report:  # tied scores: the sorts may differ
+        paired = pair_dense_detections(
+            dets, labels, ref_dets, ref_labels, atol,
+            detector.meta['postprocess']['max_per_img'])
+        report['counts_equal'] &= paired is not None
+        if paired is None or not len(paired[0]):
+            return None
+        dets, labels, ref_dets, ref_labels = paired
+    compare_detections(report, dets, labels, ref_dets, ref_labels, queries,
+                       atol)
+    return np.sort(dets[:, 4])
+
+
+def run_blank(detector: OnnxDetector,
+              prior: Optional[np.ndarray] = None,
+              support: Optional[tuple] = None) -> Optional[str]:
+    """Run a graph on a :func:`blank_image` of its input size.
+
+    Args:
+        detector (OnnxDetector): the graph.
+        prior (np.ndarray, optional): a resolved prior.
+        support (tuple, optional): its (support, class shares).
+
+    Returns:
+        str | None: ``None`` if ONNX Runtime gave well-formed detections
+        (boxes and scores of as many), else why not, in one line.
+    """
+    array = detector.preprocess(blank_image(detector.meta['input_shape']))[0]
+    try:
+        dets, labels = detector.run_input(array, prior, support)
+    except Exception as exc:  # ONNX Runtime's own types
+        lines = str(exc).strip().splitlines()
+        return lines[0] if lines else type(exc).__name__
+    if dets.ndim != 2 or dets.shape[1] != 5 or len(labels) != len(dets):
+        return (f'detections of the shape {dets.shape} with '
+                f'{len(labels)} labels')
+    return None
 
 
 def compare_detections(report: Dict, dets: np.ndarray, labels: np.ndarray,
@@ -227,6 +364,9 @@ def compare_detections(report: Dict, dets: np.ndarray, labels: np.ndarray,
 def report_failures(report: Dict, atol: float) -> List[str]:
     """What a verification ``report`` found wrong, one line each."""
     failures = []
+    if report.get('blank_error'):
+        failures.append('ONNX Runtime fails on a blank image: '
+                        f'{report["blank_error"]}')
     if not report.get('counts_equal', True):
         failures.append('the number of detections differs from PyTorch')
     if report['max_box_diff'] > atol:

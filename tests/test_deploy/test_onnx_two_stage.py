@@ -3,8 +3,10 @@
 takes the prior, runs the RPN's NMS inside and ends at every RoI's
 per-class boxes and scores; the NumPy post-processing is mmdet's
 ``multiclass_nms``; ONNX Runtime gives PyTorch's detections on real images
-under two priors, prior input or folded; the trace's rewrites are
-mmdet's and mmcv's results and are undone afterwards."""
+under two priors, prior input or folded, and on inputs of other sizes
+whose RPN keeps other numbers of proposals than the trace's; the trace's
+rewrites are mmdet's and mmcv's results and are undone afterwards."""
+import contextlib
 import os.path as osp
 
 import numpy as np
@@ -16,6 +18,7 @@ from mmcv.ops import nms
 from mmcv.ops.nms import NMSop
 from mmdet.models.layers import multiclass_nms
 from mmengine.runner import save_checkpoint
+from mmengine.structures import InstanceData
 
 from mmcalidet.deploy import (OnnxDetector, export_onnx, fold_prior,
                               read_export_meta, verify_onnx)
@@ -25,7 +28,8 @@ from mmcalidet.deploy.two_stage_export import (RoIExportWrapper,
                                                masked_levels_forward,
                                                nms_symbolic,
                                                two_stage_rewrites)
-from mmcalidet.deploy.verify import pair_dense_detections
+from mmcalidet.deploy.verify import (pair_dense_detections, query_boxes,
+                                     synthetic_images)
 from mmcalidet.testing import build_detector, data_root, random_prior, run_tool
 
 pytestmark = pytest.mark.slow
@@ -62,6 +66,27 @@ def exported(model, tmp_path_factory):
     return out
 
 
+@contextlib.contextmanager
+def rpn_max_per_img(model, max_per_img):
+    """Inside the block, the RPN keeps up to ``max_per_img`` proposals
+    (``None``: the config's), in PyTorch and in an export."""
+    cfg = model.rpn_head.test_cfg
+    kept = cfg.max_per_img
+    if max_per_img is not None:
+        cfg.max_per_img = max_per_img
+    try:
+        yield
+    finally:
+        cfg.max_per_img = kept
+
+
+def traced_rois(model, shape):
+    """The RoIs the RPN keeps on the trace's input (all zeros)."""
+    zeros = torch.zeros(1, 3, *shape)
+    return len(query_boxes(model, zeros)) // \
+        model.roi_head.bbox_head.num_classes
+
+
 def test_the_graph_takes_the_prior_and_ends_at_the_rois(model, exported):
     graph = onnx.load(exported)
     assert [i.name for i in graph.graph.input] == ['input', 'prior']
@@ -92,6 +117,42 @@ def test_onnx_runtime_gives_pytorchs_detections_under_two_priors(
     assert report['score_shift'] > 1e-3  # the prior input is read
 
 
+@pytest.mark.parametrize(
+    'shape, max_per_img, varies', [((33, 47), None, True),
+                                   (SHAPE, None, False),
+                                   ((320, 320), None, False),
+                                   (SHAPE, 2000, True)],
+    ids=['33x47', '128', '320', '128-rpn2000'])
+def test_a_graph_runs_on_as_many_rois_as_its_input_gives(
+        model, tmp_path, request, shape, max_per_img, varies):
+    """The number of RoIs is the input's, not the trace's: a small input
+    or an RPN whose ``max_per_img`` is not reached keeps other numbers of
+    proposals on other images (a grey one without objects, noise), and
+    the graph gives PyTorch's detections on each (800 x 800 is checked by
+    a script: minutes on two cores)."""
+    with rpn_max_per_img(model, max_per_img):
+        if shape == SHAPE and max_per_img is None:
+            out = request.getfixturevalue('exported')
+        else:
+            out = export_onnx(
+                model, str(tmp_path / 'rois.onnx'), shape, prior_input=True)
+        traced = traced_rois(model, shape)
+        report = verify_onnx(out, model, IMAGES[:1])
+    assert report['ok'], report['failures']
+    # the real image and the two of synthetic_images; the blank one runs
+    assert report['images'] == 3 and report['counts_equal']
+    assert report['blank_error'] is None
+    limit = max_per_img or model.test_cfg.rpn.max_per_img
+    assert 0 < min(report['rois']) and max(report['rois']) <= limit
+    if varies:  # inputs of another number of RoIs than the trace's
+        assert any(n != traced for n in report['rois']), (traced, report)
+    detector = OnnxDetector(out)
+    assert len(detector(IMAGES[0])['scores'])  # detections were compared
+    grey = detector(synthetic_images(shape)[0])  # no objects
+    assert grey['bboxes'].shape == (len(grey['scores']), 4)
+    assert len(grey['labels']) == len(grey['scores'])
+
+
 def test_a_folded_prior_is_the_prior_inputs_graph(model, exported, tmp_path):
     prior = random_prior(3)
     folded = fold_prior(model, prior)
@@ -100,7 +161,7 @@ def test_a_folded_prior_is_the_prior_inputs_graph(model, exported, tmp_path):
     out = export_onnx(
         folded, str(tmp_path / 'folded.onnx'), SHAPE, prior_input=False)
     assert [i.name for i in onnx.load(out).graph.input] == ['input']
-    assert verify_onnx(out, folded, IMAGES[:1])['ok']
+    assert verify_onnx(out, folded, IMAGES[:1], synthetic=False)['ok']
     with_prior, without = OnnxDetector(exported), OnnxDetector(out)
     tensor = with_prior.preprocess(IMAGES[1])[0]
     paired = pair_dense_detections(
@@ -118,7 +179,7 @@ def test_a_plain_faster_rcnn_exports_without_a_prior(tmp_path):
     out = export_onnx(
         plain, str(tmp_path / 'plain.onnx'), SHAPE, prior_input=False)
     assert read_export_meta(out)['head'] == 'roi'
-    report = verify_onnx(out, plain, IMAGES[:1])
+    report = verify_onnx(out, plain, IMAGES[:1], synthetic=False)
     assert report['ok'], report['failures']
     with pytest.raises(ValueError, match='takes no prior'):
         export_onnx(plain, str(tmp_path / 'x.onnx'), SHAPE, prior_input=True)
@@ -154,6 +215,76 @@ def test_the_masked_levels_are_mmdets_extractor(model):
             ref = extractor(feats, rois)
             out = masked_levels_forward(extractor, feats, rois)
         torch.testing.assert_close(out, ref)
+
+
+class ProposalsAndDecode(torch.nn.Module):
+    """The rewritten RPN post-processing and the box head's decode: the
+    part of the graph whose rows are as many as its input's boxes give."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.rpn_head = model.rpn_head
+        self.coder = model.roi_head.bbox_head.bbox_coder
+
+    def forward(self, boxes, scores, level_ids, deltas):
+        results = InstanceData(
+            bboxes=boxes, scores=scores, level_ids=level_ids)
+        proposals = self.rpn_head._bbox_post_process(results,
+                                                     self.rpn_head.test_cfg)
+        rois = proposals.bboxes
+        decoded = self.coder.decode(
+            rois, deltas.expand(rois.shape[0], -1), max_shape=(90, 120))
+        return rois, proposals.scores, decoded
+
+
+def test_the_rpn_and_the_decode_take_any_number_of_boxes(model, tmp_path):
+    """Traced on 60 boxes, run on 60, 25 and none that the RPN keeps:
+    mmdet's proposals and boxes each time."""
+    gen = torch.Generator().manual_seed(0)
+
+    def boxes_of(n, size=30.):
+        xy = torch.rand(n, 2, generator=gen) * 80
+        wh = 1 + torch.rand(n, 2, generator=gen) * size
+        return (torch.cat([xy, xy + wh], 1), torch.rand(n, generator=gen),
+                torch.randint(0, 5, (n, ), generator=gen))
+
+    k = model.roi_head.bbox_head.num_classes
+    deltas = torch.randn(1, 4 * k, generator=gen) * 0.1
+    module, out = ProposalsAndDecode(model), str(tmp_path / 'rpn.onnx')
+    names = ['boxes', 'scores', 'level_ids']
+    with two_stage_rewrites(model):
+        torch.onnx.export(
+            module, (*boxes_of(60), deltas),
+            out,
+            input_names=names + ['deltas'],
+            dynamic_axes={name: {
+                0: 'n'
+            }
+                          for name in names},
+            opset_version=17,
+            dynamo=False)
+    session = ort.InferenceSession(out)
+    empty = boxes_of(25)
+    empty[0][:, 2] = empty[0][:, 0]  # no width: the RPN keeps none
+    for inputs in (boxes_of(60), boxes_of(25), empty):
+        rois, scores, decoded = session.run(
+            None, {
+                name: value.numpy()
+                for name, value in zip(names + ['deltas'], (*inputs, deltas))
+            })
+        results = InstanceData(
+            bboxes=inputs[0], scores=inputs[1], level_ids=inputs[2])
+        ref = model.rpn_head._bbox_post_process(results,
+                                                model.rpn_head.test_cfg)
+        assert rois.shape == (len(ref), 4) and decoded.shape == (len(ref),
+                                                                 4 * k)
+        np.testing.assert_allclose(rois, ref.bboxes.numpy(), atol=1e-5)
+        np.testing.assert_allclose(scores, ref.scores.numpy(), atol=1e-6)
+        if len(ref):
+            ref_decoded = model.roi_head.bbox_head.bbox_coder.decode(
+                ref.bboxes, deltas.expand(len(ref), -1), max_shape=(90, 120))
+            np.testing.assert_allclose(decoded, ref_decoded.numpy(), atol=1e-4)
+    assert len(ref) == 0  # the last: no proposal
 
 
 def test_the_nms_symbolic_is_mmcvs_nms(tmp_path):
@@ -203,6 +334,12 @@ def test_the_numpy_postprocessing_is_mmdets_multiclass_nms():
     assert 0 < len(dets) == len(ref)
     np.testing.assert_allclose(dets, ref.numpy(), atol=1e-5)
     np.testing.assert_array_equal(labels, ref_labels.numpy())
+    # as many RoIs as the graph gives: a few, none
+    for rows in (1, 0):
+        dets, labels = roi_detections(boxes[:rows].astype(np.float32),
+                                      scores[:rows].astype(np.float32),
+                                      roi_postprocess_settings(cfg))
+        assert dets.shape == (len(labels), 5) and len(labels) <= rows * k
 
 
 def test_bad_settings_shapes_and_heads_are_refused(model):
