@@ -234,7 +234,7 @@ class Prior:
                                    list(classes))
         except ValueError as exc:
             raise ValueError(f'{self.name}: {exc}') from None
-        order = _order(self.classes, classes)
+        order = class_order(self.classes, classes)
         support = marginals = None
         if self.has_support:
             support, marginals = self.support[order], self.marginals[order]
@@ -347,7 +347,8 @@ class Prior:
 
 
 # ----------------------------------------------------------------------
-def _order(file_classes: Sequence[str], classes: Sequence[str]) -> np.ndarray:
+def class_order(file_classes: Sequence[str],
+                classes: Sequence[str]) -> np.ndarray:
     """The index in ``file_classes`` of each of ``classes`` (matched as
     :func:`reorder_prior` matches them)."""
     index = {n: k for k, n in enumerate(file_classes)}

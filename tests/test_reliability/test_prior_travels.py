@@ -182,3 +182,25 @@ def test_the_names_of_a_real_mismatch_are_still_refused():
     names = [f'class {k}' for k in range(K)]
     with pytest.raises(ValueError, match='do not match'):
         model.dataset_meta = dict(classes=names)
+
+
+def test_a_prior_read_in_its_own_order_refuses_another_order_later():
+    """Once trained in the prior's own order (no classes given), dataset
+    classes in another order would mean the model trained on a misread
+    prior: refused, where the same order passes."""
+    from mmdet.registry import MODELS
+
+    from mmcalidet.testing import demo_batch
+    cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    with pytest.warns(UserWarning, match='its own class order'):
+        data = model.data_preprocessor(demo_batch([[1], [3]]), True)
+        model.loss(data['inputs'], data['data_samples'])
+    own = list(Prior.load('coco2017_train').classes)
+    model.dataset_meta = dict(classes=own)  # the same order: fine
+    shuffled = own[1:] + own[:1]
+    with pytest.raises(ValueError, match='read in its own class order'):
+        model.dataset_meta = dict(classes=shuffled)
+    with pytest.raises(ValueError, match='do not match'):
+        model.dataset_meta = dict(classes=[f'c{k}' for k in range(K)])

@@ -14,8 +14,8 @@ from .calibrated_head_calls import CalibratedHeadCallsMixin
 from .prior_state import PriorState
 
 __all__ = [
-    'CalibratableDetectorMixin', 'CalibratableDETRMixin', 'CaliDINO', 'CaliDeformableDETR',
-    'defer_class_matching', 'CachedCalibration', 'CachedCalibrationMixin',
+    'CalibratableDetectorMixin', 'CalibratableDETRMixin', 'CaliDINO',
+    'CaliDeformableDETR', 'defer_class_matching', 'CachedCalibration', 'CachedCalibrationMixin',
     'cached_calibration_type', 'cached_head_losses', 'PriorState',
     'CaliDABDETR', 'CaliRTMDet',
     'CalibratableSingleStageMixin', 'CalibratedHeadCallsMixin',

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ...priors.prior import Prior
+from ...priors.prior import Prior, class_order
 from ...utils.checkpoint_compat import InvalidCheckpointPriorError
 
 #: the state-dict keys of the deployment prior's support (beside 'prior')
@@ -57,6 +57,8 @@ class PriorState:
         #: a checkpoint's prior whose support waits for the classes
         self.checkpoint_unsupported = False
         self.warned_order = False
+        #: the classes a prior read in its own order took for the model's
+        self.own_classes: Optional[Tuple[str, ...]] = None
         self._tensors: Optional[tuple] = None
 
     def set(self, prior: Prior, pending: bool = False) -> None:
@@ -101,6 +103,7 @@ class PriorState:
             ValueError: a named prior's class names are not ``classes``.
         """
         if self.matched:
+            self._check_own_order(classes)
             return None
         try:
             value = self._in_order(classes)
@@ -148,6 +151,7 @@ class PriorState:
         ``init_detector`` does for a model without classes."""
         if self.matched or not self.pending:
             return
+        self.own_classes = self.value.classes
         if not self.warned_order:
             warnings.warn(
                 f'{self.value.name} ({what}) names its classes, but no '
@@ -156,6 +160,33 @@ class PriorState:
                 'PriorClassesHook, to match it by name)')
             self.warned_order = True
         self.pending, self.matched = False, True
+
+    def _check_own_order(self, classes: Sequence[str]) -> None:
+        """After a prior was read in its own order (:meth:`own_order`), the
+        dataset's classes must be that order: other names, or the same in
+        another order, mean the model trained on a misread prior.
+
+        Raises:
+            ValueError: naming the prior and the first class that differs.
+        """
+        own = self.own_classes
+        if own is None or len(classes) != len(own):
+            return
+        try:
+            Prior(np.eye(len(own)), own).reorder(classes)
+        except ValueError as exc:
+            raise ValueError(
+                f'the class names of {self.value.name} (model.prior, read '
+                f"in its own order) do not match the dataset's classes: "
+                f'{exc}') from None
+        order = class_order(own, classes)
+        if (order != np.arange(len(own))).any():
+            first = classes[int(np.argmax(order != np.arange(len(own))))]
+            raise ValueError(
+                f'{self.value.name} (model.prior) was read in its own class '
+                f"order, which the dataset's classes do not keep (its "
+                f'{first!r} stands elsewhere): the model trained on a '
+                'misread prior; match the classes before training')
 
     # ------------------------------------------------------------------
     # checkpoints
