@@ -131,9 +131,10 @@ def test_the_data_identity_names_what_a_training_reads(tmp_path):
 # --- 2. a data folder is reused only when it is the data asked for ------
 
 
-def args_for(data, seed=0, variant='digits'):
+def args_for(data, seed=0, variant='digits', validation_sites=False):
     return argparse.Namespace(
-        data=str(data), seed=seed, variant=variant, no_progress=True)
+        data=str(data), seed=seed, variant=variant, no_progress=True,
+        validation_sites=validation_sites)
 
 
 @pytest.fixture
@@ -147,6 +148,10 @@ def generated(monkeypatch):
         return dict(seed=kwargs['seed'], variant=kwargs['variant'])
 
     monkeypatch.setattr(data_module, 'make_context_shift', make)
+    from projects.context_shift.context_shift import simulated_sites
+    monkeypatch.setattr(simulated_sites, 'make_validation_data',
+                        lambda out_dir, **kwargs: make(
+                            out_dir, validation=True, **kwargs))
     return calls
 
 
@@ -165,6 +170,11 @@ def test_a_data_folder_of_other_data_is_refused(tmp_path, generated, capsys):
             ValueError, match='validation sites, not the '
             'deployment sites'):
         training.ensure_data(args_for(sites))
+    # ... unless validation sites are asked for (--validation-sites), when
+    # the deployment sites are not
+    assert training.ensure_data(args_for(sites, validation_sites=True))
+    with pytest.raises(ValueError, match='deployment sites, not validation'):
+        training.ensure_data(args_for(digits, validation_sites=True))
     # a folder without meta.json (a torn one) is not reused either
     (tmp_path / 'torn').mkdir()
     with pytest.raises(ValueError, match='no meta.json'):

@@ -619,13 +619,14 @@ def own_data_folder(folder: str, variant: str) -> bool:
 def ensure_data(args: argparse.Namespace) -> Dict:
     """The benchmark data of ``args.data``: reused when its ``meta.json``
     says it is the data asked for (``args.seed``, ``args.variant``, the
-    deployment sites), generated when missing. A folder of other data is
-    generated again when it is the benchmark's own (the variant's default
-    folder, :func:`own_data_folder`), else refused.
+    deployment sites or, with ``args.validation_sites``, the simulated
+    sites of a recipe-selection folder), generated when missing. A folder
+    of other data is generated again when it is the benchmark's own (the
+    variant's default folder, :func:`own_data_folder`), else refused.
 
     Args:
-        args (argparse.Namespace): ``data``, ``seed``, ``variant`` and
-            ``no_progress``.
+        args (argparse.Namespace): ``data``, ``seed``, ``variant``,
+            ``validation_sites`` (optional) and ``no_progress``.
 
     Returns:
         dict: the folder's ``meta.json``.
@@ -635,9 +636,12 @@ def ensure_data(args: argparse.Namespace) -> Dict:
             holds other data (naming what differs).
     """
     from .data import make_context_shift
+    from .simulated_sites import make_validation_data
+    validation = bool(getattr(args, 'validation_sites', False))
     overwrite = False
     if osp.exists(args.data):
-        differences = data_differences(args.data, args.seed, args.variant)
+        differences = data_differences(args.data, args.seed, args.variant,
+                                       validation)
         if not differences:
             print(f'[data] reusing {args.data}')
             return _read_meta(args.data)
@@ -645,15 +649,17 @@ def ensure_data(args: argparse.Namespace) -> Dict:
         if not own_data_folder(args.data, args.variant):
             raise ValueError(
                 f'--data {args.data} is not the data asked for ({what}): '
-                'pass the --seed and --variant it was made with, or '
-                'another --data folder (the benchmark remakes only its '
-                f'own, {VARIANTS[args.variant]["data"]})')
+                'pass the --seed, --variant and --validation-sites it was '
+                'made with, or another --data folder (the benchmark remakes '
+                f'only its own, {VARIANTS[args.variant]["data"]})')
         print(f'[data] {args.data} is not the data asked for ({what}): '
               'generating it again')
         overwrite = True
+    kind = ', validation sites' if validation else ''
     print(f'[data] generating {args.data} (seed {args.seed}, '
-          f'{args.variant})')
-    return make_context_shift(
+          f'{args.variant}{kind})')
+    make = make_validation_data if validation else make_context_shift
+    return make(
         args.data,
         seed=args.seed,
         progress=not args.no_progress,

@@ -82,6 +82,13 @@ def _add_data_options(group: argparse._ArgumentGroup) -> None:
         help='data seed, in [0, 2**32 - 1]; a --data folder of another '
         'seed or variant is refused (the default folder is generated '
         'again)')
+    group.add_argument(
+        '--validation-sites',
+        action='store_true',
+        help='the data is a recipe-selection folder: its val split the '
+        'simulated sites of the training mixture (make_data.py '
+        '--validation-sites), not the deployment sites; generated so when '
+        'missing')
 
 
 def _add_training_options(group: argparse._ArgumentGroup) -> None:
