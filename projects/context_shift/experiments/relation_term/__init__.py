@@ -1,0 +1,1 @@
+# Copyright (c) mmcalidet contributors. All rights reserved.
