@@ -1,7 +1,7 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The tree reads one job per file: the mixins a new detector and head
 inherit stay short, and ``mmcalidet.utils`` imports nothing of the layers
-above it (a deprecated forwarding module aside). Function lengths:
+above it. Function lengths:
 tests/test_evaluation/test_protocol_sites.py."""
 import ast
 import glob
@@ -34,8 +34,6 @@ def test_utils_imports_no_layer_above_it():
     for path in glob.glob(osp.join(PROJECT_ROOT, 'mmcalidet/utils/*.py')):
         with open(path) as f:
             text = f.read()
-        if 'warn_deprecated(__name__' in text:
-            continue  # a forwarding module kept for one release
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.ImportFrom):
                 module = ('.' * node.level) + (node.module or '')

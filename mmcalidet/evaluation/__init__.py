@@ -21,7 +21,6 @@ docs/user_guides/evaluate.md and self_calibrate.md), one module per step:
   sites, deployment, sweep, subsets, self-calibration, online), each
   returning its rows and Markdown -- :class:`ProtocolTable`.
 """
-from ..utils.deprecation import deprecated_names
 from .baselines import (CORRECTION_NAMES, CORRECTIONS, CooccurrenceRescoring,
                         PriorReweighting, build_correction, class_frequencies)
 from .cache import cache_hidden_states, cache_images, image_batches
@@ -76,9 +75,3 @@ __all__ = [
     'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
     'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'
 ]
-
-#: old names (deprecated, one release): the reader is
-#: :class:`mmcalidet.decoder_cache.DecoderCache`
-__getattr__ = deprecated_names(
-    __name__,
-    {'HiddenStateCache': ('mmcalidet.decoder_cache', 'DecoderCache')})
