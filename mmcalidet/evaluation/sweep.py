@@ -282,14 +282,3 @@ def check_expected_order(rows: Sequence[Dict],
     result['holds'] = not violations
     result['verdict'] = 'holds' if not violations else 'does not hold'
     return result
-
-
-def format_order_verdict(order: Dict) -> str:
-    """One line of a :func:`check_expected_order` result: the verdict, the
-    violations when it does not hold, and the spread when it holds."""
-    verdict = order['verdict']
-    if order['holds'] is False:
-        verdict += ': ' + '; '.join(order['violations'])
-    elif order['holds']:
-        verdict += f' (spread {100 * order["spread"]:.2f})'
-    return verdict

@@ -14,6 +14,7 @@ from .prior_io import (check_class_names, default_prior_path, reorder_prior,
 from .prior_source import (describe_prior_source, load_prior,
                            load_prior_source, model_classes,
                            training_dataset_classes)
+from .shrinkage import shrink, site_estimate
 from .statistics import (batch_prior, cooccurrence_counts, counts_to_prior,
                          flat_prior, flip_prior, label_lists_prior,
                          prior_from_flat, prior_mae, sample_prior)
@@ -25,5 +26,6 @@ __all__ = [
     'validate_prior', 'reorder_prior', 'check_class_names',
     'default_prior_path', 'load_prior_source', 'describe_prior_source',
     'model_classes', 'training_dataset_classes', 'PRIOR_KINDS', 'PriorKind',
-    'KindInputs', 'register_prior_kind', 'get_prior_kind', 'prior_label'
+    'KindInputs', 'register_prior_kind', 'get_prior_kind', 'prior_label',
+    'shrink', 'site_estimate'
 ]

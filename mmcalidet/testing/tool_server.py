@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Set
 #: what the server imports before it forks (what the tools import)
 PRELOAD = ('torch', 'mmengine.runner', 'mmdet.apis', 'mmdet.models',
            'mmcalidet', 'mmcalidet.apis', 'mmcalidet.models',
-           'mmcalidet.evaluation')
+           'mmcalidet.evaluation', 'mmcalidet.calibration')
 
 
 def _path_entries(env: Dict[str, str]) -> List[str]:

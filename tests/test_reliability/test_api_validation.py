@@ -15,10 +15,11 @@ import pytest
 import torch
 from mmengine.structures import InstanceData
 
+from mmcalidet.calibration import (OnlineSelfCalibrator, calibration_step,
+                                   fit_site_prior, prediction_statistics,
+                                   self_calibrate)
 from mmcalidet.decoder_cache import CacheError, DecoderCache
-from mmcalidet.evaluation import (CocoEvaluator, OnlineSelfCalibrator,
-                                  calibration_step, fit_site_prior,
-                                  prediction_statistics, self_calibrate)
+from mmcalidet.evaluation import CocoEvaluator
 from mmcalidet.evaluation.baselines import CooccurrenceRescoring
 from mmcalidet.priors import flat_prior
 from mmcalidet.testing import PROJECT_ROOT, run_tool_in_process
@@ -535,8 +536,8 @@ def test_test_py_refuses_a_bad_prior_before_making_a_work_dir(
 
 
 #: the packages whose public functions and classes are walked
-PUBLIC = ('mmcalidet.apis', 'mmcalidet.evaluation', 'mmcalidet.priors',
-          'mmcalidet.deploy', 'mmcalidet.engine')
+PUBLIC = ('mmcalidet.apis', 'mmcalidet.evaluation', 'mmcalidet.calibration',
+          'mmcalidet.priors', 'mmcalidet.deploy', 'mmcalidet.engine')
 
 
 def _takes_a_float(param) -> bool:

@@ -11,7 +11,7 @@ import os.path as osp
 import pytest
 from mmengine.config import Config
 
-from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
+from mmcalidet.calibration import DEFAULT_TRUST_RADIUS
 from mmcalidet.testing import PROJECT_ROOT, build_detector
 from mmcalidet.utils.model_heads import classifying_head
 from projects.context_shift.context_shift import (SITES, detector_configs,
