@@ -25,7 +25,7 @@ from mmengine.runner import Runner
 
 from mmcalidet.calibration import self_calibrate
 from mmcalidet.evaluation import Rescorer, cache_hidden_states
-from mmcalidet.testing import get_config
+from testing import get_config
 
 
 def main() -> None:

@@ -46,8 +46,8 @@ from mmcalidet.evaluation import (CocoEvaluator, Rescorer, cache_evaluator,
                                   cache_hidden_states)
 from mmcalidet.evaluation.protocol import injection
 from mmcalidet.evaluation.sweep import Method
-from mmcalidet.testing import get_config
 from mmcalidet.utils.log_level import quiet_mmengine
+from testing import get_config
 
 TARGETS = dict(sweep=1.3, selfcal=2.0, selfcal_ap=None)
 

@@ -35,7 +35,7 @@ from mmengine.dataset import pseudo_collate
 from mmengine.optim import build_optim_wrapper
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from mmcalidet.testing import get_config, match_config_classes  # noqa: E402
+from testing import get_config, match_config_classes  # noqa: E402
 
 TARGETS = dict(train=1.10, infer_cached=1.005, infer_uncached=1.03)
 

@@ -7,7 +7,7 @@ import ast
 import glob
 import os.path as osp
 
-from mmcalidet.testing import PROJECT_ROOT
+from testing import PROJECT_ROOT
 
 #: what adding CaliDet to a new mmdet detector means reading
 MIXINS = ('mmcalidet/models/detectors/calibratable.py',

@@ -12,7 +12,7 @@ from mmengine.runner import Runner
 from mmengine.structures import InstanceData
 
 from mmcalidet.priors import load_prior
-from mmcalidet.testing import get_config
+from testing import get_config
 
 pytestmark = pytest.mark.slow
 

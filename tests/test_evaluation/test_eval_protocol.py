@@ -26,7 +26,7 @@ from mmcalidet.evaluation import (METRICS, Rescorer, build_priors,
                                   site_priors, split_subsets)
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import batch_prior, prior_mae
-from mmcalidet.testing import get_config, known_scores_setup
+from testing import get_config, known_scores_setup
 
 K = 80
 #: the classes every image predicts (see set_known_scores)

@@ -29,8 +29,7 @@ from mmcalidet.evaluation import (CocoEvaluator, CooccurrenceRescoring,
                                   rescorer_for)
 from mmcalidet.evaluation.head_scoring import corrected_levels
 from mmcalidet.priors import flat_prior
-from mmcalidet.testing import (build_detector, data_root, get_config,
-                               random_prior)
+from testing import build_detector, data_root, get_config, random_prior
 
 RTMDET = 'calidet/calidet_rtmdet_tiny_coco-mini.py'
 FASTER_RCNN = 'calidet/calidet_faster-rcnn_tiny_coco-mini.py'

@@ -13,7 +13,7 @@ from mmcalidet.evaluation import Rescorer, cache_hidden_states
 from mmcalidet.evaluation.prior_support import register_label_supports
 from mmcalidet.models.layers.support_ops import label_support
 from mmcalidet.priors import Prior, batch_prior, sample_prior
-from mmcalidet.testing import get_config
+from testing import get_config
 
 K = 80
 

@@ -13,7 +13,7 @@ from mmcalidet.evaluation import protocol as P
 from mmcalidet.evaluation import report, site_priors
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import prior_mae
-from mmcalidet.testing import known_scores_setup
+from testing import known_scores_setup
 
 K = 80
 #: the site of each of the 4 cached images

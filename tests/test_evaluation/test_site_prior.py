@@ -13,7 +13,7 @@ from mmengine.structures import InstanceData
 from mmcalidet.calibration import fit_site_prior
 from mmcalidet.evaluation import CocoEvaluator, paired_bootstrap
 from mmcalidet.priors import batch_prior, flat_prior, shrink, site_estimate
-from mmcalidet.testing import data_root
+from testing import data_root
 
 CLASSES = list(CocoDataset.METAINFO['classes'])
 K = len(CLASSES)

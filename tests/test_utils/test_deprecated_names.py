@@ -14,8 +14,8 @@ import warnings
 
 import pytest
 
-from mmcalidet.testing import PROJECT_ROOT
 from mmcalidet.utils import deprecation
+from testing import PROJECT_ROOT
 
 #: (module, old name, new module, new name) of the names served by a
 #: module-level __getattr__

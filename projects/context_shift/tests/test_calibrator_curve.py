@@ -9,9 +9,8 @@ from types import SimpleNamespace
 import pytest
 from mmengine.runner import save_checkpoint
 
-from mmcalidet.testing import (PROJECT_ROOT, build_detector, run_tool,
-                               run_tool_in_process)
 from projects.context_shift.context_shift import training
+from testing import PROJECT_ROOT, build_detector, run_tool, run_tool_in_process
 
 TOOL = 'projects/context_shift/experiments/calibrator_curve.py'
 CACHED = 'configs/calidet/calidet_dino_tiny_coco-mini_cached.py'

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from mmcalidet.testing import run_tool
 from projects.context_shift.context_shift.data import (MANY_CLASS_SCENES,
                                                        make_context_shift,
                                                        variant_classes)
+from testing import run_tool
 
 ROOT = osp.dirname(
     osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
