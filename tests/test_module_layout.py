@@ -41,3 +41,13 @@ def test_utils_imports_no_layer_above_it():
                     module.startswith('mmcalidet.')
                     and not module.startswith('mmcalidet.utils')), (path,
                                                                     module)
+
+
+def test_the_library_holds_no_argparse_options():
+    """The tools' options live beside the tools
+    (tools/analysis_tools/eval_options.py), not in the library."""
+    for src in glob.glob(
+            osp.join(PROJECT_ROOT, 'mmcalidet', '**', '*.py'),
+            recursive=True):
+        if f'{osp.sep}.mim{osp.sep}' not in src:
+            assert 'add_argument(' not in open(src).read(), src

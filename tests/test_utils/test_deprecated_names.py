@@ -71,33 +71,6 @@ def test_old_names_stay_out_of_all_and_unknown_names_still_fail(module):
     assert not hasattr(mod, '__no_such_dunder__')
 
 
-def test_tool_options_forward_to_the_tools(fresh_warnings, monkeypatch):
-    """The evaluation tools' options left the library for
-    tools/analysis_tools/eval_options.py; the old module forwards there."""
-    import inspect
-
-    import mmcalidet.evaluation
-    old = 'mmcalidet.evaluation.tool_options'
-    monkeypatch.delitem(sys.modules, old, raising=False)
-    monkeypatch.delattr(mmcalidet.evaluation, 'tool_options', raising=False)
-    with pytest.warns(DeprecationWarning) as record:
-        shim = importlib.import_module(old)
-    (message, ) = deprecation_messages(record)
-    assert message.startswith(f'{old} is deprecated')
-    assert 'use tools/analysis_tools/eval_options.py' in message
-    path = osp.join(PROJECT_ROOT, 'tools', 'analysis_tools',
-                    'eval_options.py')
-    assert sorted(shim.__all__) == [
-        'add_model_args', 'ensure_out_dir', 'eval_setup'
-    ]
-    for name in shim.__all__:
-        assert osp.samefile(inspect.getsourcefile(getattr(shim, name)), path)
-    # the library itself holds no argparse options any more
-    for src in glob.glob(
-            osp.join(PROJECT_ROOT, 'mmcalidet', 'evaluation', '*.py')):
-        assert 'add_argument(' not in open(src).read(), src
-
-
 def priors_imports(source: str) -> list:
     """The imports of mmcalidet.priors (or a module of it) in the source of
     a module of mmcalidet/utils, at the top or inside functions, relative
