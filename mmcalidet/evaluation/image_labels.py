@@ -56,7 +56,8 @@ def read_evaluation_labels(
     """
     from ..priors.dataset_prior import is_yolo_source
     from ..priors.label_io import (read_class_names, read_coco_labels,
-                                   read_yolo_dir, read_yolo_tarball)
+                                   read_yolo_dir)
+    from ..priors.yolo_tarball import read_yolo_tarball
     if isinstance(classes, str):
         classes = read_class_names(classes)
     if is_yolo_source(src):

@@ -6,11 +6,11 @@ Light: imported with ``MMCALIDET_LIGHT=1`` (see mmcalidet/__init__.py), so
 its modules import nothing heavier than numpy at the top (torch, mmengine
 and mmdet only inside the functions that need them).
 """
+from .checks import check_class_names, reorder_prior, validate_prior
 from .kinds import (PRIOR_KINDS, KindInputs, PriorKind, get_prior_kind,
                     prior_label, register_prior_kind)
 from .prior import Prior
-from .prior_io import (check_class_names, default_prior_path, reorder_prior,
-                       save_prior, validate_prior)
+from .prior_io import default_prior_path, save_prior
 from .prior_source import (describe_prior_source, load_prior,
                            load_prior_source, model_classes,
                            training_dataset_classes)
