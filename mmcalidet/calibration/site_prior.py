@@ -48,10 +48,8 @@ from .cross_fitting import (candidate_gains, cross_fitted_predictions,
 
 #: the shrinkage candidates (0 is E_t, the fallback)
 ALPHAS = (0.25, 0.5, 0.75, 1.0, 1.25)
-
 #: when a candidate replaces E_t (:func:`fit_site_prior`'s ``accept``)
 ACCEPT = ('interval', 'gain')
-
 #: the default: the low end of its gain's interval is above 0
 DEFAULT_ACCEPT = 'interval'
 

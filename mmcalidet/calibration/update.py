@@ -22,10 +22,8 @@ from ..utils.validation import check_finite_array, check_float, check_int
 #: default score threshold for "class predicted" (see
 #: docs/user_guides/self_calibrate.md for how it was chosen)
 DEFAULT_SCORE_THR = 0.3
-
 #: the paper's step size
 DEFAULT_ETA = 4.0
-
 #: how far self-calibration may move E_c from E_t (mean absolute distance):
 #: chosen on simulated sites of the training data, where the paper's
 #: unbounded loop lost 1.6 to 5.2 AP (projects/context_shift/README.md);
