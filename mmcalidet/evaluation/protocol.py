@@ -178,7 +178,7 @@ def deployment(methods: Sequence[Method],
         labelled (int | Sequence[int]): labelled images per draw (a row
             pair each); a site keeps at least one image to evaluate on.
         repeats (int): draws per site (0: no rows).
-        accept (str): see :func:`fit_site_prior`.
+        accept (str): see :func:`~mmcalidet.calibration.fit_site_prior`.
         progress (bool): show progress bars.
 
     Returns:
@@ -292,7 +292,8 @@ def self_calibration(methods: Sequence[Method],
             random subsets).
         site_priors (dict, optional): each partition's own statistics
             (the epsilon columns; ``None`` without).
-        iters, score_thr, tol, eta: see :func:`self_calibrate`.
+        iters, score_thr, tol, eta: see
+            :func:`~mmcalidet.calibration.self_calibrate`.
         radii (float | Sequence): trust radius (``None``: the paper's
             unbounded loop); several: a row each.
         batch_size (int): images per re-scoring step.
