@@ -1,6 +1,7 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
+from ..head_kinds.decoder import cached_head_losses
 from .cached_calibration import (CachedCalibration, CachedCalibrationMixin,
-                                 cached_calibration_type, cached_head_losses)
+                                 cached_calibration_type)
 from .cali_dab_detr import CaliDABDETR
 from .cali_deformable_detr import CaliDeformableDETR
 from .cali_dino import CaliDINO
@@ -15,9 +16,8 @@ from .prior_state import PriorState
 
 __all__ = [
     'CalibratableDetectorMixin', 'CalibratableDETRMixin', 'CaliDINO',
-    'CaliDeformableDETR', 'defer_class_matching', 'CachedCalibration', 'CachedCalibrationMixin',
-    'cached_calibration_type', 'cached_head_losses', 'PriorState',
-    'CaliDABDETR', 'CaliRTMDet',
-    'CalibratableSingleStageMixin', 'CalibratedHeadCallsMixin',
-    'CaliFasterRCNN', 'CalibratableTwoStageMixin'
+    'CaliDeformableDETR', 'defer_class_matching', 'CachedCalibration',
+    'CachedCalibrationMixin', 'cached_calibration_type', 'cached_head_losses',
+    'PriorState', 'CaliDABDETR', 'CaliRTMDet', 'CalibratableSingleStageMixin',
+    'CalibratedHeadCallsMixin', 'CaliFasterRCNN', 'CalibratableTwoStageMixin'
 ]
