@@ -1,7 +1,9 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 from ..head_kinds.decoder import cached_head_losses
 from .cached_calibration import (CachedCalibration, CachedCalibrationMixin,
-                                 cached_calibration_type)
+                                 CachedCaliDABDETR, CachedCaliDeformableDETR,
+                                 CachedCaliDINO, CachedCaliFasterRCNN,
+                                 CachedCaliRTMDet, cached_calibration_type)
 from .cali_dab_detr import CaliDABDETR
 from .cali_deformable_detr import CaliDeformableDETR
 from .cali_dino import CaliDINO
@@ -19,5 +21,7 @@ __all__ = [
     'CaliDeformableDETR', 'defer_class_matching', 'CachedCalibration',
     'CachedCalibrationMixin', 'cached_calibration_type', 'cached_head_losses',
     'PriorState', 'CaliDABDETR', 'CaliRTMDet', 'CalibratableSingleStageMixin',
-    'CalibratedHeadCallsMixin', 'CaliFasterRCNN', 'CalibratableTwoStageMixin'
+    'CalibratedHeadCallsMixin', 'CaliFasterRCNN', 'CalibratableTwoStageMixin',
+    'CachedCaliDINO', 'CachedCaliDeformableDETR', 'CachedCaliDABDETR',
+    'CachedCaliRTMDet', 'CachedCaliFasterRCNN'
 ]

@@ -16,6 +16,11 @@ The losses on a cached batch are the head kind's
 (:meth:`~mmcalidet.models.head_kinds.HeadKind.cached_losses`): a DETR's
 decoder outputs, a one-stage head's cached locations (``CaliRTMDet``), a
 two-stage box head's sampled RoIs (``CaliFasterRCNN``).
+
+Each CaliDet detector has its cached twin written out below
+(``CachedCaliDINO`` ...); a new detector writes one line,
+``class CachedCaliX(CachedCalibrationMixin, CaliX)``, and
+``CachedCalibration(detector='CaliX')`` finds it.
 """
 from typing import Dict, Optional, Type
 
@@ -27,13 +32,28 @@ from ...decoder_cache.store import (FOLDER_METAINFO, HEAD_METAINFO,
                                     TARGET_HEADS, CacheKindError, kind_text)
 from ..data_preprocessors import is_cached_batch
 from ..head_kinds import HeadKind, head_kind_of
+from .cali_dab_detr import CaliDABDETR
+from .cali_deformable_detr import CaliDeformableDETR
+from .cali_dino import CaliDINO
+from .cali_faster_rcnn import CaliFasterRCNN
+from .cali_rtmdet import CaliRTMDet
 from .calibratable import CalibratableDetectorMixin
+
+#: a CaliDet detector class -> its cached twin (filled by the twins'
+#: definitions, :meth:`CachedCalibrationMixin.__init_subclass__`)
+CACHED_TYPES: Dict[type, type] = {}
 
 
 class CachedCalibrationMixin:
-    """Put in front of a CaliDet detector by :func:`CachedCalibration`:
-    ``loss`` trains the calibrator on a cache of the head's kind (a DETR's
-    decoder outputs, a one-stage head's locations, a box head's RoIs).
+    """Put in front of a CaliDet detector, ``class CachedCaliX(
+    CachedCalibrationMixin, CaliX)``: ``loss`` trains the calibrator on a
+    cache of the head's kind (a DETR's decoder outputs, a one-stage head's
+    locations, a box head's RoIs).
+
+    A subclass is the twin :func:`CachedCalibration` builds for its
+    detector; it keeps the detector's ``__name__`` (reports, exports and
+    logs name the model as the detector) and is found by its qualified
+    name, ``Cached<Detector>`` (pickles).
 
     Args:
         cache_train_cls_branches (bool): let the head's classification
@@ -42,6 +62,20 @@ class CachedCalibrationMixin:
             default only the CaliFormer does. Defaults to False.
         *args, **kwargs: the arguments of the detector.
     """
+
+    #: the registered type of the detector (set for each twin)
+    detector_type = ''
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if CachedCalibrationMixin not in cls.__bases__:
+            return
+        detector = next(base for base in cls.__bases__
+                        if base is not CachedCalibrationMixin)
+        cls.detector_type = detector.__name__
+        # named as the detector it is; __qualname__ stays Cached<Detector>
+        cls.__name__ = detector.__name__
+        CACHED_TYPES[detector] = cls
 
     def __init__(self,
                  *args,
@@ -193,41 +227,53 @@ class CachedCalibrationMixin:
         return kind
 
 
-_CACHED_TYPES: Dict[type, type] = {}
+class CachedCaliDINO(CachedCalibrationMixin, CaliDINO):
+    """CaliDINO trained on cached decoder outputs."""
+
+
+class CachedCaliDeformableDETR(CachedCalibrationMixin, CaliDeformableDETR):
+    """CaliDeformableDETR trained on cached decoder outputs."""
+
+
+class CachedCaliDABDETR(CachedCalibrationMixin, CaliDABDETR):
+    """CaliDABDETR trained on cached decoder outputs."""
+
+
+class CachedCaliRTMDet(CachedCalibrationMixin, CaliRTMDet):
+    """CaliRTMDet trained on a dense head's cached locations."""
+
+
+class CachedCaliFasterRCNN(CachedCalibrationMixin, CaliFasterRCNN):
+    """CaliFasterRCNN trained on a box head's cached RoIs."""
 
 
 def cached_calibration_type(detector: Type[nn.Module]) -> type:
-    """The class ``Cached<Detector>(CachedCalibrationMixin, detector)``,
-    made once per detector class; its ``__name__`` is the detector's, so
-    reports and exports name the model as they name the detector.
+    """The cached twin of a CaliDet detector class (``CachedCaliDINO`` of
+    ``CaliDINO``): the class written out as
+    ``class Cached<Detector>(CachedCalibrationMixin, <Detector>)``.
 
     Args:
         detector (type): a CaliDet detector class
             (:class:`CalibratableDetectorMixin`).
 
     Returns:
-        type: the class.
+        type: its twin.
 
     Raises:
-        TypeError: ``detector`` is not a CaliDet detector.
+        TypeError: ``detector`` is not a CaliDet detector, or has no twin.
     """
     if not (isinstance(detector, type)
             and issubclass(detector, CalibratableDetectorMixin)):
         raise TypeError('CachedCalibration: detector must be a CaliDet '
                         'detector type (e.g. CaliDINO), got '
                         f'{getattr(detector, "__name__", detector)!r}')
-    if detector not in _CACHED_TYPES:
-        name = f'Cached{detector.__name__}'
-        # named as the detector it is (reports, exports and logs name the
-        # model by its type); found by its qualified name (pickle)
-        cls = type(detector.__name__, (CachedCalibrationMixin, detector),
-                   dict(__module__=__name__, __qualname__=name,
-                        __doc__=f'{detector.__name__} trained on cached '
-                        'decoder outputs (:class:`CachedCalibrationMixin`).',
-                        detector_type=detector.__name__))
-        globals()[name] = cls
-        _CACHED_TYPES[detector] = cls
-    return _CACHED_TYPES[detector]
+    if detector not in CACHED_TYPES:
+        raise TypeError(
+            f'CachedCalibration: {detector.__name__} has no cached twin: '
+            f'write class Cached{detector.__name__}(CachedCalibrationMixin, '
+            f'{detector.__name__}) (mmcalidet/models/detectors/'
+            'cached_calibration.py)')
+    return CACHED_TYPES[detector]
 
 
 @MODELS.register_module()
@@ -242,7 +288,8 @@ def CachedCalibration(detector: str, **kwargs) -> nn.Module:
             :class:`CachedCalibrationMixin`).
 
     Returns:
-        nn.Module: the detector, a :func:`cached_calibration_type` of it.
+        nn.Module: the detector's cached twin
+        (:func:`cached_calibration_type`).
     """
     detector_cls = MODELS.get(detector) if isinstance(detector,
                                                       str) else detector
