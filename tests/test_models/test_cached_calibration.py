@@ -174,13 +174,16 @@ def test_every_calidet_detector_has_its_twin_written_out():
     write."""
     from mmdet.registry import MODELS
 
-    from mmcalidet.models.detectors import (
-        CachedCaliDABDETR, CachedCaliDeformableDETR, CachedCaliDINO,
-        CachedCaliFasterRCNN, CachedCaliRTMDet, CalibratableDETRMixin)
+    from mmcalidet.models.detectors import (CachedCaliDABDETR,
+                                            CachedCaliDeformableDETR,
+                                            CachedCaliDINO,
+                                            CachedCaliFasterRCNN,
+                                            CachedCaliFCOS, CachedCaliRTMDet,
+                                            CalibratableDETRMixin)
     from mmcalidet.models.detectors import cached_calibration as module
     from mmcalidet.models.detectors import cached_calibration_type
     for twin in (CachedCaliDINO, CachedCaliDeformableDETR, CachedCaliDABDETR,
-                 CachedCaliRTMDet, CachedCaliFasterRCNN):
+                 CachedCaliRTMDet, CachedCaliFCOS, CachedCaliFasterRCNN):
         detector = MODELS.get(twin.__name__)
         assert twin.__qualname__ == f'Cached{detector.__name__}'
         assert getattr(module, twin.__qualname__) is twin

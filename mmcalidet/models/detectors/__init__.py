@@ -3,11 +3,13 @@ from ..head_kinds.decoder import cached_head_losses
 from .cached_calibration import (CachedCalibration, CachedCalibrationMixin,
                                  CachedCaliDABDETR, CachedCaliDeformableDETR,
                                  CachedCaliDINO, CachedCaliFasterRCNN,
-                                 CachedCaliRTMDet, cached_calibration_type)
+                                 CachedCaliFCOS, CachedCaliRTMDet,
+                                 cached_calibration_type)
 from .cali_dab_detr import CaliDABDETR
 from .cali_deformable_detr import CaliDeformableDETR
 from .cali_dino import CaliDINO
 from .cali_faster_rcnn import CaliFasterRCNN
+from .cali_fcos import CaliFCOS
 from .cali_rtmdet import CaliRTMDet
 from .calibratable import CalibratableDetectorMixin, defer_class_matching
 from .calibratable_detr import CalibratableDETRMixin
@@ -20,8 +22,9 @@ __all__ = [
     'CalibratableDetectorMixin', 'CalibratableDETRMixin', 'CaliDINO',
     'CaliDeformableDETR', 'defer_class_matching', 'CachedCalibration',
     'CachedCalibrationMixin', 'cached_calibration_type', 'cached_head_losses',
-    'PriorState', 'CaliDABDETR', 'CaliRTMDet', 'CalibratableSingleStageMixin',
-    'CalibratedHeadCallsMixin', 'CaliFasterRCNN', 'CalibratableTwoStageMixin',
-    'CachedCaliDINO', 'CachedCaliDeformableDETR', 'CachedCaliDABDETR',
-    'CachedCaliRTMDet', 'CachedCaliFasterRCNN'
+    'PriorState', 'CaliDABDETR', 'CaliRTMDet', 'CaliFCOS',
+    'CalibratableSingleStageMixin', 'CalibratedHeadCallsMixin',
+    'CaliFasterRCNN', 'CalibratableTwoStageMixin', 'CachedCaliDINO',
+    'CachedCaliDeformableDETR', 'CachedCaliDABDETR', 'CachedCaliRTMDet',
+    'CachedCaliFCOS', 'CachedCaliFasterRCNN'
 ]

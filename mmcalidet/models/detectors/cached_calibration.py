@@ -14,8 +14,8 @@ instead of images. The detector's own ``loss`` takes images only.
 
 The losses on a cached batch are the head kind's
 (:meth:`~mmcalidet.models.head_kinds.HeadKind.cached_losses`): a DETR's
-decoder outputs, a one-stage head's cached locations (``CaliRTMDet``), a
-two-stage box head's sampled RoIs (``CaliFasterRCNN``).
+decoder outputs, a one-stage head's cached locations (``CaliRTMDet``,
+``CaliFCOS``), a two-stage box head's sampled RoIs (``CaliFasterRCNN``).
 
 Each CaliDet detector has its cached twin written out below
 (``CachedCaliDINO`` ...); a new detector writes one line,
@@ -36,6 +36,7 @@ from .cali_dab_detr import CaliDABDETR
 from .cali_deformable_detr import CaliDeformableDETR
 from .cali_dino import CaliDINO
 from .cali_faster_rcnn import CaliFasterRCNN
+from .cali_fcos import CaliFCOS
 from .cali_rtmdet import CaliRTMDet
 from .calibratable import CalibratableDetectorMixin
 
@@ -241,6 +242,10 @@ class CachedCaliDABDETR(CachedCalibrationMixin, CaliDABDETR):
 
 class CachedCaliRTMDet(CachedCalibrationMixin, CaliRTMDet):
     """CaliRTMDet trained on a dense head's cached locations."""
+
+
+class CachedCaliFCOS(CachedCalibrationMixin, CaliFCOS):
+    """CaliFCOS trained on a dense head's cached locations."""
 
 
 class CachedCaliFasterRCNN(CachedCalibrationMixin, CaliFasterRCNN):
