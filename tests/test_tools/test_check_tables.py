@@ -31,8 +31,8 @@ def test_first_difference_names_the_number():
         now) == ('detectors.rtmdet.injection[2].AP: 0.0 before, 0.5 now')
     now = copy.deepcopy(before)
     del now['detectors']['rtmdet']['sweep'][0]
-    assert first_difference(before, now).startswith(
-        'detectors.rtmdet.sweep[]: ')
+    assert first_difference(before,
+                            now).startswith('detectors.rtmdet.sweep[]: ')
 
 
 @pytest.mark.slow

@@ -112,8 +112,8 @@ class CalibratedConv2d(nn.Conv2d):
             centre = self.kernel_size[0] // 2
             if centre:  # zeros around it, by concatenation (ONNX's Pad
                 # would leave the kernel's shape unknown)
-                side = kernel.new_zeros(self.out_channels, self.in_channels,
-                                        1, centre)
+                side = kernel.new_zeros(self.out_channels, self.in_channels, 1,
+                                        centre)
                 band = kernel.new_zeros(self.out_channels, self.in_channels,
                                         centre, self.kernel_size[1])
                 kernel = torch.cat(
