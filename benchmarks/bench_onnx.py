@@ -89,15 +89,15 @@ def build(name: str):
     model = REGISTRY.build(cfg.model)
     with mmengine_log_level(at_least=40):  # init_weights' report
         model.init_weights()
-    from mmdet.models.dense_heads.base_dense_head import BaseDenseHead
-    if isinstance(getattr(model, 'bbox_head', None), BaseDenseHead):
+    from mmcalidet.models.head_kinds import DENSE, head_kind_of
+    if head_kind_of(model) is DENSE:
         # a one-stage head's NMS costs what its scores make it cost: at
         # the init's bias (sigmoid 0.01) every (location, class) pair
         # passes score_thr = 0.001; a trained head scores most of them
         # far below it, as this bias (sigmoid 1e-4) does
         from mmengine.model import bias_init_with_prob
         with torch.no_grad():
-            for conv in model.bbox_head.rtm_cls:
+            for conv in DENSE.cls_layers(model.bbox_head).values():
                 conv.bias.fill_(bias_init_with_prob(1e-4))
     model.cfg = cfg
     return model.eval()

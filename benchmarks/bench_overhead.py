@@ -35,6 +35,7 @@ from mmengine.dataset import pseudo_collate
 from mmengine.optim import build_optim_wrapper
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+from mmcalidet.models.head_kinds import DENSE, head_kind_of  # noqa: E402
 from testing import get_config, match_config_classes  # noqa: E402
 
 TARGETS = dict(train=1.10, infer_cached=1.005, infer_uncached=1.03)
@@ -169,8 +170,8 @@ def added_inference_work(model, batch, device, reps: int) -> dict:
     with torch.no_grad():
         data = model.data_preprocessor(copy.deepcopy(batch), False)
         samples = data['data_samples']
-        if hasattr(head, 'dense_cls_convs'):
-            convs = list(head.dense_cls_convs().values())
+        if head_kind_of(model) is DENSE:
+            convs = DENSE.level_convs(head)
 
             def calibrate(cali_vectors):
                 for conv in convs:

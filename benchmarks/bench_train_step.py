@@ -192,8 +192,10 @@ def main() -> None:
     if args.mmcv_deform_attn:
         from mmcalidet.models.layers.cpu_deform_attn import use_cpu_deform_attn
         use_cpu_deform_attn(False)
-    head = model.roi_head.bbox_head if hasattr(model, 'roi_head') \
-        else model.bbox_head  # a two-stage detector classifies RoIs
+    from mmcalidet.models.head_kinds import head_kind_of
+
+    # a two-stage detector classifies RoIs: its head kind's head
+    head = head_kind_of(model).head(model)
     batch = make_batch(args.batch_size, args.size, head.num_classes)
     row = paired(lambda: detector_step(model, optim, batch),
                  lambda: backbone_step(model, backbone, batch), args.iters,

@@ -430,10 +430,10 @@ def set_known_scores(model: torch.nn.Module,
         low (float): the other classes' logit bias.
         cali_scale (float): factor of V'.
     """
-    head = model.bbox_head
-    last_norm = head.califormer.encoder.layers[-1].norms[-1]
+    from ..models.head_kinds.decoder import DECODER
+    last_norm = model.bbox_head.califormer.encoder.layers[-1].norms[-1]
     with torch.no_grad():
-        for branch in head.cls_branches[:model.decoder.num_layers]:
+        for branch in DECODER.cls_layers(model.bbox_head).values():
             branch.weight.zero_()
             branch.bias.fill_(low)
             branch.bias[list(classes)] = high

@@ -10,6 +10,7 @@ tests/test_evaluation/test_protocol_sites.py."""
 import ast
 import glob
 import os.path as osp
+import re
 
 from testing import PROJECT_ROOT
 
@@ -145,3 +146,54 @@ def test_the_test_helpers_are_not_in_the_package():
         text = open(path).read()
         assert 'import testing' not in text, path
         assert 'from testing' not in text, path
+
+
+#: mmdet's head internals, named only by the head-kind adapters and heads
+HEAD_INTERNALS = re.compile(r'\b(fc_cls|rtm_cls|cls_branches|conv_cls)\b')
+#: where they may be named
+HEAD_FOLDERS = ('mmcalidet/models/head_kinds/',
+                'mmcalidet/models/dense_heads/', 'mmcalidet/models/roi_heads/')
+
+
+def _python_files(*folders):
+    for folder in folders:
+        yield from glob.glob(
+            osp.join(PROJECT_ROOT, folder, '**', '*.py'), recursive=True)
+
+
+def test_head_internals_are_named_by_the_adapters_and_heads_only():
+    """No code (comments and docstrings included) outside the head-kind
+    adapters and the heads names mmdet's classification layers: a new
+    head family lands in one adapter and one head class."""
+    found = []
+    for path in _python_files('mmcalidet', 'tools', 'projects', 'benchmarks'):
+        rel = osp.relpath(path, PROJECT_ROOT)
+        if rel.startswith(HEAD_FOLDERS) or '/tests/' in rel:
+            continue
+        with open(path) as f:
+            for number, line in enumerate(f, 1):
+                if HEAD_INTERNALS.search(line):
+                    found.append(f'{rel}:{number}: {line.strip()}')
+    assert not found, '\n'.join(found)
+
+
+def test_models_import_neither_evaluation_nor_deploy():
+    """The adapters name the evaluation's and the export's parts by import
+    path; mmcalidet.models imports nothing of the layers above it."""
+    above = ('evaluation', 'deploy', 'engine', 'decoder_cache.build', 'apis')
+    for path in _python_files('mmcalidet/models'):
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.ImportFrom):
+                names = [(node.level, node.module or '')]
+            elif isinstance(node, ast.Import):
+                names = [(0, alias.name) for alias in node.names]
+            for level, module in names:
+                parts = module.split('.')
+                # mmcalidet.<pkg> absolutely, or ...<pkg> from a module two
+                # or three folders down
+                package = '.'.join(parts[1:]) if parts[0] == 'mmcalidet' \
+                    else module if level >= 2 else ''
+                assert not package.startswith(above), (path, module)

@@ -48,7 +48,7 @@ def is_calibratable(model: nn.Module) -> bool:
 
 def _is_one_prior(prior: Any) -> bool:
     """Whether an item of a list is a whole prior, not a matrix row."""
-    if prior is None or isinstance(prior, (str, os.PathLike, dict)):
+    if prior is None or isinstance(prior, (str, os.PathLike, dict, Prior)):
         return True
     ndim = getattr(prior, 'ndim', None)
     if ndim is None and isinstance(prior, (list, tuple)):

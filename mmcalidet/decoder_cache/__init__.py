@@ -8,10 +8,12 @@ encoder's proposal head stays uncalibrated), so they are computed once and
 reused. Modules: ``fingerprint`` (what makes a cache), ``baseline`` (the one
 checkpoint a calibrator and its cache share), ``store`` (the
 folder format, its validation, the :class:`DecoderCache` reader),
-``writer`` (atomic writing), ``build`` (running the detector), ``dense``
-and ``dense_targets`` (a one-stage head's cached locations), ``roi`` and
-``roi_targets`` (a two-stage box head's sampled RoIs), ``samples``
-and ``npy`` (the stored data samples and arrays).
+``writer`` (atomic writing), ``build`` (running the detector), and the
+cache writer of each head kind (named by its adapter,
+:mod:`mmcalidet.models.head_kinds`): ``decoder`` (a DETR's decoder
+outputs), ``dense`` and ``dense_targets`` (a one-stage head's cached
+locations), ``roi`` and ``roi_targets`` (a two-stage box head's sampled
+RoIs); ``samples`` and ``npy`` (the stored data samples and arrays).
 """
 from .baseline import TrunkMismatchError, match_baseline, same_checkpoint
 from .build import (build_decoder_cache, cache_folder, cache_hidden_states,

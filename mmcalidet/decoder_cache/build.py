@@ -20,10 +20,8 @@ from mmengine.logging import print_log
 
 from ..utils.progress import progress_bar
 from ..utils.validation import check_int
-from .dense import fill_dense_cache, is_dense_model
 from .fingerprint import (cache_fingerprint, fingerprint_changes,
                           fingerprint_digest)
-from .roi import fill_roi_cache, is_roi_model
 from .store import CacheError, DecoderCache
 from .writer import DecoderCacheWriter, remove_stale_folders
 
@@ -35,8 +33,8 @@ def check_decoder_model(model: torch.nn.Module) -> None:
     Raises:
         TypeError: naming the detector (e.g. a one-stage CaliRTMDet).
     """
-    from mmdet.models.detectors import DetectionTransformer
-    if not isinstance(model, DetectionTransformer):
+    from ..models.head_kinds import DECODER, find_head_kind
+    if find_head_kind(model) is not DECODER:
         raise TypeError(
             f'{type(model).__name__} has no DETR decoder: the decoder '
             'caches and the evaluation tools built on them (eval_priors, '
@@ -370,14 +368,15 @@ def build_decoder_cache(config: str,
     states and boxes of every decoder layer with the ground truth, into
     ``cache_dir`` (replaced atomically; see :class:`DecoderCacheWriter`).
 
-    A one-stage detector (RTMDet, CaliRTMDet) gets a dense head's cache
-    instead: per image the classification features and targets of its
-    positive and ``num_locations`` - positives sampled negative locations
+    The head kind's cache writer fills it
+    (:attr:`~mmcalidet.models.head_kinds.HeadKind.cache_writer`): a
+    one-stage detector (RTMDet, FCOS) gets a dense head's cache, per image
+    the classification features and targets of its positive and
+    ``num_locations`` - positives sampled negative locations
     (:func:`~mmcalidet.decoder_cache.dense.fill_dense_cache`); a
-    two-stage one (Faster R-CNN, CaliFasterRCNN) a box head's cache: per
-    image the classification features and targets of the RoIs its
-    training sampler draws, padded to ``num_locations`` (default the
-    sampler's ``num``; :func:`~mmcalidet.decoder_cache.roi.fill_roi_cache`).
+    two-stage one (Faster R-CNN) a box head's cache, the RoIs its training
+    sampler draws, padded to ``num_locations`` (default the sampler's
+    ``num``; :func:`~mmcalidet.decoder_cache.roi.fill_roi_cache`).
 
     The detector runs in eval mode (no denoising queries, batch-norm
     statistics frozen). With a random training pipeline each of
@@ -457,32 +456,17 @@ def _make_train_cache(config: str, checkpoint: str, cache_dir: str,
         info=dict(
             config_path=osp.abspath(config),
             checkpoint_path=osp.abspath(checkpoint)))
-    if is_roi_model(model):
-        return fill_roi_cache(
-            model,
-            batches,
-            writer,
-            fingerprint.get('num_locations'),
-            progress,
-            total=len(entries),
-            desc='RoI cache (train)')
-    if is_dense_model(model):
-        return fill_dense_cache(
-            model,
-            batches,
-            writer,
-            fingerprint.get('num_locations'),
-            fingerprint['seed'],
-            progress,
-            total=len(entries),
-            desc='dense head cache (train)')
-    return fill_cache(
+    from ..models.head_kinds import head_kind_of
+    kind = head_kind_of(model)
+    return kind.part('cache_writer')(
         model,
         batches,
         writer,
-        progress,
+        fingerprint.get('num_locations'),
+        seed=fingerprint['seed'],
+        progress=progress,
         total=len(entries),
-        desc='decoder cache (train)')
+        desc=f'{kind.name} cache (train)')
 
 
 def ensure_decoder_cache(cache_dir: str,

@@ -1,25 +1,27 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Dense-head caches: what a one-stage head's classification loss needs.
 
-A one-stage head (RTMDet's ``RTMDetSepBNHead``, or its calibrated
-``CaliRTMDetHead``) classifies every location of every level with a 1 x 1
-conv, ``W_l^T h + b_l``; only that conv depends on the prior. Its loss is
-a quality focal loss over the locations the assigner labels (positives:
-a class and a soft IoU target; negatives: background) divided by the sum
-of the positives' targets, and LoMa on the positives' assigned class.
+A one-stage head (RTMDet's, FCOS's, or their calibrated twins) classifies
+every location of every level with a conv, ``W_l^T h + b_l`` over the
+location's neighbourhood; only that conv depends on the prior. Its loss
+is a classification loss over the locations the assigner labels
+(positives: a class, and for RTMDet a soft IoU target; negatives:
+background) and LoMa on the positives' assigned class; the head family's
+(:class:`~mmcalidet.models.head_kinds.DenseFamily`).
 
 Per image the cache keeps, as the Q "queries" of one layer of the one
 cache format (:mod:`.store`), the classification features ``h`` (the
-input of each level's ``rtm_cls``) at every positive location and at a
-seeded random sample of the negative ones, padded to a fixed Q, and in
-``targets.npy`` each location's level, label, quality target and weight:
-the head's label weight, times ``negatives / sampled negatives`` for a
-sampled negative (so the loss sum stays unbiased), 0 for padding. With
-enough locations (``num_locations`` >= the map's) nothing is sampled and
-the cached loss is the head's.
+input of the level's classification conv over its kernel,
+:meth:`~mmcalidet.models.head_kinds.DenseKind.feature_width` wide) at
+every positive location and at a seeded random sample of the negative
+ones, padded to a fixed Q, and in ``targets.npy`` each location's level,
+label, quality target and weight: the head's label weight, times
+``negatives / sampled negatives`` for a sampled negative (so the loss sum
+stays unbiased), 0 for padding. With enough locations (``num_locations``
+>= the map's) nothing is sampled and the cached loss is the head's.
 
-The assignment is the frozen detector's, made once: a CaliRTMDet's under
-its deployment prior (a plain RTMDet's, the usual baseline, has none).
+The assignment is the frozen detector's, made once: a CaliDet one's under
+its deployment prior (a plain detector's, the usual baseline, has none).
 """
 import contextlib
 from typing import Iterable, Optional
@@ -28,7 +30,7 @@ import torch
 from torch import nn
 
 from ..utils.validation import check_int
-from .dense_targets import dense_cls_convs, recording, select_locations
+from .dense_targets import recording, select_locations
 from .samples import normalised_cxcywh
 from .store import DecoderCache
 from .writer import DecoderCacheWriter, fill_targets_cache
@@ -39,12 +41,12 @@ DEFAULT_NUM_LOCATIONS = 1024
 
 def is_dense_model(model: nn.Module) -> bool:
     """Whether ``model`` is a one-stage detector whose head a dense cache
-    holds (RTMDet, CaliRTMDet)."""
-    from mmdet.models.detectors import SingleStageDetector
-    if not isinstance(model, SingleStageDetector):
+    holds (RTMDet, FCOS and their CaliDet twins)."""
+    from ..models.head_kinds import DENSE, find_head_kind
+    if find_head_kind(model) is not DENSE:
         return False
     try:
-        dense_cls_convs(model.bbox_head)
+        DENSE.check_cacheable(model.bbox_head)
     except TypeError:
         return False
     return True
@@ -52,21 +54,26 @@ def is_dense_model(model: nn.Module) -> bool:
 
 def _head_loss_records(model: nn.Module, batch: dict) -> tuple:
     """Preprocess a batch (test mode), run the head's loss and return the
-    data samples, the per-level classification features and the
-    ``get_targets`` record."""
+    data samples, the per-level classification features (each location's
+    over its conv's kernel, (B, N_l, d * k * k)) and the assignment."""
+    from ..models.head_kinds.dense import DENSE, location_features
     data = model.data_preprocessor(batch, False)
     samples = data['data_samples']
     feats = model.extract_feat(data['inputs'])
     head = model.bbox_head
     calibration = model.head_calibration(feats[0], samples) if hasattr(
         model, 'head_calibration') else contextlib.nullcontext()
-    with calibration, recording(head) as (levels, record):
+    with calibration, recording(head) as (calls, record):
         head.loss(feats, samples)
-    if len(levels) != head.prior_generator.num_levels or \
-            record.get('targets') is None:
+    if len(calls) != head.prior_generator.num_levels or \
+            record.get('labels') is None:
         raise RuntimeError(
-            f'{type(head).__name__}.loss made {len(levels)} classification '
-            'calls and no usable assignment: not an RTMDet-like head')
+            f'{type(head).__name__}.loss made {len(calls)} classification '
+            'calls and no usable assignment: not a head of its family')
+    levels = [
+        location_features(conv, x)
+        for conv, (x, _) in zip(DENSE.level_convs(head), calls)
+    ]
     return samples, levels, record
 
 
@@ -77,31 +84,30 @@ def run_dense_head(model: nn.Module, batch: dict, num_locations: int,
     a sample of its negative locations (see the module).
 
     Args:
-        model (nn.Module): RTMDet or CaliRTMDet (eval mode).
+        model (nn.Module): a one-stage detector (eval mode) whose head a
+            dense cache holds (:func:`is_dense_model`).
         batch (dict): ``dict(inputs=[...], data_samples=[...])``.
         num_locations (int): Q, the cached locations per image.
         generator (torch.Generator): draws the negatives.
 
     Returns:
-        tuple: the data samples, the features (1, B, Q, d), the boxes
+        tuple: the data samples, the features (1, B, Q, d * k * k), the
+        boxes
         (1, B, Q, 4) (normalised cxcywh) and the targets (B, Q, 4):
         level, label, quality score, weight.
     """
     samples, levels, record = _head_loss_records(model, batch)
     num_classes = model.bbox_head.num_classes
-    b, d = levels[0].shape[:2]
-    feats = torch.cat(
-        [f.permute(0, 2, 3, 1).reshape(b, -1, d) for f in levels], 1)
+    b = levels[0].shape[0]
+    feats = torch.cat(levels, 1)
     level_of = torch.cat([
-        feats.new_full((f.shape[2] * f.shape[3], ), float(k))
-        for k, f in enumerate(levels)
+        feats.new_full((f.shape[1], ), float(k)) for k, f in enumerate(levels)
     ])
-    # (anchors, labels, label weights, box targets, assign metrics, ...)
-    labels, weights, _, scores = (
-        torch.cat(t, 1) for t in record['targets'][1:5])
+    labels, weights, scores = (
+        record[key] for key in ('labels', 'weights', 'scores'))
     boxes = torch.stack([
         normalised_cxcywh(bboxes, sample.metainfo['img_shape'])
-        for bboxes, sample in zip(record['bboxes'], samples)
+        for bboxes, sample in zip(record['boxes'], samples)
     ])
     hidden, kept_boxes, targets = [], [], []
     for i in range(b):
@@ -133,7 +139,7 @@ def fill_dense_cache(model: nn.Module,
     a writer and commit it (a failure removes what was written).
 
     Args:
-        model (nn.Module): RTMDet or CaliRTMDet.
+        model (nn.Module): a one-stage detector (:func:`is_dense_model`).
         data (Iterable[dict]): batches as a data loader yields them.
         writer (DecoderCacheWriter): where the locations go.
         num_locations (int, optional): Q; defaults to

@@ -1,8 +1,8 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """What a one-stage head's cache records: the classification features
-and the assigner's targets of one loss call (:func:`recording`), and the
-locations kept per image (:func:`select_locations`); :mod:`.dense` makes
-the cache."""
+and the assigner's targets of one loss call (:func:`recording`, from the
+dense head kind's adapter), and the locations kept per image
+(:func:`select_locations`); :mod:`.dense` makes the cache."""
 import contextlib
 from typing import Dict, Iterator, List, Tuple
 
@@ -10,71 +10,31 @@ import torch
 from torch import Tensor, nn
 
 
-def dense_cls_convs(head: nn.Module) -> List[nn.Conv2d]:
-    """The per-level classification convs of a one-stage head.
-
-    Args:
-        head (nn.Module): ``RTMDetSepBNHead`` or a calibrated twin.
-
-    Returns:
-        list[nn.Conv2d]: one conv per level.
-
-    Raises:
-        TypeError: the head's classifier cannot be cached per location.
-    """
-    name = getattr(head, 'cls_conv_name', 'rtm_cls')
-    convs = getattr(head, name, None)
-    if isinstance(convs, nn.Conv2d):
-        convs = [convs] * head.prior_generator.num_levels
-    if convs is None or not hasattr(head, 'get_targets') or \
-            getattr(head, 'with_objectness', False):
-        raise TypeError(
-            f'{type(head).__name__} is not a one-stage head whose '
-            'per-level classification conv the cache can hold (RTMDet '
-            'without objectness)')
-    for conv in convs:
-        if tuple(conv.kernel_size) != (1, 1) or \
-                conv.out_channels != head.cls_out_channels:
-            raise TypeError(
-                'a dense cache holds one feature per location: the '
-                'classification convs must be 1 x 1 with one base prior, '
-                f'got {conv}')
-    return list(convs)
-
-
 @contextlib.contextmanager
-def recording(head: nn.Module) -> Iterator[Tuple[List[Tensor], Dict]]:
-    """Record, inside the block, the inputs of the head's classification
-    convs (one (B, d, H, W) per level) and what its ``get_targets`` takes
-    and gives (``bboxes``: the decoded boxes, ``targets``: the assigner's
-    targets per level).
+def recording(
+        head: nn.Module) -> Iterator[Tuple[List[Tuple[Tensor, Tensor]], Dict]]:
+    """Record, inside the block, the calls of the head's classification
+    conv(s) (``(input, output)``, one per level) and the assignment of its
+    loss (``labels``, ``weights``, ``scores``, ``boxes``: see
+    :meth:`~mmcalidet.models.head_kinds.DenseFamily.recording`).
 
     Args:
-        head (nn.Module): a one-stage head (:func:`dense_cls_convs`).
+        head (nn.Module): a one-stage head the dense cache can hold
+            (:meth:`~mmcalidet.models.head_kinds.DenseKind.
+            check_cacheable`).
 
     Yields:
-        tuple[list[Tensor], dict]: the features and the targets record.
+        tuple[list[tuple[Tensor, Tensor]], dict]: the calls and the
+        assignment record.
+
+    Raises:
+        TypeError: a head the dense cache cannot hold.
     """
-    feats: List[Tensor] = []
-    record: Dict = {}
-    hooks = [
-        conv.register_forward_pre_hook(lambda m, args: feats.append(args[0]))
-        for conv in dense_cls_convs(head)
-    ]
-    original = head.get_targets
-
-    def get_targets(cls_scores: Tensor, bbox_preds: Tensor, *args, **kwargs):
-        targets = original(cls_scores, bbox_preds, *args, **kwargs)
-        record.update(bboxes=bbox_preds, targets=targets)
-        return targets
-
-    head.get_targets = get_targets
-    try:
-        yield feats, record
-    finally:
-        del head.get_targets
-        for hook in hooks:
-            hook.remove()
+    from ..models.head_kinds.dense import DENSE
+    DENSE.check_cacheable(head)
+    with DENSE.recording_calls(head) as calls, \
+            DENSE.family(head).recording(head) as record:
+        yield calls, record
 
 
 def select_locations(labels: Tensor, weights: Tensor, num_classes: int,

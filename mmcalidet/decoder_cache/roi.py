@@ -4,13 +4,13 @@
 A two-stage detector (Faster R-CNN, or its calibrated CaliFasterRCNN)
 classifies the RoIs its training sampler draws from the RPN's proposals
 (positives and negatives) with one linear layer on the shared fcs'
-output, ``fc_cls``: K + 1 softmax logits, the last one background. Only
-``fc_cls`` depends on the prior; its loss is the box head's cross-entropy
-over the batch's RoIs of positive label weight and LoMa on the positives'
-target class.
+output: K + 1 softmax logits, the last one background. Only that
+classifier depends on the prior (:class:`~mmcalidet.models.head_kinds.
+RoIKind`); its loss is the box head's cross-entropy over the batch's RoIs
+of positive label weight and LoMa on the positives' target class.
 
 Per image the cache keeps, as the Q "queries" of one layer of the one
-cache format (:mod:`.store`, ``head='roi'``), the input of ``fc_cls`` of
+cache format (:mod:`.store`, ``head='roi'``), the classifier's input of
 every RoI the sampler drew in one training-mode ``loss`` call of the
 frozen detector (eval mode: batch-norm statistics frozen), padded to a
 fixed Q (at least the sampler's ``num``), the RoIs' boxes (normalised cx,
@@ -29,7 +29,7 @@ from mmdet.structures import SampleList
 from torch import Tensor, nn
 
 from ..utils.validation import check_int
-from .roi_targets import pad_rois, recording_rois, roi_cls_layer
+from .roi_targets import pad_rois, recording_rois
 from .samples import normalised_cxcywh
 from .store import DecoderCache
 from .writer import DecoderCacheWriter, fill_targets_cache
@@ -38,11 +38,11 @@ from .writer import DecoderCacheWriter, fill_targets_cache
 def is_roi_model(model: nn.Module) -> bool:
     """Whether ``model`` is a two-stage detector whose box head a RoI cache
     holds (Faster R-CNN, CaliFasterRCNN)."""
-    from mmdet.models.detectors import TwoStageDetector
-    if not isinstance(model, TwoStageDetector) or not model.with_roi_head:
+    from ..models.head_kinds import ROI, find_head_kind
+    if find_head_kind(model) is not ROI or not model.with_roi_head:
         return False
     try:
-        roi_cls_layer(getattr(model.roi_head, 'bbox_head', None))
+        ROI.cls_layer(ROI.head(model))
     except TypeError:
         return False
     return True
@@ -102,8 +102,8 @@ def run_roi_head(model: nn.Module,
     from mmdet.models.detectors import TwoStageDetector
 
     # mmdet's two-stage losses, without a CaliFasterRCNN's calibration
-    # (neither the RoIs nor fc_cls's input depend on the prior) and with
-    # any loss of a calibrator model
+    # (neither the RoIs nor the classifier's input depend on the prior)
+    # and with any loss of a calibrator model
     with recording_rois(model.roi_head.bbox_head) as record:
         TwoStageDetector.loss(model, data['inputs'], samples)
     if 'rois' not in record:
@@ -129,7 +129,8 @@ def fill_roi_cache(model: nn.Module,
                    num_rois: Optional[int] = None,
                    progress: bool = True,
                    total: Optional[int] = None,
-                   desc: str = 'RoI cache') -> DecoderCache:
+                   desc: str = 'RoI cache',
+                   seed: Optional[int] = None) -> DecoderCache:
     """Run a two-stage detector (eval mode, no gradients) over batches into
     a writer and commit it (a failure removes what was written). The
     sampler draws from torch's global generator: seed it for a repeatable
@@ -143,6 +144,8 @@ def fill_roi_cache(model: nn.Module,
         progress (bool): show a progress bar.
         total (int, optional): images, for the progress bar.
         desc (str): the progress bar's label.
+        seed (int, optional): unused (the caller seeds torch's global
+            generator); taken as the other kinds' cache writers take it.
 
     Returns:
         DecoderCache: the cache (``head='roi'``).

@@ -30,7 +30,7 @@ level's classification conv) at the assigner's positive locations and a
 sample of negative ones, their predicted boxes (normalised cx, cy, w, h)
 and ``targets.npy``; padding rows have weight 0. A two-stage detector's
 box-head cache (``'roi'``, :mod:`.roi`) holds the classification features
-(the input of ``fc_cls``) of the RoIs its training sampler drew, their
+(the input of its classifier) of the RoIs its training sampler drew, their
 boxes and ``targets.npy`` (level 0, label, 1 for a positive, the label
 weight).
 

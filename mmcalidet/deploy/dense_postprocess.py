@@ -6,11 +6,13 @@ class scores (``boxes`` N x 4, ``scores`` N x K); what mmdet's dense heads
 do next (``BaseDenseHead._predict_by_feat_single`` and
 ``_bbox_post_process`` with ``batched_nms``) runs here, without torch or
 mmcv: per level, the (location, class) pairs scoring above ``score_thr``,
-the best ``nms_pre`` of them; boxes no wider or taller than
+the best ``nms_pre`` of them; their scores times the location's score
+factor where the head has one (FCOS's centerness); boxes no wider or
+taller than
 ``min_bbox_size`` dropped; a greedy NMS per class (IoU above
 ``iou_threshold`` suppresses); the best ``max_per_img``.
 """
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -80,9 +82,13 @@ def nms_keep(boxes: np.ndarray, scores: np.ndarray,
     return np.asarray(keep, dtype=np.int64)
 
 
-def dense_detections(boxes: np.ndarray, scores: np.ndarray,
-                     level_sizes: Sequence[int],
-                     settings: Dict) -> Tuple[np.ndarray, np.ndarray]:
+def dense_detections(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    level_sizes: Sequence[int],
+    settings: Dict,
+    score_factors: Optional[np.ndarray] = None
+) -> Tuple[np.ndarray, np.ndarray]:
     """Detections from every location's box and scores.
 
     Args:
@@ -92,14 +98,20 @@ def dense_detections(boxes: np.ndarray, scores: np.ndarray,
             sigmoid).
         level_sizes (Sequence[int]): the locations of each level.
         settings (dict): :func:`postprocess_settings`.
+        score_factors (np.ndarray, optional): (N,) a factor of each
+            location's scores applied after the top-k, before the NMS
+            (mmdet's ``score_factors``: FCOS's centerness).
 
     Returns:
         tuple[np.ndarray, np.ndarray]: ``dets`` (M, 5: box and score),
         best first, and ``labels`` (M,).
     """
-    if sum(level_sizes) != len(boxes) or len(boxes) != len(scores):
+    if sum(level_sizes) != len(boxes) or len(boxes) != len(scores) or (
+            score_factors is not None and len(score_factors) != len(boxes)):
         raise ValueError(f'{len(boxes)} boxes and {len(scores)} score rows '
-                         f'for levels of {list(level_sizes)} locations')
+                         f'for levels of {list(level_sizes)} locations' +
+                         ('' if score_factors is
+                          None else f' ({len(score_factors)} score factors)'))
     picked_boxes, picked_scores, picked_labels = [], [], []
     start = 0
     for size in level_sizes:
@@ -110,6 +122,8 @@ def dense_detections(boxes: np.ndarray, scores: np.ndarray,
         if settings['nms_pre'] > 0:
             order = order[:settings['nms_pre']]
         picked_boxes.append(boxes[start + locations[order]])
+        if score_factors is not None:
+            values = values * score_factors[start + locations]
         picked_scores.append(values[order])
         picked_labels.append(labels[order])
         start += size

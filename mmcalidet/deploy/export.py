@@ -25,19 +25,16 @@ import math
 import os
 import os.path as osp
 import warnings
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 from mmdet.structures import DetDataSample
 from torch import Tensor, nn
 
-from ..utils.model_heads import classifying_head
 from .dense_postprocess import postprocess_settings
 from .roi_postprocess import roi_postprocess_settings
 from .traced_forward import TracedForward
-from .two_stage_export import (RoIExportWrapper, is_two_stage,
-                               two_stage_rewrites)
 
 #: the metadata key of the runtime's settings
 META_KEY = 'mmcalidet'
@@ -45,37 +42,36 @@ META_KEY = 'mmcalidet'
 OPSET = 17
 
 
-def _decoder_cls_branches(head) -> Sequence[nn.Module]:
-    """The decoder layers' classification branches
-    (``head.decoder_cls_branches()``), each once: a head that shares one
-    branch across its layers (``share_pred_layer``) lists it once."""
-    branches = {}
-    for branch in head.decoder_cls_branches().values():
-        branches.setdefault(id(branch), branch)
-    return list(branches.values())
+def model_head_kind(model: nn.Module):
+    """The adapter of ``model``'s head kind
+    (:func:`~mmcalidet.models.head_kinds.head_kind_of`).
 
-
-def is_dense(model: nn.Module) -> bool:
-    """Whether ``model`` is a one-stage detector (a dense head: its
-    export ends at every location's box and scores)."""
-    from mmdet.models.dense_heads.base_dense_head import BaseDenseHead
-    return isinstance(getattr(model, 'bbox_head', None), BaseDenseHead)
+    Raises:
+        ValueError: a detector of no known kind.
+    """
+    from ..models.head_kinds import find_head_kind
+    kind = find_head_kind(model)
+    if kind is None:
+        raise ValueError(
+            f'the ONNX export takes DETR-family, one-stage and two-stage '
+            f'detectors, got {type(model).__name__}')
+    return kind
 
 
 def head_kind(model: nn.Module) -> str:
     """What an export of ``model`` ends at: ``'dense'`` (every location),
-    ``'roi'`` (every RoI) or ``'detr'`` (the detections)."""
-    if is_dense(model):
-        return 'dense'
-    return 'roi' if is_two_stage(model) else 'detr'
+    ``'roi'`` (every RoI) or ``'detr'`` (the detections): its head kind's
+    ``export_name``."""
+    return model_head_kind(model).export_name
 
 
 def fold_prior(model: nn.Module, prior) -> nn.Module:
     """A copy of a CaliDet detector with V' of ``prior`` folded into its
-    classification weights: ``W + rho * V'`` in every decoder layer's
-    branch (a one-stage head: every level's classification conv; a
-    two-stage one: the box head's ``fc_cls``), and no calibration left to
-    compute (the plain detector's cost).
+    classification weights (``W + rho * V'`` in every classification layer
+    of its head kind, :meth:`~mmcalidet.models.head_kinds.HeadKind.fold`:
+    each decoder layer's branch, each level's classification conv, a box
+    head's classifier), and no calibration left to compute (the plain
+    detector's cost).
 
     V' is what ``model.set_prior(prior)`` gives: the prior's support, where
     it records one and the CaliFormer reads it, included.
@@ -92,29 +88,9 @@ def fold_prior(model: nn.Module, prior) -> nn.Module:
     value = model.resolve(prior)
     folded = copy.deepcopy(model).eval()
     folded.set_prior(value)
-    head = classifying_head(folded)
-    kind = head_kind(folded)
+    kind = model_head_kind(folded)
     with torch.no_grad():
-        cali = folded.deployment_cali_vectors()
-        num_classes = cali.shape[0]
-        if kind == 'roi':
-            head.fc_cls.weight[:num_classes] += head.rho * cali.to(
-                head.fc_cls.weight.dtype)
-        elif kind == 'dense':
-            for conv in head.dense_cls_convs().values():
-                centre = conv.kernel_size[0] // 2
-                conv.weight[:, :, centre, centre] += head.rho * \
-                    conv.channel_deltas(cali).to(conv.weight.dtype)
-        else:
-            for branch in _decoder_cls_branches(head):
-                branch.weight[:num_classes] += head.rho * cali.to(
-                    branch.weight.dtype)
-    # the logits are the folded classifiers' own
-    if kind != 'detr':
-        head.rho = 0.0
-    else:
-        head.calibrate_cls_scores = \
-            lambda scores, hidden, cali_vectors: scores
+        kind.fold(kind.head(folded), folded.deployment_cali_vectors())
     folded.folded_prior = np.array(value.matrix)
     return folded
 
@@ -181,13 +157,15 @@ class DenseExportWrapper(TracedForward):
     """The traced forward of a one-stage detector: one normalised image
     (and the prior) in, every location's ``boxes`` (N x 4, clipped to the
     input) and class ``scores`` (N x K, after the sigmoid) out, the levels
-    one after the other. The NMS runs in the runtime
+    one after the other, and for a head whose scores are multiplied by a
+    factor after the top-k (FCOS's centerness) the ``score_factors`` (N,
+    after the sigmoid). The NMS runs in the runtime
     (:mod:`~mmcalidet.deploy.dense_postprocess`), as mmdeploy leaves it to
     a backend's op: ONNX has no class-aware NMS that keeps mmdet's order.
 
     Args:
         model (nn.Module): the detector (eval mode), with a sigmoid dense
-            head whose boxes are distances from points (RTMDet's).
+            head whose boxes are distances from points (RTMDet's, FCOS's).
         input_shape (tuple[int, int]): ``(H, W)`` of the graph's input.
         prior_input (bool): the prior is the graph's second input.
         support_input (bool): its support and class shares are the third
@@ -204,15 +182,20 @@ class DenseExportWrapper(TracedForward):
                 type(head.bbox_coder).__name__ != 'DistancePointBBoxCoder':
             raise ValueError(
                 'the ONNX export of a one-stage detector needs a sigmoid '
-                'head with point-distance boxes (RTMDet), got '
+                'head with point-distance boxes (RTMDet, FCOS), got '
                 f'{type(head).__name__}')
         super().__init__(model, input_shape, prior_input, support_input)
+        from ..models.head_kinds import DENSE
+
+        #: the graph's outputs
+        self.output_names = ('boxes', 'scores') + (
+            ('score_factors', ) if DENSE.has_score_factors(head) else ())
 
     def forward(self,
                 input: Tensor,
                 prior: Optional[Tensor] = None,
                 support: Optional[Tensor] = None,
-                marginals: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                marginals: Optional[Tensor] = None) -> Tuple[Tensor, ...]:
         model, head = self.model, self.model.bbox_head
         cali = self.cali_vectors(head, prior, support, marginals)
         feats = model.extract_feat(input)
@@ -235,7 +218,11 @@ class DenseExportWrapper(TracedForward):
             boxes[:, 0].clamp(0, width), boxes[:, 1].clamp(0, height),
             boxes[:, 2].clamp(0, width), boxes[:, 3].clamp(0, height)
         ], 1)
-        return boxes, torch.cat(scores)
+        if len(self.output_names) == 2:
+            return boxes, torch.cat(scores)
+        factors = torch.cat(
+            [factor[0].reshape(-1).sigmoid() for factor in outs[2]])
+        return boxes, torch.cat(scores), factors
 
     def level_sizes(self) -> List[int]:
         """The locations of each level at the graph's input size."""
@@ -245,6 +232,20 @@ class DenseExportWrapper(TracedForward):
             int(math.ceil(height / stride[1]) * math.ceil(width / stride[0]))
             for stride in head.prior_generator.strides
         ]
+
+
+def dense_export_settings(model: nn.Module, wrapper: nn.Module) -> Dict:
+    """What the runtime's post-processing of a one-stage graph reads: the
+    head's ``test_cfg`` settings and the locations of each level."""
+    return dict(
+        postprocess=postprocess_settings(model.bbox_head.test_cfg),
+        level_sizes=wrapper.level_sizes())
+
+
+def roi_export_settings(model: nn.Module, wrapper: nn.Module) -> Dict:
+    """What the runtime's post-processing of a two-stage graph reads: the
+    RoI head's ``test_cfg`` settings."""
+    return dict(postprocess=roi_postprocess_settings(model.roi_head.test_cfg))
 
 
 def deployment_support(model: nn.Module) -> Tuple[Optional[Tensor], ...]:
@@ -290,7 +291,7 @@ def model_export_meta(model: nn.Module, input_shape: Tuple[int, int],
         format=1,
         model=type(model).__name__,
         classes=list(classes) if classes else None,
-        num_classes=int(classifying_head(model).num_classes),
+        num_classes=int(model_head_kind(model).head(model).num_classes),
         head=head_kind(model),
         input_shape=[int(v) for v in input_shape],
         mean=None if mean is None else mean.flatten().tolist(),
@@ -310,20 +311,12 @@ def model_export_meta(model: nn.Module, input_shape: Tuple[int, int],
 def export_wrapper(model: nn.Module, input_shape: Tuple[int, int],
                    prior_input: bool, support_input: bool) -> nn.Module:
     """The module :func:`export_onnx` traces for ``model``'s kind of head
-    (:func:`head_kind`).
+    (its adapter's ``export_wrapper``).
 
     Raises:
         ValueError: a detector of another kind.
     """
-    from mmdet.models.detectors import DetectionTransformer
-    kind = head_kind(model)
-    if kind == 'detr' and not isinstance(model, DetectionTransformer):
-        raise ValueError(
-            f'the ONNX export takes DETR-family, one-stage and two-stage '
-            f'detectors, got {type(model).__name__}')
-    wrapper = dict(
-        detr=ExportWrapper, dense=DenseExportWrapper,
-        roi=RoIExportWrapper)[kind]
+    wrapper = model_head_kind(model).part('export_wrapper')
     return wrapper(model, input_shape, prior_input, support_input)
 
 
@@ -361,7 +354,7 @@ def export_onnx(model: nn.Module,
     support_input = export_support_input(model, prior_input)
     wrapper = export_wrapper(model, (height, width), prior_input,
                              support_input)
-    kind = head_kind(model)
+    kind = model_head_kind(model)
     device = next(model.parameters()).device
     image = torch.zeros(1, 3, height, width, device=device)
     args: tuple = (image, )
@@ -371,7 +364,7 @@ def export_onnx(model: nn.Module,
             model.get_prior(), dtype=torch.float32, device=device), )
         names.append('prior')
     if support_input:
-        k = int(classifying_head(model).num_classes)
+        k = int(kind.head(model).num_classes)
         support, marginals = deployment_support(model)
         args += tuple(
             torch.ones(k, device=device) if t is None else t.to(device)
@@ -383,8 +376,8 @@ def export_onnx(model: nn.Module,
     os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
     partial = f'{out}.partial-{os.getpid()}'
     try:
-        rewrites = two_stage_rewrites(model) if kind == 'roi' else \
-            contextlib.nullcontext()
+        rewrites = kind.part('export_rewrites')(model) if \
+            kind.export_rewrites else contextlib.nullcontext()
         with torch.no_grad(), warnings.catch_warnings(), rewrites:
             warnings.simplefilter('ignore')
             torch.onnx.export(
@@ -392,8 +385,8 @@ def export_onnx(model: nn.Module,
                 args,
                 partial,
                 input_names=names,
-                output_names=['dets', 'labels']
-                if kind == 'detr' else ['boxes', 'scores'],
+                output_names=list(
+                    getattr(wrapper, 'output_names', kind.export_outputs)),
                 opset_version=opset,
                 do_constant_folding=True,
                 dynamo=False)
@@ -401,13 +394,8 @@ def export_onnx(model: nn.Module,
         entry = graph.metadata_props.add()
         entry.key = META_KEY
         meta = model_export_meta(model, (height, width), prior_input)
-        if kind == 'dense':
-            meta.update(
-                postprocess=postprocess_settings(model.bbox_head.test_cfg),
-                level_sizes=wrapper.level_sizes())
-        elif kind == 'roi':
-            meta.update(
-                postprocess=roi_postprocess_settings(model.roi_head.test_cfg))
+        if kind.export_settings:
+            meta.update(kind.part('export_settings')(model, wrapper))
         entry.value = json.dumps(meta)
         onnx.save(graph, partial)
         os.replace(partial, out)

@@ -266,8 +266,12 @@ class OnnxDetector:
         if self.meta.get('head') == 'roi':  # a two-stage detector's
             return roi_detections(*outputs, self.meta['postprocess'])
         if self.meta.get('postprocess'):  # a one-stage detector's
-            return dense_detections(*outputs, self.meta['level_sizes'],
-                                    self.meta['postprocess'])
+            return dense_detections(
+                outputs[0],
+                outputs[1],
+                self.meta['level_sizes'],
+                self.meta['postprocess'],
+                score_factors=outputs[2] if len(outputs) > 2 else None)
         return tuple(outputs)
 
     def __call__(self,

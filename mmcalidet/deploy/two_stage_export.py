@@ -36,13 +36,6 @@ from torch import Tensor, nn
 from .traced_forward import TracedForward
 
 
-def is_two_stage(model: nn.Module) -> bool:
-    """Whether ``model`` is a two-stage detector (an RPN and a RoI head
-    with a box head)."""
-    return hasattr(model, 'rpn_head') and hasattr(
-        getattr(model, 'roi_head', None), 'bbox_head')
-
-
 def _const(g, value, dtype: torch.dtype):
     return g.op('Constant', value_t=torch.tensor(value, dtype=dtype))
 

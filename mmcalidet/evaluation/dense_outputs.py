@@ -14,11 +14,14 @@ another prior then costs the calibration term and the post-processing,
 not the towers: :class:`~mmcalidet.evaluation.HeadRescorer` uses it for
 one-stage detectors.
 """
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from mmengine.structures import InstanceData
 from torch import Tensor, nn
+
+from ..models.head_kinds import DENSE, kind_of_head
 
 
 class DenseHeadOutputs:
@@ -27,7 +30,7 @@ class DenseHeadOutputs:
 
     Args:
         head (nn.Module): the detector's ``bbox_head``: a calibrated dense
-            head (``dense_cls_convs``) or a plain one whose ``forward``
+            head (``head_kind = 'dense'``) or a plain one whose ``forward``
             returns lists of per-level tensors, class scores first
             (mmdet's dense heads).
 
@@ -41,7 +44,7 @@ class DenseHeadOutputs:
 
     def __init__(self, head: nn.Module) -> None:
         self.head = head
-        self.calibratable = hasattr(head, 'dense_cls_convs')
+        self.calibratable = kind_of_head(head) is DENSE
         # cache index -> (outputs per level, conv inputs per level)
         self._kept: Dict[int, Tuple[Tuple[Tuple[Tensor, ...], ...],
                                     Tuple[Tensor, ...]]] = {}
@@ -59,34 +62,18 @@ class DenseHeadOutputs:
         the classification convs' inputs, in level order."""
         if not self.calibratable:
             return tuple(self.head(feats)), []
-        convs = list(self.head.dense_cls_convs().values())
-        seen: Dict[int, Tuple[Tensor, Tensor]] = {}
-
-        def keep(level: int):
-
-            def hook(conv, args, out):
-                seen[level] = (args[0], out)
-
-            return hook
-
-        hooks = [
-            conv.register_forward_hook(keep(i)) for i, conv in enumerate(convs)
-        ]
         k, d = self.head.num_classes, self.head.calibrated_feature_dims()
-        try:
+        with DENSE.recording_calls(self.head) as calls:
             outs = tuple(
                 self.head(feats, cali_vectors=feats[0].new_zeros(k, d)))
-        finally:
-            for hook in hooks:
-                hook.remove()
         scores = outs[0]
-        if len(seen) != len(convs) or len(scores) != len(convs) or any(
-                seen[i][1] is not scores[i] for i in range(len(convs))):
+        if len(calls) != len(scores) or any(
+                out is not score for (_, out), score in zip(calls, scores)):
             raise TypeError(
                 f'{type(self.head).__name__}: its class scores are not its '
                 'classification convs\' outputs, level by level; '
                 'DenseHeadOutputs cannot add V\' to them')
-        return outs, [seen[i][0] for i in range(len(convs))]
+        return outs, [x for x, _ in calls]
 
     def get(self, indices: Sequence[int], feats) -> Tuple[List, List[Tensor]]:
         """The outputs of a batch of cached images, run once and kept.
@@ -133,7 +120,7 @@ class DenseHeadOutputs:
         Returns:
             list[Tensor]: per level, the (B, C_out, H, W) scores.
         """
-        convs = list(self.head.dense_cls_convs().values())
+        convs = DENSE.level_convs(self.head)
         out = []
         for conv, score, x in zip(convs, scores, inputs):
             deltas = self.head.rho * conv.channel_deltas(
@@ -143,11 +130,67 @@ class DenseHeadOutputs:
             out.append(score + torch.einsum(pattern, x, deltas))
         return out
 
+    @classmethod
+    def for_model(cls, model: nn.Module) -> 'DenseHeadOutputs':
+        """The outputs of a one-stage detector's ``bbox_head``."""
+        return cls(model.bbox_head)
 
-def has_dense_head(model: nn.Module) -> bool:
-    """Whether ``model`` predicts with one dense head on its features (a
-    ``bbox_head`` with ``predict_by_feat``, no RoI head, no decoder)."""
-    head = getattr(model, 'bbox_head', None)
-    return (head is not None and hasattr(head, 'predict_by_feat')
-            and not hasattr(model, 'roi_head')
-            and not hasattr(model, 'decoder'))
+    def predict(self, rescorer, idx: np.ndarray,
+                prior: Optional[Tensor]) -> List[InstanceData]:
+        """The detections of a batch of cached images, as the detector's
+        ``predict`` gives them: the kept outputs, the class scores under
+        V' (a CaliDet head) or corrected (a plain head's post-hoc
+        correction), then the head's ``predict_by_feat``.
+
+        Args:
+            rescorer (HeadRescorer): the re-scorer (its model, cache,
+                device and correction).
+            idx (np.ndarray): the images' cache indices (one feature
+                size).
+            prior (Tensor, optional): V' of a CaliDet detector, (K, d) or
+                (B, K, d); a plain detector's prior for its correction,
+                (K, K) or (B, K, K), or ``None``.
+
+        Returns:
+            list[InstanceData]: per image ``bboxes``, ``scores``,
+            ``labels`` (original image coordinates).
+        """
+        cache = rescorer.cache
+        outs, inputs = self.get(idx,
+                                lambda: cache.get(idx, rescorer.device)[0])
+        if rescorer.calibratable:
+            outs[0] = self.calibrated_scores(outs[0], inputs, prior)
+        elif rescorer.correction is not None:
+            if prior is None:
+                raise ValueError('a post-hoc correction needs a prior')
+            outs[0] = corrected_levels(outs[0], prior, rescorer.correction)
+        elif prior is not None:
+            raise ValueError(f'{type(rescorer.model).__name__} takes no '
+                             'prior; pass a post-hoc correction to use one')
+        return self.head.predict_by_feat(
+            *outs,
+            batch_img_metas=[cache.data_samples[int(k)].metainfo for k in idx],
+            rescale=True)
+
+
+def corrected_levels(levels: List[Tensor], priors: Tensor,
+                     correction: Callable) -> List[Tensor]:
+    """A post-hoc correction of a dense head's class logits: the levels'
+    (B, K, H, W) maps as one (B, locations, K) tensor (the class evidence
+    a correction reads), corrected, split back.
+
+    Args:
+        levels (list[Tensor]): per level, (B, K, H, W) logits.
+        priors (Tensor): (K, K) or (B, K, K).
+        correction (callable): ``correction(logits, priors) -> logits``.
+
+    Returns:
+        list[Tensor]: the corrected levels, shaped as given.
+    """
+    flat = [x.flatten(2).transpose(1, 2) for x in levels]
+    sizes = [x.shape[1] for x in flat]
+    fixed = correction(torch.cat(flat, dim=1), priors)
+    return [
+        part.transpose(1, 2).reshape(level.shape)
+        for part, level in zip(fixed.split(sizes, dim=1), levels)
+    ]

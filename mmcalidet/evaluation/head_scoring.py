@@ -3,40 +3,40 @@
 any prior.
 
 :class:`HeadRescorer` is the :class:`~mmcalidet.evaluation.Rescorer` of
-the detectors without a decoder (``CaliRTMDet``, ``CaliFasterRCNN``): from
-a :class:`~mmcalidet.evaluation.FeatureCache` it reruns the detector's
-prediction heads with V' of the prior, so the result equals
-``model.predict`` under the same prior on the same batches: a two-stage
-detector's RPN and box head once per image (its proposals, ``fc_cls``
-inputs and box deltas are kept:
-:class:`~mmcalidet.evaluation.roi_outputs.RoIHeadOutputs`), after which
-a prior costs ``fc_cls`` and the post-processing; a one-stage
-detector's dense head once per image, after which a prior costs the
-calibration term and the post-processing
-(:class:`~mmcalidet.evaluation.dense_outputs.DenseHeadOutputs`). It also
-scores a plain one-stage detector (``RTMDet``, the baseline a
-``CaliRTMDet`` is compared with): its dense head as ``model.predict`` runs
-it, or with a post-hoc correction (:mod:`mmcalidet.evaluation.baselines`)
-of every location's class logits; and a plain two-stage detector
-(``FasterRCNN``), as ``model.predict`` runs it or with the marginal
-re-weighting of its RoI head's softmax
-(:mod:`mmcalidet.evaluation.roi_correction`).
+the detectors without a decoder (``CaliRTMDet``, ``CaliFCOS``,
+``CaliFasterRCNN``): from a :class:`~mmcalidet.evaluation.FeatureCache`
+it reruns the detector's prediction heads with V' of the prior, so the
+result equals ``model.predict`` under the same prior on the same
+batches. What it keeps of the heads per image, and how a prior reaches
+their class logits, is the head kind's ``head_outputs``
+(:class:`~mmcalidet.models.head_kinds.HeadKind`): a one-stage detector's
+dense head run once per image, after which a prior costs the calibration
+term and the post-processing
+(:class:`~mmcalidet.evaluation.dense_outputs.DenseHeadOutputs`); a
+two-stage detector's RPN and box head once per image (its proposals, the
+classifier's inputs and box deltas), after which a prior costs the
+classifier and the post-processing
+(:class:`~mmcalidet.evaluation.roi_outputs.RoIHeadOutputs`). It also
+scores a plain one- or two-stage detector (``RTMDet``, ``FasterRCNN``,
+the baselines), as ``model.predict`` runs it or with a post-hoc
+correction (:mod:`mmcalidet.evaluation.baselines`) of its class logits:
+every location's of a dense head; the marginal re-weighting of a RoI
+head's softmax (:mod:`mmcalidet.evaluation.roi_correction`).
 Priors, memoisation and supports are the :class:`Rescorer`'s; only the
 scoring step differs.
 """
-import contextlib
-from typing import Callable, Dict, List, Optional
+from typing import Callable, List, Optional
 
 import numpy as np
 import torch
 from mmengine.structures import InstanceData
 from torch import Tensor
 
+from ..models.head_kinds import find_head_kind
 from ..utils.progress import progress_bar
-from .dense_outputs import DenseHeadOutputs, has_dense_head
+from .dense_outputs import corrected_levels  # noqa: F401 (its old home)
 from .feature_cache import FeatureCache, evaluating
-from .roi_correction import check_softmax_correction, corrected_roi_scores
-from .roi_outputs import RoIHeadOutputs
+from .roi_correction import check_softmax_correction
 from .scoring import Rescorer
 
 
@@ -71,14 +71,9 @@ class HeadRescorer(Rescorer):
                             '(FeatureCache.from_batches(model, batches)), got '
                             f'{type(cache).__name__}')
         super().__init__(model, cache, correction, batch_size)
-        #: a one-stage head's outputs, run once per image (two-stage: None)
-        self._dense = DenseHeadOutputs(model.bbox_head) \
-            if has_dense_head(model) else None
-        #: a two-stage detector's box-head outputs, run once per image
-        self._roi = RoIHeadOutputs(model.roi_head) \
-            if hasattr(model, 'roi_head') else None
-        #: a two-stage detector's RPN proposals per cache index
-        self._proposals: Dict[int, InstanceData] = {}
+        #: the heads' outputs, run once per image (the kind's
+        #: ``head_outputs``)
+        self._outputs = self.kind.part('head_outputs').for_model(model)
 
     def _check_model(self, model: torch.nn.Module,
                      correction: Optional[Callable]) -> None:
@@ -94,12 +89,10 @@ class HeadRescorer(Rescorer):
             raise ValueError(
                 'HeadRescorer takes no post-hoc correction of a CaliDet '
                 'detector, which calibrates itself')
-        if self.calibratable and hasattr(model, 'predict_from_feats'):
-            return
-        if not self.calibratable and is_plain_one_stage(model):
-            return
-        if not self.calibratable and is_plain_two_stage(model):
-            if correction is not None:
+        kind = find_head_kind(model)
+        if kind is not None and kind.feature_cache and \
+                hasattr(model, 'extract_feat'):
+            if kind.softmax and correction is not None:
                 check_softmax_correction(correction, type(model).__name__)
             return
         raise TypeError(
@@ -147,7 +140,8 @@ class HeadRescorer(Rescorer):
 
     def _predict_batch(self, idx: np.ndarray,
                        prior: Optional[Tensor]) -> List[InstanceData]:
-        """The detections of a batch of cached images.
+        """The detections of a batch of cached images (the kind's
+        ``head_outputs``' ``predict``).
 
         Args:
             idx (np.ndarray): their cache indices (one feature size).
@@ -159,111 +153,16 @@ class HeadRescorer(Rescorer):
             list[InstanceData]: per image ``bboxes``, ``scores``,
             ``labels`` (original image coordinates).
         """
-        if self._dense is None:
-            return self._two_stage_predict(idx, prior)
-        outs, inputs = self._dense.get(
-            idx, lambda: self.cache.get(idx, self.device)[0])
-        if self.calibratable:
-            outs[0] = self._dense.calibrated_scores(outs[0], inputs, prior)
-        elif self.correction is not None:
-            if prior is None:
-                raise ValueError('a post-hoc correction needs a prior')
-            outs[0] = corrected_levels(outs[0], prior, self.correction)
-        elif prior is not None:
-            raise ValueError(f'{type(self.model).__name__} takes no prior; '
-                             'pass a post-hoc correction to use one')
-        return self.model.bbox_head.predict_by_feat(
-            *outs,
-            batch_img_metas=[
-                self.cache.data_samples[int(k)].metainfo for k in idx
-            ],
-            rescale=True)
-
-    def _two_stage_predict(self, idx: np.ndarray,
-                           prior: Optional[Tensor]) -> List[InstanceData]:
-        """A two-stage detector's detections of a batch, as
-        ``TwoStageDetector.predict`` gives them after ``extract_feat``: the
-        RPN's proposals and the box head's outputs but its class logits
-        (run once per image and kept: the prior reaches neither), then
-        the RoI head's post-processing of the class logits under
-        ``prior`` (V' of a CaliDet head, a plain one's prior for its
-        correction)."""
-        feats, samples = self.cache.get(idx, self.device)
-        if samples[0].get('proposals', None) is not None:
-            proposals = [s.proposals for s in samples]
-        else:
-            if any(int(k) not in self._proposals for k in idx):
-                found = self.model.rpn_head.predict(
-                    feats, samples, rescale=False)
-                self._proposals.update(zip(map(int, idx), found))
-            proposals = [self._proposals[int(k)] for k in idx]
-        head = self.model.roi_head.bbox_head
-        if self.calibratable:
-            calibrated = self.model.calibrated_head.calibrated(prior)
-
-            def score(x: Tensor, images: Tensor) -> Tensor:
-                return self.model.calibrated_head.cls_score(
-                    x, roi_images=images)
-        elif self.correction is not None:
-            if prior is None:
-                raise ValueError('a post-hoc correction needs a prior')
-            calibrated = contextlib.nullcontext()
-
-            def score(x: Tensor, images: Tensor) -> Tensor:
-                return corrected_roi_scores(
-                    head.fc_cls(x), self.correction, prior, images)
-        else:
-            if prior is not None:
-                raise ValueError(f'{type(self.model).__name__} takes no '
-                                 'prior; pass a post-hoc correction to use '
-                                 'one')
-            calibrated = contextlib.nullcontext()
-
-            def score(x: Tensor, images: Tensor) -> Tensor:
-                return head.fc_cls(x)
-
-        with calibrated, self._roi.scoring(feats, proposals, idx, score):
-            return self.model.roi_head.predict(
-                feats, proposals, samples, rescale=True)
-
-
-def is_plain_one_stage(model: torch.nn.Module) -> bool:
-    """Whether ``model`` is a plain one-stage detector HeadRescorer scores:
-    ``extract_feat``, a dense ``bbox_head`` with ``predict_by_feat``, no
-    RoI head and no decoder."""
-    return hasattr(model, 'extract_feat') and has_dense_head(model)
+        return self._outputs.predict(self, idx, prior)
 
 
 def is_plain_two_stage(model: torch.nn.Module) -> bool:
-    """Whether ``model`` is a plain two-stage detector HeadRescorer scores
-    (without a correction): ``extract_feat``, an RPN head and a RoI head,
-    and no calibration (``predict_from_feats``)."""
-    return (hasattr(model, 'extract_feat') and hasattr(model, 'rpn_head')
-            and hasattr(model, 'roi_head')
-            and not hasattr(model, 'predict_from_feats'))
-
-
-def corrected_levels(levels: List[Tensor], priors: Tensor,
-                     correction: Callable) -> List[Tensor]:
-    """A post-hoc correction of a dense head's class logits: the levels'
-    (B, K, H, W) maps as one (B, locations, K) tensor, corrected, split
-    back.
-
-    Args:
-        levels (list[Tensor]): per level, (B, K, H, W) logits.
-        priors (Tensor): (K, K) or (B, K, K).
-        correction (callable): ``correction(logits, priors) -> logits``.
-
-    Returns:
-        list[Tensor]: the corrected levels, shaped as given.
-    """
-    flat = [x.flatten(2).transpose(1, 2) for x in levels]
-    sizes = [x.shape[1] for x in flat]
-    fixed = correction(torch.cat(flat, dim=1), priors)
-    return [
-        part.transpose(1, 2).reshape(level.shape)
-        for part, level in zip(fixed.split(sizes, dim=1), levels)
-    ]
+    """Whether ``model`` is a plain detector whose classifier scores with
+    a softmax (a two-stage detector's RoI head): post-hoc corrections need
+    a softmax form."""
+    kind = find_head_kind(model)
+    return kind is not None and kind.softmax and \
+        not hasattr(model, 'predict_from_feats')
 
 
 def rescorer_for(model: torch.nn.Module,
@@ -291,8 +190,10 @@ def rescorer_for(model: torch.nn.Module,
     if isinstance(images, DecoderCache):
         return Rescorer(model, images, correction, batch_size)
     images = list(images)
-    if hasattr(model, 'predict_from_feats') or is_plain_one_stage(model) \
-            or is_plain_two_stage(model):
+    kind = find_head_kind(model)
+    if kind is not None and kind.feature_cache:
         cache = FeatureCache.from_batches(model, image_batches(model, images))
-        return HeadRescorer(model, cache, correction, batch_size)
-    return Rescorer(model, cache_images(model, images), correction, batch_size)
+    else:
+        cache = cache_images(model, images)
+    rescorer = kind.part('rescorer') if kind is not None else Rescorer
+    return rescorer(model, cache, correction, batch_size)

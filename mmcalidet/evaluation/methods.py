@@ -14,6 +14,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from ..models.head_kinds import head_kind_of
 from ..priors.prior import Prior
 from ..utils.log_level import mmengine_log_level
 from ..utils.validation import check_float, check_int
@@ -108,12 +109,11 @@ def resolve_train_prior(src, model, cfg, classes: Sequence[str]) -> Prior:
 
 
 def has_decoder(model: torch.nn.Module) -> bool:
-    """Whether ``model`` is a DETR-family detector, evaluated on a decoder
-    cache; a one- or two-stage detector is evaluated on a
-    :class:`FeatureCache` (:class:`~mmcalidet.evaluation.HeadRescorer`).
-    """
-    from mmdet.models.detectors import DetectionTransformer
-    return isinstance(model, DetectionTransformer)
+    """Whether ``model`` is evaluated on a decoder cache (a DETR-family
+    detector); a one- or two-stage detector is evaluated on a
+    :class:`FeatureCache` (its head kind's ``feature_cache``,
+    :class:`~mmcalidet.evaluation.HeadRescorer`)."""
+    return not head_kind_of(model).feature_cache
 
 
 #: what of a data preprocessor decides the images a detector sees

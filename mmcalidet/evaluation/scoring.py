@@ -2,10 +2,12 @@
 """Re-score cached decoder outputs under any prior.
 
 Only the classification branch of the last decoder layer runs: the
-wrapped head's ``cls_branches[l](h)``, then, for a CaliDet head, its own
-``calibrate_cls_scores`` with V' of the prior (or, for a plain detector, a
-post-hoc correction from :mod:`mmcalidet.evaluation.baselines`), then the
-head's ``predict_by_feat`` (top-k, boxes to image coordinates). The result
+wrapped head's plain logits of that layer (the decoder kind's
+:meth:`~mmcalidet.models.head_kinds.DecoderKind.layer_logits`), then, for
+a CaliDet head, its own ``calibrate_cls_scores`` with V' of the prior (or,
+for a plain detector, a post-hoc correction from
+:mod:`mmcalidet.evaluation.baselines`), then the head's
+``predict_by_feat`` (top-k, boxes to image coordinates). The result
 equals ``model.predict`` under the same prior on the same batches.
 """
 import contextlib
@@ -19,6 +21,7 @@ from torch import Tensor
 
 from ..apis.inference import is_calibratable
 from ..decoder_cache import DecoderCache, with_predictions
+from ..models.head_kinds import find_head_kind, head_kind_of
 from ..models.layers.support_ops import check_support
 from ..utils.progress import progress_bar
 
@@ -60,6 +63,8 @@ class Rescorer:
         self.batch_size = max(1, int(batch_size))
         self.calibratable = is_calibratable(model)
         self._check_model(model, correction)
+        #: the adapter of the model's head kind
+        self.kind = head_kind_of(model)
         self.device = model_device(model)
         # (prior, images) -> predictions, while remembering (remember())
         self._memo: Optional[Dict] = None
@@ -77,7 +82,8 @@ class Rescorer:
         if self.calibratable and correction is not None:
             raise ValueError('post-hoc corrections are baselines for plain '
                              'detectors; a CaliDet model calibrates itself')
-        if hasattr(model, 'predict_from_feats'):
+        kind = find_head_kind(model)
+        if kind is not None and kind.feature_cache:
             raise TypeError(
                 f'{type(model).__name__} has no decoder to cache: score it '
                 'with HeadRescorer on a FeatureCache '
@@ -85,15 +91,10 @@ class Rescorer:
 
     @property
     def head(self) -> torch.nn.Module:
-        """The head whose classification is re-scored: the model's
-        ``calibrated_head`` (the one owning the CaliFormer), else its
-        ``bbox_head`` (a plain two-stage detector: its RoI head's)."""
-        head = getattr(self.model, 'calibrated_head', None)
-        if head is not None:
-            return head
-        if hasattr(self.model, 'roi_head'):
-            return self.model.roi_head.bbox_head
-        return self.model.bbox_head
+        """The head whose classification is re-scored (the head kind's:
+        a DETR's or one-stage detector's ``bbox_head``, a two-stage
+        detector's box head)."""
+        return self.kind.head(self.model)
 
     @property
     def reads_support(self) -> bool:
@@ -242,7 +243,7 @@ class Rescorer:
             Tensor: the logits the full head gives for that layer.
         """
         head = self.model.bbox_head
-        logits = head.cls_branches[self.cache.layer_index](hidden)
+        logits = self.kind.layer_logits(head, hidden, self.cache.layer_index)
         if self.calibratable:
             if cali_vectors is None and priors is None:
                 cali_vectors = self.model.deployment_cali_vectors()

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
+from ..models.head_kinds import kind_of_head
 from ..priors import flat_prior, flip_prior, sample_prior
 
 
@@ -23,10 +24,11 @@ def prior_sensitivity(head,
     """Sensitivity of V' to E_x, flip(E_x) and E_t.
 
     Args:
-        head: a calibrated head (``get_cali_vectors``, ``rho`` and
-            ``cls_branches``); W is the last decoder layer's classifier
-            (:meth:`CalibratedClsMixin.decoder_cls_branch`), not the
-            encoder's proposal classifier that two-stage heads append.
+        head: a calibrated head (``get_cali_vectors``, ``rho``); W is its
+            head kind's :meth:`~mmcalidet.models.head_kinds.HeadKind.
+            class_weight`: a DETR's last decoder layer's classifier (not
+            the encoder's proposal classifier that two-stage heads
+            append), a dense head's first level's, a box head's.
         label_lists (Sequence[Sequence[int]]): the classes of each image
             whose E_x (and flip) is probed; images without a class are
             skipped.
@@ -40,7 +42,11 @@ def prior_sensitivity(head,
         ``absent_shift`` (mean logit change along W_k of the classes the
         image has / has not; for E_t every class counts as present).
     """
-    weight = head.decoder_cls_branch(-1).weight
+    kind = kind_of_head(head)
+    if kind is None:
+        raise TypeError(f'{type(head).__name__} is not a calibrated head '
+                        '(it declares no head_kind)')
+    weight = kind.class_weight(head)
     num_classes = weight.shape[0]
     unit = weight / weight.norm(dim=1, keepdim=True).clamp_min(1e-12)
     rho = float(head.rho)

@@ -1,4 +1,5 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
+from . import head_kinds  # noqa: F401
 from .data_preprocessors import *  # noqa: F401,F403
 from .dense_heads import *  # noqa: F401,F403
 from .detectors import *  # noqa: F401,F403

@@ -54,22 +54,27 @@ def _short(keys: Sequence[str], limit: int = 4) -> str:
 
 
 def _class_counts(model, mismatched: Dict[str, tuple]) -> Optional[tuple]:
-    """(checkpoint K, model K) if the prior or the first classification
-    branch is among the mismatched tensors."""
-    model_k = getattr(classifying_head(model), 'num_classes', None)
+    """(checkpoint K, model K) if the prior or a classifier of the
+    classifying head is among the mismatched tensors: a weight of that
+    head whose first dimension is K plus a constant (K outputs of a
+    sigmoid head, K + 1 of a softmax one) and whose other dimensions
+    match, the first in the model's order."""
+    head = classifying_head(model)
+    model_k = getattr(head, 'num_classes', None)
     if model_k is None:
         return None
     if 'prior' in mismatched:
         return mismatched['prior'][0][0], model_k
-    # a DETR's first decoder layer, a shared DETR / R-CNN box head's fc_cls,
-    # a one-stage head's first level
-    for key in ('bbox_head.cls_branches.0.weight', 'bbox_head.fc_cls.weight',
-                'roi_head.bbox_head.fc_cls.weight',
-                'bbox_head.rtm_cls.0.weight'):
-        if key in mismatched:
-            ckpt, own = mismatched[key]
-            # sigmoid heads have K outputs, softmax heads K + 1
-            return ckpt[0] - (own[0] - model_k), model_k
+    prefix = next(
+        (name + '.'
+         for name, module in model.named_modules() if module is head), None)
+    for key, (ckpt, own) in mismatched.items():
+        if prefix is None or not key.startswith(prefix) or \
+                not key.endswith('.weight') or len(ckpt) != len(own) or \
+                tuple(ckpt[1:]) != tuple(own[1:]) or \
+                own[0] not in (model_k, model_k + 1):
+            continue
+        return ckpt[0] - (own[0] - model_k), model_k
     return None
 
 

@@ -108,8 +108,10 @@ def test_every_form_of_a_prior_gives_the_same_result(model, images, tmp_path):
         prior[np.ix_(order, order)],
         classes=[CLASSES[k] for k in order])
     npy = save_prior(tmp_path / 'prior.npy', prior)
+    from mmcalidet.priors import Prior
     forms = [
         prior,
+        Prior.load(shuffled),
         torch.tensor(prior),
         prior.tolist(), shuffled, npy,
         dict(classes=CLASSES, matrix=prior.tolist())
@@ -130,6 +132,11 @@ def test_every_form_of_a_prior_gives_the_same_result(model, images, tmp_path):
     assert_same(
         inference_detector(model, images[0], prior=shuffled),
         inference_detector(model, images[0], prior=prior))
+    # a list of Prior values is one per image, as a list of files is
+    both = inference_detector(
+        model, images[:2], prior=[Prior.load(shuffled), None])
+    assert_same(both[0], inference_detector(model, images[0], prior=prior))
+    assert_same(both[1], inference_detector(model, images[1]))
 
 
 def test_per_image_priors_equal_separate_calls(model, images):

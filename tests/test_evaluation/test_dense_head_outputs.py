@@ -28,11 +28,12 @@ class TinyDenseHead(nn.Module):
         self.reg = nn.ModuleList(nn.Conv2d(D, 4, 1) for _ in range(2))
         self.forwards = 0
 
+    #: a calibrated dense head (mmcalidet.models.head_kinds)
+    head_kind = 'dense'
+    cls_conv_name = 'convs'
+
     def calibrated_feature_dims(self) -> int:
         return D
-
-    def dense_cls_convs(self):
-        return {f'convs.{i}': c for i, c in enumerate(self.convs)}
 
     def forward(self, feats, cali_vectors=None):
         self.forwards += 1

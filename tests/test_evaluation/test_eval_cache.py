@@ -436,3 +436,21 @@ def test_one_cache_serves_a_baseline_only_with_the_same_test_inputs(tmp_path):
     same_hidden = rows['same'].methods[-1].rescorer.cache.get([0])[0]
     other_hidden = rows['other'].methods[-1].rescorer.cache.get([0])[0]
     assert not torch.equal(same_hidden, other_hidden)
+
+
+def test_a_shared_classifier_rescores_as_the_full_forward():
+    """DAB-DETR's decoder layers share one classifier: the decoder head
+    kind's layer logits read it (the re-scorer named a per-layer branch
+    list before the head-kind adapters and failed on it)."""
+    model, loader = tiny(
+        'calidet/calidet_dab-detr_tiny_coco-mini.py', images=2)
+    with torch.no_grad():
+        for p in model.bbox_head.califormer.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    cache = cache_hidden_states(model, loader, progress=False)
+    rescorer = Rescorer(model, cache)
+    prior = random_prior(2)
+    model.set_prior(prior)
+    assert_same(rescorer.predict(prior), full_forward(model, loader))
+    a, b = rescorer.predict(prior), rescorer.predict(flat_prior(K))
+    assert any(not torch.equal(x.scores, y.scores) for x, y in zip(a, b))

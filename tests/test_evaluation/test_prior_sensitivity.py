@@ -31,6 +31,8 @@ class Head(nn.Module):
     classifier (``cls_branches[1]``)."""
 
     as_two_stage = True
+    head_kind = 'decoder'
+    num_classes = K
     decoder_cls_branch = CalibratedClsMixin.decoder_cls_branch
     decoder_cls_branches = CalibratedClsMixin.decoder_cls_branches
 

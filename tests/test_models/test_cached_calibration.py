@@ -88,8 +88,7 @@ def test_gradients_reach_the_calibrator_only(train_cls):
     model = build_detector(CONFIG, seed=0, cache_train_cls_branches=train_cls)
     head_inputs, boxes, samples = decoder_outputs(model)
     model.train()
-    inputs = dict(
-        hidden_states=head_inputs['hidden_states'], bbox_preds=boxes)
+    inputs = dict(hidden_states=head_inputs['hidden_states'], bbox_preds=boxes)
     losses = model.loss(inputs, samples)
     sum(losses.values()).backward()
     with_grad = {
@@ -133,8 +132,8 @@ def test_calibrator_configs(name):
         'CalibratorOptimWrapperConstructor'
     assert cfg.optim_wrapper.clip_grad.max_norm == 0.1  # DINO's
     assert cfg.train_cfg.type == 'IterBasedTrainLoop'
-    parent = get_config(name.replace('_cached', '').replace(
-        '-cached_coco', '-6e_coco'))
+    parent = get_config(
+        name.replace('_cached', '').replace('-cached_coco', '-6e_coco'))
     # the parent's head but for the CaliFormer's initial output (V' = 0:
     # the calibrator starts as the baseline), an initial value, no tensor
     assert cfg.model.bbox_head.califormer.zero_init_output is True
@@ -166,3 +165,36 @@ def test_cached_calibration_is_the_detector_with_a_cached_loss(model):
     # one class per detector type, picklable by its name
     import pickle
     assert pickle.loads(pickle.dumps(type(model))) is type(model)
+
+
+def test_every_calidet_detector_has_its_twin_written_out():
+    """The cached twins are classes of the module (no factory writes into
+    its globals): each named Cached<Detector>, its __name__ the
+    detector's; a detector without one is refused with the line to
+    write."""
+    from mmdet.registry import MODELS
+
+    from mmcalidet.models.detectors import (CachedCaliDABDETR,
+                                            CachedCaliDeformableDETR,
+                                            CachedCaliDINO,
+                                            CachedCaliFasterRCNN,
+                                            CachedCaliFCOS, CachedCaliRTMDet,
+                                            CalibratableDETRMixin)
+    from mmcalidet.models.detectors import cached_calibration as module
+    from mmcalidet.models.detectors import cached_calibration_type
+    for twin in (CachedCaliDINO, CachedCaliDeformableDETR, CachedCaliDABDETR,
+                 CachedCaliRTMDet, CachedCaliFCOS, CachedCaliFasterRCNN):
+        detector = MODELS.get(twin.__name__)
+        assert twin.__qualname__ == f'Cached{detector.__name__}'
+        assert getattr(module, twin.__qualname__) is twin
+        assert cached_calibration_type(detector) is twin
+        assert twin.detector_type == detector.__name__
+        assert twin.__mro__[1:3] == (CachedCalibrationMixin, detector)
+
+    class CaliOther(CalibratableDETRMixin, torch.nn.Module):
+        pass
+
+    with pytest.raises(TypeError, match='write class CachedCaliOther'):
+        cached_calibration_type(CaliOther)
+    with pytest.raises(TypeError, match='CaliDet detector type'):
+        cached_calibration_type(torch.nn.Linear)

@@ -20,8 +20,8 @@ from mmcalidet.decoder_cache import (CacheError, DecoderCache,
                                      is_roi_model)
 from mmcalidet.decoder_cache.roi_targets import recording_rois
 from mmcalidet.models.detectors import CachedCalibrationMixin, CaliFasterRCNN
-from mmcalidet.models.detectors.cached_roi_losses import (
-    cached_roi_head_losses, calibrated_roi_logits)
+from mmcalidet.models.head_kinds.roi import (cached_roi_head_losses,
+                                             calibrated_roi_logits)
 from testing import (PROJECT_ROOT, build_detector, damage_cache_file,
                      data_root, demo_batch, get_config, random_prior, run_tool)
 

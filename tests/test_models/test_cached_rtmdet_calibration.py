@@ -19,8 +19,8 @@ from mmcalidet.decoder_cache import (CacheError, DecoderCache,
                                      DecoderCacheWriter, fill_dense_cache)
 from mmcalidet.decoder_cache.dense_targets import recording
 from mmcalidet.models.detectors import CachedCalibrationMixin, CaliRTMDet
-from mmcalidet.models.detectors.cached_dense_losses import (
-    cached_dense_head_losses, calibrated_location_logits)
+from mmcalidet.models.head_kinds.dense import (cached_dense_head_losses,
+                                               calibrated_location_logits)
 from testing import (PROJECT_ROOT, build_detector, damage_cache_file,
                      data_root, demo_batch, get_config, random_prior, run_tool)
 
@@ -186,11 +186,11 @@ def test_zero_v_prime_gives_the_baselines_logits(model, baseline):
     head, plain = calibrator.bbox_head, baseline.bbox_head
     cache = dense_cache(baseline, labels=LABELS[:1], num_locations=ALL)
     data = baseline.data_preprocessor(demo_batch(LABELS[:1], size=64), False)
-    with torch.no_grad(), recording(plain) as (levels, _):
+    with torch.no_grad(), recording(plain) as (calls, _):
         feats = baseline.extract_feat(data['inputs'])
         scores, _ = RTMDetSepBNHead.forward(plain, feats)
         scores = torch.cat([s.flatten(2) for s in scores], 2)[0].t()
-        flat = torch.cat([f.flatten(2) for f in levels], 2)[0].t()
+        flat = torch.cat([f.flatten(2) for f, _ in calls], 2)[0].t()
         inputs = batch_inputs(cache)
         prior = torch.as_tensor(random_prior(4), dtype=torch.float32)
         cali = head.get_cali_vectors(prior)

@@ -8,8 +8,8 @@ import torch
 from mmdet.structures import DetDataSample
 
 from mmcalidet.apis import init_detector
-from mmcalidet.models.detectors.cached_roi_losses import (
-    cached_roi_head_losses, calibrated_roi_logits)
+from mmcalidet.models.head_kinds.roi import (cached_roi_head_losses,
+                                             calibrated_roi_logits)
 from mmcalidet.models.losses import loma_class_weights
 from mmcalidet.models.roi_heads import CaliShared2FCBBoxHead
 from testing import get_config, random_prior

@@ -1,7 +1,8 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """mmdet's single-stage detector test (tests/test_models/test_detectors/
 test_single_stage.py) on CaliRTMDet, built by ``MODELS.build`` from our
-tiny config and the paper's: init, then the loss, predict and tensor
+tiny config and the paper's, and on CaliFCOS (the head-kind adapters' new
+family) from its tiny config: init, then the loss, predict and tensor
 modes on mmdet's demo batch (128 x 128 and 125 x 130 images), on the CPU;
 the named prior's warnings (once from the EdgeSampler, once from the
 model) and the refusal of class names that are not the prior's.
@@ -26,13 +27,23 @@ from mmengine.config import Config
 
 TINY = 'calidet_rtmdet_tiny_coco-mini.py'
 PAPER = 'calidet_rtmdet_tiny_8xb32-300e_coco.py'
+FCOS = 'calidet_fcos_tiny_coco-mini.py'
 SHAPES = [[3, 128, 128], [3, 125, 130]]
+#: detector -> its head, levels (strides) and the head's losses
+EXPECTED = {
+    'CaliRTMDet': ('CaliRTMDetHead', 3, {'loss_cls', 'loss_bbox'}),
+    'CaliFCOS':
+    ('CaliFCOSHead', 5, {'loss_cls', 'loss_bbox', 'loss_centerness'}),
+}
 
 
 @pytest.fixture(
     scope='module',
-    params=[pytest.param(TINY, id='tiny'),
-            pytest.param(PAPER, id='paper')])
+    params=[
+        pytest.param(TINY, id='tiny'),
+        pytest.param(PAPER, id='paper'),
+        pytest.param(FCOS, id='fcos')
+    ])
 def config(request, model_config):
     cfg = model_config(request.param)
     cfg.data_preprocessor.pad_size_divisor = 32  # the tiny config's
@@ -49,12 +60,12 @@ def detector(config):
     return model
 
 
-def test_init(detector):
+def test_init(detector, config):
     assert detector.backbone
     assert detector.neck
     assert detector.bbox_head
-    assert type(detector).__name__ == 'CaliRTMDet'
-    assert type(detector.bbox_head).__name__ == 'CaliRTMDetHead'
+    assert type(detector).__name__ == config.type
+    assert type(detector.bbox_head).__name__ == EXPECTED[config.type][0]
     # the EdgeSampler got the head's K and the model's prior as E_t
     (_, sampler), = detector.edge_samplers()
     assert sampler.num_classes == detector.num_classes == 80
@@ -66,7 +77,8 @@ def test_forward_loss_mode(detector, message_hub, edge_sampler_draws):
     detector.train()
     losses = edge_sampler_draws(detector, demo_mm_inputs(2, SHAPES))
     assert isinstance(losses, dict)
-    assert {'loss_cls', 'loss_bbox', 'loss_loma'} <= set(losses)
+    losses_of_head = EXPECTED[type(detector).__name__][2]
+    assert losses_of_head | {'loss_loma'} <= set(losses)
 
 
 def test_forward_predict_mode(detector):
@@ -85,13 +97,16 @@ def test_forward_tensor_mode(detector):
     outputs = detector.forward(**data, mode='tensor')
     assert isinstance(outputs, tuple)
     cls_scores = outputs[0]
-    assert len(cls_scores) == 3  # strides 8, 16, 32
+    # one per stride
+    assert len(cls_scores) == EXPECTED[type(detector).__name__][1]
     assert all(score.shape[:2] == (2, 80) for score in cls_scores)
 
 
-def test_other_class_names_are_refused(model_config, class_order, message_hub):
+@pytest.mark.parametrize('name', [TINY, FCOS])
+def test_other_class_names_are_refused(name, model_config, class_order,
+                                       message_hub):
     class_order(
-        model_config(TINY), demo_mm_inputs(2, [[3, 64, 64], [3, 64, 64]]),
+        model_config(name), demo_mm_inputs(2, [[3, 64, 64], [3, 64, 64]]),
         message_hub)
 
 

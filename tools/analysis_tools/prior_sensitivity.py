@@ -90,7 +90,7 @@ def main(argv=None) -> int:
             rng.choice(k, size=int(rng.integers(lo, hi + 1)), replace=False)
             for _ in range(args.num_images)
         ]
-    rows = prior_sensitivity(model.bbox_head, labels, model.get_prior())
+    rows = prior_sensitivity(model.calibrated_head, labels, model.get_prior())
     print(
         markdown_table(rows,
                        [('prior', 'prior', ''), ('num_priors', 'priors', ''),

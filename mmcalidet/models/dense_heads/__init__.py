@@ -2,6 +2,7 @@
 from .cali_dab_detr_head import CaliDABDETRHead
 from .cali_deformable_detr_head import CaliDeformableDETRHead
 from .cali_dino_head import CaliDINOHead
+from .cali_fcos_head import CaliFCOSHead
 from .cali_rtmdet_head import CaliRTMDetHead
 from .calibrated_cls import CalibratedClsMixin
 from .calibrated_dense_cls import CalibratedDenseClsMixin
@@ -10,5 +11,5 @@ from .califormer_head import CaliFormerHeadMixin
 __all__ = [
     'CaliFormerHeadMixin', 'CalibratedClsMixin', 'CalibratedDenseClsMixin',
     'CaliDINOHead', 'CaliDeformableDETRHead', 'CaliDABDETRHead',
-    'CaliRTMDetHead'
+    'CaliRTMDetHead', 'CaliFCOSHead'
 ]

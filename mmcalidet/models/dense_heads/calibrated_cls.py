@@ -14,6 +14,7 @@ from mmdet.structures import SampleList
 from mmdet.utils import InstanceList
 from torch import Tensor
 
+from ..head_kinds.decoder import decoder_cls_branch, decoder_cls_branches
 from ..losses.loma_queries import LoMaQueriesMixin
 from ..non_finite import check_finite_tensors
 from .califormer_head import CaliFormerHeadMixin
@@ -39,30 +40,23 @@ class CalibratedClsMixin(LoMaQueriesMixin, CaliFormerHeadMixin):
         loma_queries (str): see :class:`LoMaQueriesMixin`.
     """
 
+    #: the head kind (:mod:`mmcalidet.models.head_kinds`)
+    head_kind = 'decoder'
+
     def decoder_cls_branches(self) -> Dict[str, torch.nn.Module]:
-        """The decoder layers' classification branches by name in the head:
-        ``cls_branches.<i>`` per layer, without the encoder's proposal
-        classifier that two-stage heads (DINO, two-stage Deformable DETR)
-        append (it stays uncalibrated); ``fc_cls`` alone where the layers
-        share it (DETR, Conditional DETR, DAB-DETR)."""
-        branches = getattr(self, 'cls_branches', None)
-        if branches is None:
-            return {'fc_cls': self.fc_cls}
-        num = len(branches) - int(bool(getattr(self, 'as_two_stage', False)))
-        return {f'cls_branches.{i}': branches[i] for i in range(num)}
+        """The decoder layers' classification branches by name in the head
+        (:func:`~mmcalidet.models.head_kinds.decoder.
+        decoder_cls_branches`): one per layer, without the encoder's
+        proposal classifier that two-stage heads (DINO, two-stage
+        Deformable DETR) append (it stays uncalibrated); one alone where
+        the layers share it (DETR, Conditional DETR, DAB-DETR)."""
+        return decoder_cls_branches(self)
 
     def decoder_cls_branch(self, layer: int = -1) -> torch.nn.Module:
         """The classification branch (its ``weight`` is W) of a decoder
-        ``layer`` (negative: from the last); the shared ``fc_cls`` for
-        every layer of heads that have one (:meth:`decoder_cls_branches`).
-        """
-        if getattr(self, 'cls_branches', None) is None:
-            return self.fc_cls
-        layers = list(self.decoder_cls_branches().values())
-        if not -len(layers) <= layer < len(layers):
-            raise IndexError(f'decoder layer {layer} out of range for '
-                             f'{len(layers)} decoder layers')
-        return layers[layer]
+        ``layer`` (negative: from the last); the shared one for every
+        layer of heads that have one (:meth:`decoder_cls_branches`)."""
+        return decoder_cls_branch(self, layer)
 
     def calibrate_cls_scores(self, all_layers_cls_scores: Tensor,
                              hidden_states: Tensor,

@@ -2,7 +2,8 @@
 """Calibrated classification for one-stage dense heads.
 
 A one-stage head classifies every location of every level with a conv
-(RTMDet's ``rtm_cls``): a linear classifier per location. The mixin swaps
+(one per level, or one the levels share): a linear classifier per
+location. The mixin swaps
 each level's classification conv for a :class:`CalibratedConv2d` with the
 same parameters, so every level computes ``(W_l + rho * V')^T x + b_l``
 with one V' from the head's CaliFormer. The towers, the box branch and the
@@ -17,6 +18,7 @@ from typing import Dict, List, Optional, Tuple
 from mmdet.structures import SampleList
 from torch import Tensor, nn
 
+from ..head_kinds.dense import DENSE
 from ..layers import CalibratedConv2d
 from ..losses.loma_head import LoMaMixin
 from .califormer_head import CalibrationContextMixin
@@ -41,6 +43,8 @@ class CalibratedDenseClsMixin(LoMaMixin, CalibrationContextMixin):
             disables it.
     """
 
+    #: the head kind (:mod:`mmcalidet.models.head_kinds`)
+    head_kind = 'dense'
     #: the attribute holding the classification conv(s)
     cls_conv_name = 'conv_cls'
 
@@ -64,11 +68,16 @@ class CalibratedDenseClsMixin(LoMaMixin, CalibrationContextMixin):
         return self.feat_channels
 
     def dense_cls_convs(self) -> Dict[str, CalibratedConv2d]:
-        """The calibrated classification convs by name in the head."""
-        convs = getattr(self, self.cls_conv_name)
-        if isinstance(convs, nn.Conv2d):
-            return {self.cls_conv_name: convs}
-        return {f'{self.cls_conv_name}.{i}': c for i, c in enumerate(convs)}
+        """The calibrated classification convs by name in the head, each
+        once (:meth:`~mmcalidet.models.head_kinds.DenseKind.cls_layers`).
+        """
+        return DENSE.cls_layers(self)
+
+    @property
+    def recording_targets(self) -> bool:
+        """Whether a loss inside :meth:`loss` records its assignment for
+        LoMa (:meth:`record_targets`)."""
+        return self._targets_record is not None
 
     def forward(self,
                 feats: Tuple[Tensor, ...],

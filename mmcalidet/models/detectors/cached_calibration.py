@@ -12,18 +12,18 @@ names (its checkpoints are the detector's), the same inference, and a
 :class:`~mmcalidet.models.data_preprocessors.DecoderCachePreprocessor`
 instead of images. The detector's own ``loss`` takes images only.
 
-A one-stage CaliDet (``CaliRTMDet``) trains the same way on a dense
-head's cache, whose batches add the locations' ``targets``
-(:func:`~.cached_dense_losses.cached_dense_head_losses`); a two-stage one
-(``CaliFasterRCNN``) on a box head's cache of sampled RoIs, whose batches
-add the RoIs' ``targets``
-(:func:`~.cached_roi_losses.cached_roi_head_losses`).
+The losses on a cached batch are the head kind's
+(:meth:`~mmcalidet.models.head_kinds.HeadKind.cached_losses`): a DETR's
+decoder outputs, a one-stage head's cached locations (``CaliRTMDet``,
+``CaliFCOS``), a two-stage box head's sampled RoIs (``CaliFasterRCNN``).
+
+Each CaliDet detector has its cached twin written out below
+(``CachedCaliDINO`` ...); a new detector writes one line,
+``class CachedCaliX(CachedCalibrationMixin, CaliX)``, and
+``CachedCalibration(detector='CaliX')`` finds it.
 """
-from functools import partial
 from typing import Dict, Optional, Type
 
-import torch
-from mmdet.models.dense_heads import DETRHead
 from mmdet.registry import MODELS
 from mmdet.structures import SampleList
 from torch import Tensor, nn
@@ -31,79 +31,52 @@ from torch import Tensor, nn
 from ...decoder_cache.store import (FOLDER_METAINFO, HEAD_METAINFO,
                                     TARGET_HEADS, CacheKindError, kind_text)
 from ..data_preprocessors import is_cached_batch
-from .cached_dense_losses import cached_dense_head_losses
-from .cached_roi_losses import cached_roi_head_losses
+from ..head_kinds import HeadKind, head_kind_of
+from .cali_dab_detr import CaliDABDETR
+from .cali_deformable_detr import CaliDeformableDETR
+from .cali_dino import CaliDINO
+from .cali_faster_rcnn import CaliFasterRCNN
+from .cali_fcos import CaliFCOS
+from .cali_rtmdet import CaliRTMDet
 from .calibratable import CalibratableDetectorMixin
 
-
-def cached_head_losses(head: nn.Module,
-                       hidden_states: Tensor,
-                       bbox_preds: Tensor,
-                       batch_data_samples: SampleList,
-                       cali_vectors: Tensor,
-                       priors: Tensor,
-                       train_cls_branches: bool = False) -> Dict[str, Tensor]:
-    """The training losses of a calibrated head's matching queries from
-    cached decoder outputs: each decoder layer's classification ``(W + rho
-    V')^T h + b``, Hungarian matching against the ground truth, the focal
-    and box losses of mmdet's ``DETRHead.loss_by_feat`` and LoMa.
-
-    What differs from the head's ``loss`` on images: no denoising queries
-    and no encoder proposal loss (neither depends on the prior), and the
-    boxes are the cached ones (their losses are constants that only enter
-    the matching and the log).
-
-    Args:
-        head (nn.Module): a calibrated head
-            (:class:`~mmcalidet.models.dense_heads.CalibratedClsMixin`).
-        hidden_states (Tensor): (L, B, Q, d) cached hidden states.
-        bbox_preds (Tensor): (L, B, Q, 4) cached boxes (normalised cx, cy,
-            w, h).
-        batch_data_samples (list[DetDataSample]): with ``gt_instances``
-            (and ``sample_prior`` from the EdgeSampler).
-        cali_vectors (Tensor): V' of ``priors``, (B, K, d) or (K, d).
-        priors (Tensor): the injected priors, (B, K, K) or (K, K).
-        train_cls_branches (bool): let gradients reach ``W`` and ``b`` of
-            the decoder layers' classification branches (otherwise only the
-            CaliFormer learns).
-
-    Returns:
-        dict[str, Tensor]: ``loss_cls``, ``loss_bbox``, ``loss_iou``,
-        ``loss_loma`` and their ``d{i}.`` versions for the other decoder
-        layers.
-    """
-    with torch.set_grad_enabled(train_cls_branches
-                                and torch.is_grad_enabled()):
-        cls_scores = torch.stack([
-            head.decoder_cls_branch(layer)(h)
-            for layer, h in enumerate(hidden_states)
-        ])
-    cls_scores = head.calibrate_cls_scores(cls_scores, hidden_states,
-                                           cali_vectors)
-    head.check_finite_outputs(cls_scores, bbox_preds, hidden_states,
-                              cali_vectors)
-    batch_gt_instances = [ds.gt_instances for ds in batch_data_samples]
-    batch_img_metas = [ds.metainfo for ds in batch_data_samples]
-    # the plain per-layer DETR losses (DINO's and Deformable DETR's
-    # loss_by_feat add the denoising and encoder losses)
-    return head.loss_with_loma(
-        partial(DETRHead.loss_by_feat, head, cls_scores, bbox_preds,
-                batch_gt_instances, batch_img_metas), cls_scores, priors,
-        batch_data_samples, hidden_states)
+#: a CaliDet detector class -> its cached twin (filled by the twins'
+#: definitions, :meth:`CachedCalibrationMixin.__init_subclass__`)
+CACHED_TYPES: Dict[type, type] = {}
 
 
 class CachedCalibrationMixin:
-    """Put in front of a CaliDet detector by :func:`CachedCalibration`:
-    ``loss`` trains the calibrator on cached decoder outputs (a DETR's) or
-    cached locations (a one-stage dense head's).
+    """Put in front of a CaliDet detector, ``class CachedCaliX(
+    CachedCalibrationMixin, CaliX)``: ``loss`` trains the calibrator on a
+    cache of the head's kind (a DETR's decoder outputs, a one-stage head's
+    locations, a box head's RoIs).
+
+    A subclass is the twin :func:`CachedCalibration` builds for its
+    detector; it keeps the detector's ``__name__`` (reports, exports and
+    logs name the model as the detector) and is found by its qualified
+    name, ``Cached<Detector>`` (pickles).
 
     Args:
-        cache_train_cls_branches (bool): let the decoder layers'
-            classification branches (a dense head's per-level
-            classification convs, a box head's ``fc_cls``) learn too; by
+        cache_train_cls_branches (bool): let the head's classification
+            layers (a DETR's decoder-layer branches, a dense head's
+            classification convs, a box head's classifier) learn too; by
             default only the CaliFormer does. Defaults to False.
         *args, **kwargs: the arguments of the detector.
     """
+
+    #: the registered type of the detector (set for each twin)
+    detector_type = ''
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if CachedCalibrationMixin not in cls.__bases__:
+            return
+        detector = next(base for base in cls.__bases__
+                        if base is not CachedCalibrationMixin)
+        cls.detector_type = detector.__name__
+        # named as the detector it is; __qualname__ stays Cached<Detector>
+        cls.__name__ = detector.__name__
+        CACHED_TYPES[detector] = cls
 
     def __init__(self,
                  *args,
@@ -119,49 +92,36 @@ class CachedCalibrationMixin:
         return next(name for name, module in self.named_modules()
                     if module is head)
 
+    @property
+    def head_kind(self) -> HeadKind:
+        """The adapter of this detector's head kind."""
+        return head_kind_of(self)
+
     def cache_kind(self) -> str:
         """The kind of cache this detector's head trains on
         (``meta['head']``): ``'decoder'`` (a DETR's), ``'dense'`` (a
         one-stage head's) or ``'roi'`` (a two-stage box head's)."""
-        head = self.calibrated_head
-        if hasattr(head, 'dense_cls_convs'):
-            return 'dense'
-        return 'roi' if hasattr(head, 'roi_loma') else 'decoder'
+        return self.head_kind.name
 
     def cache_width(self) -> int:
         """The width of the features this detector's calibrated head
-        classifies (what a cache of its kind stores as hidden states): the
-        input of a decoder layer's classification branch, of a dense
-        head's classification convs or of a box head's ``fc_cls``."""
-        head, kind = self.calibrated_head, self.cache_kind()
-        if kind == 'dense':
-            layer = next(iter(head.dense_cls_convs().values()))
-        elif kind == 'roi':
-            layer = head.fc_cls
-        else:
-            layer = head.decoder_cls_branch(0)
-        return int(layer.weight.shape[1])
+        classifies (what a cache of its kind stores as hidden states,
+        :meth:`~mmcalidet.models.head_kinds.HeadKind.feature_width`)."""
+        return self.head_kind.feature_width(self.calibrated_head)
 
     def calibrator_modules(self) -> Dict[str, nn.Module]:
         """What the training updates, by name in the detector: the
-        CaliFormer and, with ``cache_train_cls_branches``, the decoder
-        layers' classification branches (not the encoder's proposal
-        classifier), a dense head's classification convs, a box head's
-        ``fc_cls``."""
+        CaliFormer and, with ``cache_train_cls_branches``, the head's
+        classification layers (a DETR's decoder-layer branches, not the
+        encoder's proposal classifier; a dense head's classification
+        convs; a box head's classifier)."""
         head, prefix = self.calibrated_head, self.calibrated_head_name()
         modules = {f'{prefix}.califormer': head.califormer}
         if not self.cache_train_cls_branches:
             return modules
-        kind = self.cache_kind()
-        if kind == 'dense':
-            branches = head.dense_cls_convs()
-        elif kind == 'roi':
-            branches = dict(fc_cls=head.fc_cls)
-        else:
-            branches = head.decoder_cls_branches()
         modules.update({
-            f'{prefix}.{name}': branch
-            for name, branch in branches.items()
+            f'{prefix}.{name}': layer
+            for name, layer in self.head_kind.cls_layers(head).items()
         })
         return modules
 
@@ -170,8 +130,8 @@ class CachedCalibrationMixin:
         """The calibrator's losses on cached decoder outputs: the CaliFormer
         (and, with ``cache_train_cls_branches``, the classification
         branches) learn from each sample's prior (the EdgeSampler's draw)
-        with the matching, focal and LoMa losses of the calibrated head
-        (:func:`cached_head_losses`).
+        with the calibrated head's losses on its kind's cache
+        (:meth:`~mmcalidet.models.head_kinds.HeadKind.cached_losses`).
 
         Args:
             batch_inputs (dict): ``hidden_states`` (L, B, Q, d) and
@@ -195,7 +155,7 @@ class CachedCalibrationMixin:
                 '(DecoderCachePreprocessor), got '
                 f'{type(batch_inputs).__name__}: train on images with the '
                 f'detector itself (model.type={self.detector_type!r})')
-        kind = self._batch_kind(batch_inputs, batch_data_samples)
+        self._batch_kind(batch_inputs, batch_data_samples)
         self.check_classes_matched()
         hidden = batch_inputs['hidden_states']
         priors = self.batch_priors(batch_data_samples)
@@ -204,20 +164,10 @@ class CachedCalibrationMixin:
             priors = self.prior.expand(hidden.shape[1], -1, -1)
         head = self.calibrated_head
         cali_vectors = head.get_cali_vectors(priors, support, marginals)
-        if kind != 'decoder':
-            losses = cached_dense_head_losses if kind == 'dense' else \
-                cached_roi_head_losses
-            return losses(head, hidden, batch_inputs['targets'],
-                          batch_data_samples, cali_vectors, priors,
-                          self.cache_train_cls_branches)
-        return cached_head_losses(
-            head,
-            hidden,
-            batch_inputs['bbox_preds'],
-            batch_data_samples,
-            cali_vectors,
-            priors,
-            train_cls_branches=self.cache_train_cls_branches)
+        return self.head_kind.cached_losses(head, batch_inputs,
+                                            batch_data_samples, cali_vectors,
+                                            priors,
+                                            self.cache_train_cls_branches)
 
     def _batch_kind(self,
                     batch_inputs: Dict[str, Tensor],
@@ -278,41 +228,57 @@ class CachedCalibrationMixin:
         return kind
 
 
-_CACHED_TYPES: Dict[type, type] = {}
+class CachedCaliDINO(CachedCalibrationMixin, CaliDINO):
+    """CaliDINO trained on cached decoder outputs."""
+
+
+class CachedCaliDeformableDETR(CachedCalibrationMixin, CaliDeformableDETR):
+    """CaliDeformableDETR trained on cached decoder outputs."""
+
+
+class CachedCaliDABDETR(CachedCalibrationMixin, CaliDABDETR):
+    """CaliDABDETR trained on cached decoder outputs."""
+
+
+class CachedCaliRTMDet(CachedCalibrationMixin, CaliRTMDet):
+    """CaliRTMDet trained on a dense head's cached locations."""
+
+
+class CachedCaliFCOS(CachedCalibrationMixin, CaliFCOS):
+    """CaliFCOS trained on a dense head's cached locations."""
+
+
+class CachedCaliFasterRCNN(CachedCalibrationMixin, CaliFasterRCNN):
+    """CaliFasterRCNN trained on a box head's cached RoIs."""
 
 
 def cached_calibration_type(detector: Type[nn.Module]) -> type:
-    """The class ``Cached<Detector>(CachedCalibrationMixin, detector)``,
-    made once per detector class; its ``__name__`` is the detector's, so
-    reports and exports name the model as they name the detector.
+    """The cached twin of a CaliDet detector class (``CachedCaliDINO`` of
+    ``CaliDINO``): the class written out as
+    ``class Cached<Detector>(CachedCalibrationMixin, <Detector>)``.
 
     Args:
         detector (type): a CaliDet detector class
             (:class:`CalibratableDetectorMixin`).
 
     Returns:
-        type: the class.
+        type: its twin.
 
     Raises:
-        TypeError: ``detector`` is not a CaliDet detector.
+        TypeError: ``detector`` is not a CaliDet detector, or has no twin.
     """
     if not (isinstance(detector, type)
             and issubclass(detector, CalibratableDetectorMixin)):
         raise TypeError('CachedCalibration: detector must be a CaliDet '
                         'detector type (e.g. CaliDINO), got '
                         f'{getattr(detector, "__name__", detector)!r}')
-    if detector not in _CACHED_TYPES:
-        name = f'Cached{detector.__name__}'
-        # named as the detector it is (reports, exports and logs name the
-        # model by its type); found by its qualified name (pickle)
-        cls = type(detector.__name__, (CachedCalibrationMixin, detector),
-                   dict(__module__=__name__, __qualname__=name,
-                        __doc__=f'{detector.__name__} trained on cached '
-                        'decoder outputs (:class:`CachedCalibrationMixin`).',
-                        detector_type=detector.__name__))
-        globals()[name] = cls
-        _CACHED_TYPES[detector] = cls
-    return _CACHED_TYPES[detector]
+    if detector not in CACHED_TYPES:
+        raise TypeError(
+            f'CachedCalibration: {detector.__name__} has no cached twin: '
+            f'write class Cached{detector.__name__}(CachedCalibrationMixin, '
+            f'{detector.__name__}) (mmcalidet/models/detectors/'
+            'cached_calibration.py)')
+    return CACHED_TYPES[detector]
 
 
 @MODELS.register_module()
@@ -327,7 +293,8 @@ def CachedCalibration(detector: str, **kwargs) -> nn.Module:
             :class:`CachedCalibrationMixin`).
 
     Returns:
-        nn.Module: the detector, a :func:`cached_calibration_type` of it.
+        nn.Module: the detector's cached twin
+        (:func:`cached_calibration_type`).
     """
     detector_cls = MODELS.get(detector) if isinstance(detector,
                                                       str) else detector

@@ -110,8 +110,14 @@ class CalibratedConv2d(nn.Conv2d):
             # a static shape: ONNX's exporter needs the kernel's
             kernel = deltas.reshape(self.out_channels, self.in_channels, 1, 1)
             centre = self.kernel_size[0] // 2
-            if centre:
-                kernel = F.pad(kernel, (centre, centre, centre, centre))
+            if centre:  # zeros around it, by concatenation (ONNX's Pad
+                # would leave the kernel's shape unknown)
+                side = kernel.new_zeros(self.out_channels, self.in_channels, 1,
+                                        centre)
+                band = kernel.new_zeros(self.out_channels, self.in_channels,
+                                        centre, self.kernel_size[1])
+                kernel = torch.cat(
+                    [band, torch.cat([side, kernel, side], 3), band], 2)
             return self._conv_forward(x, self.weight + kernel, self.bias)
         if cali.dim() != 3 or cali.shape[0] != x.shape[0]:
             raise ValueError(f"per-image V' must be (B, K, d) with B = "

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 
 class CalibratedLinear(nn.Linear):
-    """A box head's linear classifier (``fc_cls``), calibrated by V'.
+    """A box head's linear classifier, calibrated by V'.
 
     With the calibration vectors V' (K x d) set, it computes
     ``(W + rho * V') x + b`` on its first K outputs by adding ``rho * V'``

@@ -72,6 +72,8 @@ class CalibratedBBoxClsMixin(LoMaMixin, CalibrationContextMixin):
             probabilities: bounded in [0, 1]).
     """
 
+    #: the head kind (:mod:`mmcalidet.models.head_kinds`)
+    head_kind = 'roi'
     #: the values :meth:`loma_inputs` can give LoMa
     LOMA_INPUTS = ('logits', 'softmax')
 

@@ -2,7 +2,7 @@
 # plain Faster R-CNN (faster-rcnn_tiny_context-shift.py), as
 # calidet_rtmdet_tiny_context-shift_cached.py does for the RTMDet: the
 # Faster R-CNN runs over the training scenes once per pass (the box head's
-# classification features, the input of fc_cls, of the RoIs the training
+# classification features, the classifier's input, of the RoIs the training
 # sampler draws, with their labels: mmcalidet/decoder_cache/roi.py), then
 # only the CaliFormer learns, with the benchmark's train statistics as E_t
 # and default prior. The trunk and the heads stay the Faster R-CNN's, so

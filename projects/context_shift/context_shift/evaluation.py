@@ -20,7 +20,7 @@ SITES = ('like_train', 'left_only', 'crossed', 'swapped')
 CACHED_OUTPUTS = {
     'dino': 'decoder outputs',
     'rtmdet': 'dense locations (classification features)',
-    'faster-rcnn': 'sampled RoIs (fc_cls inputs)',
+    'faster-rcnn': 'sampled RoIs (box classifier inputs)',
 }
 
 
