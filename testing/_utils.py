@@ -430,7 +430,7 @@ def set_known_scores(model: torch.nn.Module,
         low (float): the other classes' logit bias.
         cali_scale (float): factor of V'.
     """
-    from ..models.head_kinds.decoder import DECODER
+    from mmcalidet.models.head_kinds.decoder import DECODER
     last_norm = model.bbox_head.califormer.encoder.layers[-1].norms[-1]
     with torch.no_grad():
         for branch in DECODER.cls_layers(model.bbox_head).values():
