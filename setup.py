@@ -136,8 +136,9 @@ if __name__ == '__main__':
             long_description=readme(),
             long_description_content_type='text/markdown',
             keywords='computer vision, object detection, calibration',
-            packages=find_packages(exclude=('configs', 'tools', 'tests',
-                                            'benchmarks', 'docs')),
+            # the package alone: the checkout's test helpers (testing/),
+            # tests, tools and projects stay out of the wheel
+            packages=find_packages(include=('mmcalidet', 'mmcalidet.*')),
             include_package_data=True,
             package_data={
                 'mmcalidet': [

@@ -23,8 +23,9 @@ from mmdet.registry import MODELS
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
-from mmcalidet.evaluation import Rescorer, cache_hidden_states, self_calibrate
-from mmcalidet.testing import get_config
+from mmcalidet.calibration import self_calibrate
+from mmcalidet.evaluation import Rescorer, cache_hidden_states
+from testing import get_config
 
 
 def main() -> None:

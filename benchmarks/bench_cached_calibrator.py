@@ -38,8 +38,8 @@ from mmengine.optim import build_optim_wrapper
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 from mmcalidet.evaluation.cache import run_decoder  # noqa: E402
-from mmcalidet.testing import match_config_classes  # noqa: E402
-from mmcalidet.testing import demo_batch, get_config
+from testing import match_config_classes  # noqa: E402
+from testing import demo_batch, get_config
 
 TARGET = 50.0
 

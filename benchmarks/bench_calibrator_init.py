@@ -27,7 +27,7 @@ from mmengine.runner import load_checkpoint
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 from mmcalidet.datasets import DecoderCacheDataset  # noqa: E402
-from mmcalidet.testing import get_config, match_config_classes  # noqa: E402
+from testing import get_config, match_config_classes  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:

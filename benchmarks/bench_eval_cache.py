@@ -40,13 +40,14 @@ from mmengine.registry import init_default_scope
 from mmengine.runner import Runner, load_checkpoint
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+from mmcalidet.calibration import self_calibrate
 from mmcalidet.decoder_cache import weights_fingerprint
 from mmcalidet.evaluation import (CocoEvaluator, Rescorer, cache_evaluator,
-                                  cache_hidden_states, self_calibrate)
+                                  cache_hidden_states)
 from mmcalidet.evaluation.protocol import injection
 from mmcalidet.evaluation.sweep import Method
-from mmcalidet.testing import get_config
 from mmcalidet.utils.log_level import quiet_mmengine
+from testing import get_config
 
 TARGETS = dict(sweep=1.3, selfcal=2.0, selfcal_ap=None)
 

@@ -34,7 +34,7 @@ import warnings
 import torch
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from mmcalidet.testing import data_root, get_config  # noqa: E402
+from testing import data_root, get_config  # noqa: E402
 
 #: (CaliDet config, plain config, default size) per model
 MODELS = {

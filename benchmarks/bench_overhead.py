@@ -36,7 +36,7 @@ from mmengine.optim import build_optim_wrapper
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 from mmcalidet.models.head_kinds import DENSE, head_kind_of  # noqa: E402
-from mmcalidet.testing import get_config, match_config_classes  # noqa: E402
+from testing import get_config, match_config_classes  # noqa: E402
 
 TARGETS = dict(train=1.10, infer_cached=1.005, infer_uncached=1.03)
 

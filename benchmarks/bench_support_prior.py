@@ -26,7 +26,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 from bench_cached_calibrator import build, timed  # noqa: E402
 
 from mmcalidet.evaluation.cache import run_decoder  # noqa: E402
-from mmcalidet.testing import demo_batch, get_config  # noqa: E402
+from testing import demo_batch, get_config  # noqa: E402
 
 CONFIGS = '../projects/context_shift/configs/'
 TARGET = 1.2

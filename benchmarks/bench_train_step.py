@@ -104,7 +104,7 @@ def build(config: str):
     from mmengine.config import Config
     from mmengine.optim import build_optim_wrapper
 
-    from mmcalidet.testing import match_config_classes
+    from testing import match_config_classes
     register_all_modules()
     cfg = Config.fromfile(osp.join(ROOT, config))
     torch.manual_seed(0)

@@ -5,7 +5,7 @@
 
 On one seeded, ``init_weights``-initialised CaliDINO of
 ``configs/calidet/calidet_dino_tiny_coco-mini.py`` (random images from
-:func:`mmcalidet.testing.demo_batch`, TF32 off):
+:func:`testing.demo_batch`, TF32 off):
 
 1. parity: backbone/neck features and the head's outputs (all decoder
    layers' class logits and boxes) of the same model on CPU and on CUDA
@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from mmcalidet.testing import (demo_batch, get_config,  # noqa: E402
-                               match_config_classes, train_steps)
+from testing import (demo_batch, get_config,  # noqa: E402
+                     match_config_classes, train_steps)
 
 CONFIG = 'calidet/calidet_dino_tiny_coco-mini.py'
 #: what the parity check tolerates (float32, TF32 off)

@@ -24,9 +24,9 @@ def datasets_dir() -> str:
 
 @pytest.fixture
 def run_tool():
-    """:func:`mmcalidet.testing.run_tool`: a project script under this
+    """:func:`testing.run_tool`: a project script under this
     Python with the shared data folder, its output captured."""
-    from mmcalidet.testing import run_tool as run
+    from testing import run_tool as run
     return run
 
 

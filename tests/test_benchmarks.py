@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mmcalidet.testing import PROJECT_ROOT
+from testing import PROJECT_ROOT
 
 SCRIPTS = sorted(glob.glob(osp.join(PROJECT_ROOT, 'benchmarks', '*.py')))
 

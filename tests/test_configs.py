@@ -18,7 +18,7 @@ import torch
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 
-from mmcalidet.testing import PROJECT_ROOT, build_detector, get_config
+from testing import PROJECT_ROOT, build_detector, get_config
 
 CONFIG_ROOT = osp.join(PROJECT_ROOT, 'configs')
 # the package's configs, the projects' and their experiments' (named

@@ -12,7 +12,7 @@ from typing import List
 
 import pytest
 
-from mmcalidet.testing import PROJECT_ROOT, data_root, run_tool
+from testing import PROJECT_ROOT, data_root, run_tool
 
 GUIDE = osp.join(PROJECT_ROOT, 'docs', 'user_guides', 'calibrate.md')
 MARK = '<!-- coco-mini-from-scratch -->'

@@ -12,7 +12,7 @@ from mmdet.registry import MODELS
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from mmcalidet.testing import PROJECT_ROOT
+from testing import PROJECT_ROOT
 
 GUIDE = osp.join(PROJECT_ROOT, 'docs', 'user_guides', 'new_baseline.md')
 

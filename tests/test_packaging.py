@@ -153,3 +153,7 @@ def test_regular_wheel_ships_tools_configs_priors_and_extension(tmp_path):
         assert path in names, path
     assert any(n.startswith('mmcalidet/.mim/configs/') and n.endswith('.py')
                for n in names)
+    # the package alone: no test helper, no other top-level folder
+    tops = {n.split('/', 1)[0] for n in names}
+    assert {t for t in tops if not t.endswith('.dist-info')} == {'mmcalidet'}
+    assert not [n for n in names if n.startswith('mmcalidet/testing/')]

@@ -7,9 +7,9 @@ from mmdet.registry import HOOKS
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
-from ..evaluation import (DEFAULT_SCORE_THR, DEFAULT_TRUST_RADIUS,
-                          OnlineSelfCalibrator)
-from ..evaluation.self_calibration import check_self_calibration_args
+from ..calibration import (DEFAULT_SCORE_THR, DEFAULT_TRUST_RADIUS,
+                           OnlineSelfCalibrator)
+from ..calibration.update import check_self_calibration_args
 from ..priors.prior_source import model_classes
 
 
@@ -17,7 +17,7 @@ from ..priors.prior_source import model_classes
 class OnlineSelfCalibrationHook(Hook):
     """Self-calibrate a CaliDet model from its own predictions while a test
     (or validation) loop runs (see
-    :class:`~mmcalidet.evaluation.OnlineSelfCalibrator`).
+    :class:`~mmcalidet.calibration.OnlineSelfCalibrator`).
 
     After every iteration the batch's predictions update the running
     statistics; every ``update_interval`` images E_c is updated and
@@ -34,7 +34,7 @@ class OnlineSelfCalibrationHook(Hook):
         warmup (int): images before the first update. Defaults to 32.
         trust_radius (float, optional): keep E_c within this mean absolute
             distance of the starting prior. Defaults to
-            :data:`~mmcalidet.evaluation.DEFAULT_TRUST_RADIUS`; ``None``:
+            :data:`~mmcalidet.calibration.DEFAULT_TRUST_RADIUS`; ``None``:
             no limit.
         init_prior (str, optional): E_c at the start (a prior file or
             shipped name); default the model's deployment prior.

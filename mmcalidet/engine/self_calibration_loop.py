@@ -7,8 +7,10 @@ from typing import Dict, List, Optional
 
 from mmdet.registry import LOOPS
 
-from ..evaluation import (DEFAULT_TRUST_RADIUS, Rescorer, cache_evaluator,
-                          calibration_subsets, markdown_table)
+from ..calibration import DEFAULT_SCORE_THR, DEFAULT_TRUST_RADIUS
+from ..calibration.update import check_self_calibration_args
+from ..evaluation import (Rescorer, cache_evaluator, calibration_subsets,
+                          markdown_table)
 from ..evaluation.protocol import self_calibration
 from ..evaluation.sweep import Method
 from ..utils.validation import check_int
@@ -29,7 +31,7 @@ class SelfCalibrationTestLoop(CachedTestLoop):
         num_images (int, optional): images used (default all).
         seed (int): split seed.
         iters, eta, score_thr, tol: see
-            :func:`mmcalidet.evaluation.self_calibrate`.
+            :func:`mmcalidet.calibration.self_calibrate`.
         **kwargs: see :class:`CachedTestLoop`.
     """
 
@@ -45,8 +47,6 @@ class SelfCalibrationTestLoop(CachedTestLoop):
                  score_thr: Optional[float] = None,
                  tol: float = 1e-3,
                  **kwargs) -> None:
-        from ..evaluation import DEFAULT_SCORE_THR
-        from ..evaluation.self_calibration import check_self_calibration_args
         check_self_calibration_args(
             iters=iters,
             eta=eta,

@@ -21,17 +21,11 @@ import torch
 from ..decoder_cache import (DecoderCache, cache_fingerprint,
                              cache_hidden_states, cache_images, image_batches,
                              run_decoder, strip_data_sample, with_predictions)
-from ..utils.deprecation import deprecated_names
 
 __all__ = [
     'DecoderCache', 'cache_hidden_states', 'cache_images', 'image_batches',
     'run_decoder', 'strip_data_sample', 'with_predictions', 'eval_fingerprint'
 ]
-
-#: the evaluation's old name of the reader (deprecated, one release)
-__getattr__ = deprecated_names(
-    __name__,
-    {'HiddenStateCache': ('mmcalidet.decoder_cache', 'DecoderCache')})
 
 
 def eval_fingerprint(cfg,

@@ -17,8 +17,8 @@ import numpy as np
 from ..models.layers.support_ops import label_support
 from ..priors import batch_prior, sample_prior
 from ..priors.prior import Prior
+from ..priors.shrinkage import shrink
 from .scoring import Rescorer
-from .site_prior import shrink
 
 
 def register_label_supports(

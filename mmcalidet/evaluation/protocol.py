@@ -19,25 +19,25 @@ callers need (the expected-order verdicts, the self-calibration curves):
 
 The tools (``tools/analysis_tools/eval_priors.py``), the test loops
 (:mod:`mmcalidet.engine.loops`), the context-shift benchmark and the
-benchmarks call these; none of them wires the chain by hand.
+benchmarks call these; none of them wires the chain by hand. The tables of
+a site prior and of self-calibration compose :mod:`mmcalidet.calibration`
+(this is the one module of the evaluation that imports it); each table's
+Markdown layout is :mod:`.report`'s.
 """
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from ..priors import prior_mae
+from ..calibration import (DEFAULT_ACCEPT, DEFAULT_ETA, DEFAULT_SCORE_THR,
+                           DEFAULT_TRUST_RADIUS, deployment_gains,
+                           self_calibrate_partitions, stream_site)
+from . import report
 from .coco import CocoEvaluator
-from .online import stream_site
 from .partitions import SUBSET_SIZES, evaluate_groups, evaluate_subsets
-from .report import injection_table, markdown_table, metric_columns
-from .self_calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
-                               DEFAULT_TRUST_RADIUS, self_calibrate_partitions)
-from .site_prior import (DEFAULT_ACCEPT, SWEEP_ALPHAS, deployment_gains,
-                         shrinkage_sweep)
+from .site_sweep import SWEEP_ALPHAS, shrinkage_sweep
 from .sweep import (STANDARD_PRIORS, Method, build_priors,
-                    check_expected_order, evaluate_priors,
-                    format_order_verdict)
+                    check_expected_order, evaluate_priors)
 
 #: image indices of each named partition (a site, a subset), table order
 Partitions = Dict[str, np.ndarray]
@@ -68,13 +68,6 @@ def _radii(value: Radii) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def _metric_table(rows: Sequence[Dict], keys: Sequence, gain: bool = True):
-    return markdown_table(
-        rows,
-        list(keys) + metric_columns() +
-        ([('gain_AP', 'AP gain', 'gain')] if gain else []))
-
-
 def expected_orders(rows: Sequence[Dict],
                     methods: Sequence[Method],
                     order: Sequence[str] = STANDARD_PRIORS,
@@ -94,16 +87,6 @@ def expected_orders(rows: Sequence[Dict],
         m.name: check_expected_order(rows, m.name, order, tol=tol)
         for m in _takes_prior(methods)
     }
-
-
-def order_lines(orders: Dict[str, Dict], prefix: str = '- ') -> List[str]:
-    """One Markdown line per method: ``<prefix><method>: a <= b ...:
-    **verdict**``."""
-    return [
-        f'{prefix}{method}: {" <= ".join(order["order"])}: '
-        f'**{format_order_verdict(order)}**'
-        for method, order in orders.items()
-    ]
 
 
 def injection(methods: Sequence[Method],
@@ -149,7 +132,7 @@ def injection(methods: Sequence[Method],
         name: expected_orders(rows, methods, keys, tol)
         for name, keys in orders.items()
     }
-    return ProtocolTable(rows, injection_table(rows),
+    return ProtocolTable(rows, report.injection_table(rows),
                          dict(extras, specs=specs))
 
 
@@ -171,36 +154,7 @@ def sites(methods: Sequence[Method], evaluate: Callable,
     """
     rows = evaluate_groups(methods, evaluate, train_prior, groups,
                            list(site_priors), site_priors)
-    return ProtocolTable(
-        rows,
-        _metric_table(rows,
-                      [('site', 'site', ''), ('num_images', 'images', ''),
-                       ('epsilon', 'epsilon', '.3f'), ('method', 'method', ''),
-                       ('prior', 'prior', '')]))
-
-
-def _deployment_rows(method: Method, site: str, num: int, repeats: int,
-                     res: Dict) -> List[Dict]:
-    """The ``raw`` and ``fitted`` rows of one :func:`deployment_gains`
-    result."""
-    rows = []
-    for prior in ('raw', 'fitted'):
-        r = res[prior]
-        rows.append(
-            dict(
-                site=site,
-                method=method.name,
-                prior=f'E_site({num}) {prior}',
-                labelled=num,
-                gain=r['mean'],
-                low=r['low'],
-                high=r['high'],
-                interval=f'[{r["low"]:+.2f}, {r["high"]:+.2f}]',
-                alpha=float(np.mean(res['alphas']))
-                if prior == 'fitted' else None,
-                repeats=repeats,
-                gains=r['gains']))
-    return rows
+    return ProtocolTable(rows, report.site_table(rows))
 
 
 def deployment(methods: Sequence[Method],
@@ -224,7 +178,7 @@ def deployment(methods: Sequence[Method],
         labelled (int | Sequence[int]): labelled images per draw (a row
             pair each); a site keeps at least one image to evaluate on.
         repeats (int): draws per site (0: no rows).
-        accept (str): see :func:`fit_site_prior`.
+        accept (str): see :func:`~mmcalidet.calibration.fit_site_prior`.
         progress (bool): show progress bars.
 
     Returns:
@@ -252,41 +206,8 @@ def deployment(methods: Sequence[Method],
                     progress=progress,
                     desc=f'site prior draws ({site}, {m.name})',
                     accept=accept)
-            rows += _deployment_rows(m, site, num, repeats, res)
-    markdown = markdown_table(rows, [('site', 'site', ''),
-                                     ('method', 'method', ''),
-                                     ('prior', 'prior', ''),
-                                     ('gain', 'AP gain over E_t', '+.2f'),
-                                     ('interval', '95 % interval (draws)', ''),
-                                     ('alpha', 'mean alpha',
-                                      '.2f')]) if rows else ''
-    return ProtocolTable(rows, markdown)
-
-
-def sweep_table(rows: Sequence[Dict]) -> List[Dict]:
-    """The sweep's rows pivoted: one per (site, method), the AP gain of
-    each alpha as a column ``alpha <a>``, ``AP_E_t`` and ``peak`` (the
-    alpha of the largest AP).
-
-    Args:
-        rows (Sequence[dict]): :func:`sweep` rows.
-
-    Returns:
-        list[dict]: the pivoted rows.
-    """
-    table: Dict = {}
-    for r in rows:
-        row = table.setdefault((r['site'], r['method']),
-                               dict(site=r['site'], method=r['method']))
-        row[f'alpha {r["alpha"]:g}'] = r['gain']
-        if r['alpha'] == 0:
-            row['AP_E_t'] = r['AP']
-        if 'peak' not in row or r['AP'] > row['_best']:
-            row['peak'], row['_best'] = r['alpha'], r['AP']
-    return [{
-        k: v
-        for k, v in row.items() if k != '_best'
-    } for row in table.values()]
+            rows += report.deployment_rows(m.name, site, num, repeats, res)
+    return ProtocolTable(rows, report.deployment_table(rows))
 
 
 def sweep(methods: Sequence[Method],
@@ -310,7 +231,7 @@ def sweep(methods: Sequence[Method],
 
     Returns:
         ProtocolTable: a row per (site, method, alpha); the Markdown is
-        pivoted (:func:`sweep_table`), a column per alpha.
+        pivoted (:func:`~.report.sweep_table`), a column per alpha.
     """
     rows = [
         dict(row, site=site, method=m.name)
@@ -318,12 +239,7 @@ def sweep(methods: Sequence[Method],
         for m in _takes_prior(methods) for row in shrinkage_sweep(
             m.rescorer, evaluator, train_prior, site_priors[site], idx, alphas)
     ]
-    markdown = markdown_table(
-        sweep_table(rows), [('site', 'site', ''), ('method', 'method', ''),
-                            ('AP_E_t', 'AP(E_t)', '.2f')] +
-        [(f'alpha {a:g}', f'alpha {a:g}', '+.2f')
-         for a in alphas] + [('peak', 'peak at alpha', 'g')])
-    return ProtocolTable(rows, markdown)
+    return ProtocolTable(rows, report.sweep_markdown(rows, alphas))
 
 
 def subsets(methods: Sequence[Method],
@@ -349,37 +265,7 @@ def subsets(methods: Sequence[Method],
     """
     rows = evaluate_subsets(methods, evaluate, train_prior, sizes, seed,
                             progress)
-    markdown = _metric_table(rows, [('size', 'subset size', ''),
-                                    ('num_subsets', 'subsets', ''),
-                                    ('method', 'method', ''),
-                                    ('prior', 'prior', ''),
-                                    ('epsilon', 'epsilon',
-                                     '.3f')]) if rows else ''
-    return ProtocolTable(rows, markdown)
-
-
-def _self_calibration_row(method: Method, evaluate: Callable, name: str,
-                          idx: np.ndarray, res, radius: Optional[float],
-                          score_thr: float, train_prior: np.ndarray,
-                          site_prior: Optional[np.ndarray]) -> Dict:
-    """The row of one self-calibration run (a partition, a method, a
-    radius), with the AP of its first estimate E_i."""
-    first, last = res.history[0]['AP'], res.history[-1]['AP']
-    estimate = evaluate(method.cache,
-                        method.rescorer.predict(res.start_estimate, idx),
-                        idx)['AP']
-    known = site_prior is not None
-    return dict(
-        site=name,
-        method=method.name,
-        score_thr=score_thr,
-        radius=radius,
-        epsilon=prior_mae(site_prior, train_prior) if known else None,
-        AP_start=first,
-        AP_end=last,
-        gain=last - first,
-        epsilon_end=prior_mae(site_prior, res.prior) if known else None,
-        AP_estimate=estimate)
+    return ProtocolTable(rows, report.subset_table(rows))
 
 
 def self_calibration(methods: Sequence[Method],
@@ -406,7 +292,8 @@ def self_calibration(methods: Sequence[Method],
             random subsets).
         site_priors (dict, optional): each partition's own statistics
             (the epsilon columns; ``None`` without).
-        iters, score_thr, tol, eta: see :func:`self_calibrate`.
+        iters, score_thr, tol, eta: see
+            :func:`~mmcalidet.calibration.self_calibrate`.
         radii (float | Sequence): trust radius (``None``: the paper's
             unbounded loop); several: a row each.
         batch_size (int): images per re-scoring step.
@@ -420,6 +307,7 @@ def self_calibration(methods: Sequence[Method],
         :func:`self_calibrate_partitions`' result).
     """
     names, parts = list(partitions), list(partitions.values())
+    options = dict(iters=iters, eta=eta, score_thr=score_thr, tol=tol)
     runs = {
         (m.name, radius):
         self_calibrate_partitions(
@@ -428,15 +316,12 @@ def self_calibration(methods: Sequence[Method],
             parts,
             evaluate=evaluate,
             progress=progress,
-            iters=iters,
-            eta=eta,
-            score_thr=score_thr,
-            tol=tol,
             trust_radius=radius,
             init_prior=train_prior,
             init_support=m.rescorer.support_of(train_prior),
             correction=m.rescorer.correction,
-            batch_size=batch_size)
+            batch_size=batch_size,
+            **options)
         for m in _takes_prior(methods)
         for radius in _radii(radii)
     }
@@ -446,22 +331,16 @@ def self_calibration(methods: Sequence[Method],
             res = run['results'][i]
             label = '' if radius is None else f', radius {radius:g}'
             curves[f'{method}, {name}{label}'] = res.history
+            m, idx = by_name[method], parts[i]
+            estimate = evaluate(m.cache,
+                                m.rescorer.predict(res.start_estimate, idx),
+                                idx)['AP']
             rows.append(
-                _self_calibration_row(by_name[method], evaluate, name,
-                                      parts[i], res, radius, score_thr,
-                                      train_prior, (site_priors
-                                                    or {}).get(name)))
-    markdown = markdown_table(rows,
-                              [('site', 'site', ''), ('method', 'method', ''),
-                               ('score_thr', 'score threshold', '.2f'),
-                               ('radius', 'trust radius', 'g'),
-                               ('epsilon', 'epsilon(E_site, E_t)', '.3f'),
-                               ('AP_start', 'AP(E_t)', 'pct'),
-                               ('AP_end', 'AP(E_c)', 'pct'),
-                               ('gain', 'gain', 'gain'),
-                               ('epsilon_end', 'epsilon(E_site, E_c)', '.3f'),
-                               ('AP_estimate', 'AP(E_i)', 'pct')])
-    return ProtocolTable(rows, markdown, dict(curves=curves, runs=runs))
+                report.self_calibration_row(name, method, score_thr, radius,
+                                            res, estimate, train_prior,
+                                            (site_priors or {}).get(name)))
+    return ProtocolTable(rows, report.self_calibration_table(rows),
+                         dict(curves=curves, runs=runs))
 
 
 def online(methods: Sequence[Method],
@@ -509,25 +388,7 @@ def online(methods: Sequence[Method],
                     batch_size,
                     seed,
                     score_thr=score_thr)
-                site_prior = (site_priors or {}).get(name)
                 rows.append(
-                    dict(
-                        site=name,
-                        method=m.name,
-                        radius=radius,
-                        **{
-                            k: run[k]
-                            for k in ('AP_start', 'AP_stream', 'gain',
-                                      'updates')
-                        },
-                        epsilon_end=None if site_prior is None else prior_mae(
-                            site_prior, run['prior'])))
-    markdown = markdown_table(rows,
-                              [('site', 'site', ''), ('method', 'method', ''),
-                               ('radius', 'trust radius', 'g'),
-                               ('updates', 'updates', ''),
-                               ('AP_start', 'AP(E_t)', 'pct'),
-                               ('AP_stream', 'AP streamed', 'pct'),
-                               ('gain', 'gain', 'gain'),
-                               ('epsilon_end', 'epsilon(E_site, E_c)', '.3f')])
-    return ProtocolTable(rows, markdown)
+                    report.online_row(name, m.name, radius, run,
+                                      (site_priors or {}).get(name)))
+    return ProtocolTable(rows, report.online_table(rows))

@@ -6,7 +6,9 @@ A CaliDet model is evaluated under priors from misleading to accurate:
 ``E_x`` (each image); all but E0 and E_t are computed from the ground
 truth of the evaluation images (oracle). Expected: AP non-decreasing in
 that order. Plain detectors appear as one row (no prior) and, with a
-post-hoc correction, one row per prior.
+post-hoc correction, one row per prior. The priors are kinds of
+:mod:`mmcalidet.priors.kinds` (looked up by name), or user priors given as
+``LABEL=SOURCE``.
 """
 import time
 from dataclasses import dataclass
@@ -15,8 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..decoder_cache import DecoderCache
-from ..priors import (batch_prior, flat_prior, flip_prior, load_prior,
-                      load_prior_source, sample_prior)
+from ..priors import PRIOR_KINDS, KindInputs, load_prior_source, prior_label
 from ..utils.progress import progress_bar
 from ..utils.validation import check_float
 from .scoring import PriorArg, Rescorer
@@ -28,48 +29,6 @@ STANDARD_PRIORS = ('flip_E_x', 'E0', 'E_t', 'E_v', 'E_b', 'E_x')
 #: E_x and flip(E_x) with the columns of absent classes E_t's (no presence
 #: pattern): a detector that reads the content scores them in this order
 CONTENT_PRIORS = ('filled_flip_E_x', 'E_t', 'filled_E_x')
-
-#: how tables print them (the others as their key)
-PRIOR_LABELS = {
-    'flip_E_x': 'flip(E_x)',
-    'filled_E_x': 'filled E_x',
-    'filled_flip_E_x': 'filled flip(E_x)'
-}
-
-PRIOR_NOTES = {
-    'flip_E_x': 'E_x of each image with 0 and 1 swapped (misleading)',
-    'E0': 'flat prior (nothing known)',
-    'E_t': 'training statistics (the default deployment prior)',
-    'E_v': 'statistics of the whole evaluation set',
-    'E_b': 'statistics of each evaluation batch',
-    'E_x': 'statistics of each image (upper bound)',
-    'filled_E_x': 'E_x, the columns of absent classes from E_t',
-    'filled_flip_E_x': 'flip(E_x), the columns of absent classes from E_t',
-}
-
-ORACLE = {'flip_E_x', 'E_v', 'E_b', 'E_x', 'filled_E_x', 'filled_flip_E_x'}
-
-
-def fill_absent_columns(prior: np.ndarray, labels: Sequence[int],
-                        train_prior: np.ndarray) -> np.ndarray:
-    """A per-image prior with the columns of the classes the image does
-    not show taken from E_t: what is left of E_x is its content (which
-    classes go with the present ones), not the presence pattern.
-
-    Args:
-        prior (np.ndarray): the image's K x K prior (E_x or flip(E_x)).
-        labels (Sequence[int]): its classes.
-        train_prior (np.ndarray): E_t.
-
-    Returns:
-        np.ndarray: K x K float64.
-    """
-    present = np.zeros(len(prior), dtype=bool)
-    present[np.asarray(labels, dtype=np.int64)] = True
-    filled = np.array(train_prior, dtype=np.float64, copy=True)
-    filled[:, present] = prior[:, present]
-    np.fill_diagonal(filled, 1.0)
-    return filled
 
 
 @dataclass
@@ -113,33 +72,6 @@ class Method:
         return self.rescorer.cache
 
 
-def priors_by_cache_index(matrices: Sequence[np.ndarray]) -> Callable:
-    """A per-image prior callable from one matrix per cached image:
-    ``fn(indices)`` stacks the matrices of those cache indices (the
-    :data:`~mmcalidet.evaluation.scoring.PriorArg` form of the E_x and E_b
-    oracle priors and their variants). Not
-    :func:`mmcalidet.apis.per_image_priors`, which splits a call's
-    ``prior`` argument into one prior per image."""
-
-    def fn(indices: np.ndarray) -> np.ndarray:
-        return np.stack([matrices[k] for k in indices])
-
-    return fn
-
-
-def group_priors(label_lists: Sequence[np.ndarray], groups: Sequence[int],
-                 num_classes: int) -> Callable:
-    """A per-image callable giving each image E_b of its group."""
-    groups = np.asarray(groups)
-    table = {
-        g:
-        batch_prior(num_classes,
-                    [label_lists[k] for k in np.flatnonzero(groups == g)])
-        for g in np.unique(groups)
-    }
-    return priors_by_cache_index([table[g] for g in groups])
-
-
 def parse_prior_names(items: Sequence[str]):
     """Split prior arguments into keys and user priors.
 
@@ -171,8 +103,10 @@ def build_priors(names: Sequence[str],
     """Build the named priors for a set of evaluation images.
 
     Args:
-        names (Sequence[str]): keys of :data:`STANDARD_PRIORS`,
-            :data:`CONTENT_PRIORS` and ``extra``, in table order.
+        names (Sequence[str]): prior kinds
+            (:data:`~mmcalidet.priors.PRIOR_KINDS`: those of
+            :data:`STANDARD_PRIORS`, :data:`CONTENT_PRIORS`, any other
+            registered) and keys of ``extra``, in table order.
         label_lists (Sequence[np.ndarray]): ground-truth class indices per
             image (for the oracle priors).
         train_prior (np.ndarray): E_t.
@@ -187,8 +121,8 @@ def build_priors(names: Sequence[str],
     """
     k = train_prior.shape[0]
     extra = dict(extra or {})
+    inputs = KindInputs(label_lists, train_prior, batch_ids)
     specs = []
-    per_image = None
     for name in names:
         if name in extra:
             specs.append(
@@ -196,39 +130,13 @@ def build_priors(names: Sequence[str],
                           load_prior_source(extra[name], classes, k),
                           'user prior'))
             continue
-        if name not in STANDARD_PRIORS + CONTENT_PRIORS:
-            raise ValueError(
-                f'unknown prior {name!r}; choose from '
-                f'{list(dict.fromkeys(STANDARD_PRIORS + CONTENT_PRIORS))} '
-                'or pass it as LABEL=FILE')
-        if name in ('E_x', 'flip_E_x', 'filled_E_x',
-                    'filled_flip_E_x') and per_image is None:
-            per_image = [sample_prior(k, labels) for labels in label_lists]
-        if name == 'E0':
-            prior = flat_prior(k)
-        elif name == 'E_t':
-            prior = load_prior(train_prior, num_classes=k)
-        elif name == 'E_v':
-            prior = batch_prior(k, label_lists)
-        elif name == 'E_b':
-            prior = group_priors(
-                label_lists,
-                batch_ids if batch_ids is not None else [0] * len(label_lists),
-                k)
-        elif name == 'E_x':
-            prior = priors_by_cache_index(per_image)
-        elif name == 'flip_E_x':
-            prior = priors_by_cache_index([flip_prior(p) for p in per_image])
-        else:
-            flip = name == 'filled_flip_E_x'
-            prior = priors_by_cache_index([
-                fill_absent_columns(
-                    flip_prior(p) if flip else p, labels, train_prior)
-                for p, labels in zip(per_image, label_lists)
-            ])
+        if name not in PRIOR_KINDS:
+            raise ValueError(f'unknown prior {name!r}; choose from '
+                             f'{list(PRIOR_KINDS)} or pass it as LABEL=FILE')
+        kind = PRIOR_KINDS[name]
         specs.append(
-            PriorSpec(name, PRIOR_LABELS.get(name, name), name in ORACLE,
-                      prior, PRIOR_NOTES[name]))
+            PriorSpec(name, kind.label, kind.oracle, kind.build(inputs),
+                      kind.note))
     return specs
 
 
@@ -360,9 +268,7 @@ def check_expected_order(rows: Sequence[Dict],
                              f'{100 * spread:.2f})')
         return result
 
-    def label(k):
-        return PRIOR_LABELS.get(k, k)
-
+    label = prior_label  # a kind's table label, a user prior's own
     violations = result['violations']
     for a, b in zip(keys, keys[1:]):
         if values[a] - values[b] > tol:
@@ -376,14 +282,3 @@ def check_expected_order(rows: Sequence[Dict],
     result['holds'] = not violations
     result['verdict'] = 'holds' if not violations else 'does not hold'
     return result
-
-
-def format_order_verdict(order: Dict) -> str:
-    """One line of a :func:`check_expected_order` result: the verdict, the
-    violations when it does not hold, and the spread when it holds."""
-    verdict = order['verdict']
-    if order['holds'] is False:
-        verdict += ': ' + '; '.join(order['violations'])
-    elif order['holds']:
-        verdict += f' (spread {100 * order["spread"]:.2f})'
-    return verdict

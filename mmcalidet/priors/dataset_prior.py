@@ -1,12 +1,40 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""E_t / E_v of a whole dataset, from any supported label source."""
+"""E_t / E_v of a whole dataset, from any supported label source (a COCO
+JSON, a YOLO folder or tarball: :func:`read_label_sets`)."""
 import os.path as osp
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .label_io import LabelSets, read_class_names, read_label_sets
+from .label_io import (LabelSets, ProgressFn, read_class_names,
+                       read_coco_labels, read_yolo_dir)
 from .statistics import counts_from_flat, counts_to_prior
+from .yolo_tarball import read_yolo_tarball
+
+
+def read_label_sets(src: str,
+                    classes: Optional[Sequence[str]] = None,
+                    progress: ProgressFn = None) -> LabelSets:
+    """Read label sets from a COCO JSON, a YOLO folder or a YOLO tarball.
+
+    Args:
+        src (str): the source.
+        classes (Sequence[str], optional): class names (order) to use.
+        progress (callable, optional): progress callback (see readers).
+
+    Returns:
+        LabelSets: the labels.
+    """
+    if osp.isdir(src):
+        return read_yolo_dir(src, classes, progress)
+    if src.endswith(('.tar.gz', '.tgz', '.tar')):
+        return read_yolo_tarball(src, classes, progress)
+    if src.endswith('.json'):
+        return read_coco_labels(src, classes)
+    if not osp.exists(src):
+        raise ValueError(f'source not found: {src}')
+    raise ValueError(f'unknown source type: {src} (expected a COCO .json, a '
+                     'folder of YOLO .txt files or a .tar.gz of them)')
 
 
 def is_yolo_source(src: str) -> bool:

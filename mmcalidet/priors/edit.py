@@ -10,8 +10,8 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
+from .checks import _close_matches, check_class_names, validate_prior
 from .prior import Prior
-from .prior_io import _close_matches, check_class_names, validate_prior
 
 Edit = Tuple[str, str, float]
 

@@ -1,29 +1,27 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""Read image-level label sets from COCO JSON, YOLO folders and tarballs.
+"""Read image-level label sets from COCO JSON and YOLO folders (YOLO
+tarballs: :mod:`.yolo_tarball`; any of the three:
+:func:`~mmcalidet.priors.dataset_prior.read_label_sets`).
 
 Every reader returns a :class:`LabelSets`: the class indices of all images
 as one flat int64 array plus offsets, ready for the Cython counting core.
-YOLO tarballs are streamed (decompressed in chunks, never extracted).
 """
 import os
 import os.path as osp
-import zlib
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 
 from ..utils.file_io import (MAX_LABEL_FILE_BYTES, check_readable_file,
                              load_json, read_small_file)
-from ._cooccurrence import parse_yolo, tar_members
-from .prior_io import check_class_names
+from ._cooccurrence import parse_yolo
+from .checks import check_class_names
 
 ProgressFn = Optional[Callable[[int], None]]
 
 #: COCO annotation files of the full dataset are ~450 MB
 MAX_ANNOTATION_BYTES = 4 * 1024**3
-#: decompression chunk of the streamed tarball reader
-TAR_CHUNK_BYTES = 1 << 20
 
 
 @dataclass
@@ -219,7 +217,7 @@ def read_coco_labels(path: str,
     return LabelSets(labels, offsets, list(names), source=path, extra=extra)
 
 
-def _check_yolo_result(result, names: Callable[[int], str]) -> tuple:
+def check_yolo_result(result, names: Callable[[int], str]) -> tuple:
     labels, offsets, bad_file, bad_line, bad_fields = result
     if bad_file >= 0:
         what = ('a class index that is not a non-negative integer'
@@ -230,8 +228,8 @@ def _check_yolo_result(result, names: Callable[[int], str]) -> tuple:
     return labels, offsets
 
 
-def _check_range(labels: np.ndarray, num_classes: Optional[int],
-                 source: str) -> None:
+def check_label_range(labels: np.ndarray, num_classes: Optional[int],
+                      source: str) -> None:
     if num_classes is not None and labels.size and \
             labels.max() >= num_classes:
         raise ValueError(f'{source}: class index {labels.max()} is out of '
@@ -280,234 +278,10 @@ def read_yolo_dir(path: str,
     if progress is not None:
         progress(len(files) % 1000)
     buf = np.frombuffer(b''.join(chunks) or b'\0', dtype=np.uint8)
-    labels, offsets = _check_yolo_result(
+    labels, offsets = check_yolo_result(
         parse_yolo(buf, np.asarray(starts, dtype=np.int64),
                    np.asarray(sizes, dtype=np.int64)), lambda k: files[k])
     names = list(classes) if classes is not None else None
-    _check_range(labels, len(names) if names else None, path)
+    check_label_range(labels, len(names) if names else None, path)
     return LabelSets(labels, offsets, names, source=path,
                      extra=dict(files=files))
-
-
-def _member_name(buf: np.ndarray, pos: int, length: int) -> str:
-    raw = bytes(buf[pos:pos + length]).split(b'\0', 1)[0]
-    return raw.decode('utf-8', 'replace')
-
-
-#: longest GNU long-name / pax record kept in memory (real ones: < 4 kB)
-MAX_TAR_NAME_RECORD_BYTES = 1 << 20
-
-
-def _tar_number(field: bytes) -> int:
-    """A tar header's octal number (-1 if it is not one)."""
-    text = field.split(b'\0', 1)[0].strip()
-    if not text:
-        return 0
-    try:
-        return int(text, 8)
-    except ValueError:
-        return -1
-
-
-def _pax_path(data: bytes) -> Optional[str]:
-    """The ``path`` record of pax extended-header data."""
-    for record in data.split(b'\n'):
-        _, _, field = record.partition(b' ')
-        if field.startswith(b'path='):
-            return field[5:].decode('utf-8', 'replace')
-    return None
-
-
-def _pending_member(pending: bytearray, path: str) -> Tuple[int, int]:
-    """Look at the member the tar stream ``pending`` starts with (the one
-    :func:`tar_members` could not finish), before its data is buffered.
-
-    Returns:
-        tuple: ``(need, drop)``: keep buffering until ``pending`` holds
-        ``need`` bytes (0: parse at the next piece), or drop the member (a
-        large member that is not a label file): its headers and data, the
-        first ``drop`` bytes of the stream from here (``drop`` > 0).
-
-    Raises:
-        ValueError: for a ``*.txt`` member larger than
-            ``MAX_LABEL_FILE_BYTES`` or a huge name record.
-    """
-    pos, name = 0, None
-    while len(pending) >= pos + 512:
-        header = bytes(pending[pos:pos + 512])
-        if not any(header):
-            return 0, 0  # the end-of-archive marker
-        size = _tar_number(header[124:136])
-        if size < 0:
-            return 0, 0  # tar_members reports the corrupt header
-        total = 512 + (size + 511) // 512 * 512
-        flag = header[156:157]
-        if flag in (b'L', b'x', b'g'):  # long name, pax headers
-            if size > MAX_TAR_NAME_RECORD_BYTES:
-                raise ValueError(f'{path}: corrupt tar archive (a name '
-                                 f'record of {size} bytes)')
-            if len(pending) < pos + total:
-                return pos + total, 0
-            data = bytes(pending[pos + 512:pos + 512 + size])
-            if flag == b'L':
-                name = data.split(b'\0', 1)[0].decode('utf-8', 'replace')
-            elif flag == b'x':
-                name = _pax_path(data) or name
-            pos += total
-            continue
-        if name is None:
-            name = header[:100].split(b'\0', 1)[0].decode('utf-8', 'replace')
-        label_file = flag in (b'0', b'\0', b'7') and name.endswith('.txt')
-        if label_file and size > MAX_LABEL_FILE_BYTES:
-            raise ValueError(f'{path}:{name}: label file is too large '
-                             f'({size} bytes > limit {MAX_LABEL_FILE_BYTES})')
-        if not label_file and size > TAR_CHUNK_BYTES:
-            return 0, pos + total  # not a label file: never buffered
-        return pos + total, 0
-    return 0, 0
-
-
-def _tar_pieces(f, gz: bool, path: str,
-                progress: ProgressFn) -> Iterator[bytes]:
-    """The uncompressed bytes of a tarball, in pieces of at most
-    ``TAR_CHUNK_BYTES`` (a highly compressed chunk is inflated in bounded
-    steps, never whole)."""
-    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
-    while True:
-        raw = f.read(TAR_CHUNK_BYTES)
-        if progress is not None and raw:
-            progress(len(raw))
-        if not gz:
-            if not raw:
-                return
-            yield raw
-            continue
-        data = raw
-        while data and not inflate.eof:
-            piece = inflate.decompress(data, TAR_CHUNK_BYTES)
-            if piece:
-                yield piece
-            data = inflate.unconsumed_tail
-        if not raw:
-            if not inflate.eof:
-                raise ValueError(f'{path}: truncated gzip stream')
-            return
-
-
-def read_yolo_tarball(path: str,
-                      classes: Optional[Sequence[str]] = None,
-                      progress: ProgressFn = None,
-                      keep_names: bool = False) -> LabelSets:
-    """Image-level labels from a ``.tar.gz`` (or ``.tar``) of YOLO label
-    files, streamed: decompressed in chunks, never extracted to disk.
-
-    Memory stays bounded: the stream is inflated in pieces of at most
-    ``TAR_CHUNK_BYTES``; a large member that is not a ``*.txt`` file is
-    skipped without being buffered; a ``*.txt`` member larger than
-    ``MAX_LABEL_FILE_BYTES`` is refused from its header, before its data
-    is read.
-
-    Args:
-        path (str): the tarball.
-        classes (Sequence[str], optional): class names by index.
-        progress (callable, optional): called with the number of compressed
-            bytes read since the last call.
-        keep_names (bool): keep member names in ``extra['files']``.
-
-    Returns:
-        LabelSets: one entry per ``*.txt`` member, in archive order.
-
-    Raises:
-        ValueError: naming the tarball (and member, line): corrupt or
-            truncated stream, a bad line, a label file over the limit.
-    """
-    check_readable_file(path, what='tarball', max_bytes=1 << 40)
-    gz = path.endswith('.gz') or path.endswith('.tgz')
-    pending = bytearray()
-    all_labels, all_counts, names = [], [], []
-    finished = False
-    need = drop = 0  # see _pending_member
-    bytes_read = 0
-
-    def counted(num_bytes: int) -> None:
-        nonlocal bytes_read
-        bytes_read += num_bytes
-        if progress is not None:
-            progress(num_bytes)
-
-    try:
-        with open(path, 'rb') as f:
-            for piece in _tar_pieces(f, gz, path, counted):
-                if drop:
-                    skipped = min(drop, len(piece))
-                    drop -= skipped
-                    piece = piece[skipped:]
-                pending += piece
-                if drop or len(pending) < need:
-                    continue
-                buf = np.frombuffer(bytes(pending), dtype=np.uint8)
-                (starts, sizes, npos, nlen, consumed,
-                 finished) = tar_members(buf)
-                labels, offsets = _check_yolo_result(
-                    parse_yolo(buf, starts, sizes),
-                    # buf bound now: it is deleted once the chunk is read
-                    lambda k, b=buf:
-                    f'{path}:{_member_name(b, npos[k], nlen[k])}'
-                )
-                all_labels.append(labels)
-                all_counts.append(np.diff(offsets))
-                if keep_names:
-                    names.extend(
-                        _member_name(buf, p, n) for p, n in zip(npos, nlen))
-                del buf
-                del pending[:consumed]
-                if finished:
-                    break
-                need, drop = _pending_member(pending, path)
-                if drop:
-                    skipped = min(drop, len(pending))
-                    del pending[:skipped]
-                    drop -= skipped
-                    need = 0
-            if not finished and (len(pending) or drop):
-                raise ValueError(f'{path}: truncated tar archive')
-    except zlib.error as exc:
-        raise ValueError(f'{path}: corrupt gzip stream: {exc}') from exc
-    if progress is not None:  # the padding after the end-of-archive marker
-        progress(osp.getsize(path) - bytes_read)
-    counts = np.concatenate(all_counts) if all_counts else np.zeros(0, int)
-    offsets = np.zeros(counts.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    labels = np.concatenate(all_labels).astype(np.int64) if all_labels \
-        else np.zeros(0, dtype=np.int64)
-    if offsets.size == 1:
-        raise ValueError(f'no YOLO label files (*.txt) in {path}')
-    names_ = list(classes) if classes is not None else None
-    _check_range(labels, len(names_) if names_ else None, path)
-    extra = dict(files=names) if keep_names else {}
-    return LabelSets(labels, offsets, names_, source=path, extra=extra)
-
-
-def read_label_sets(src: str,
-                    classes: Optional[Sequence[str]] = None,
-                    progress: ProgressFn = None) -> LabelSets:
-    """Read label sets from a COCO JSON, a YOLO folder or a YOLO tarball.
-
-    Args:
-        src (str): the source.
-        classes (Sequence[str], optional): class names (order) to use.
-        progress (callable, optional): progress callback (see readers).
-
-    Returns:
-        LabelSets: the labels.
-    """
-    if osp.isdir(src):
-        return read_yolo_dir(src, classes, progress)
-    if src.endswith(('.tar.gz', '.tgz', '.tar')):
-        return read_yolo_tarball(src, classes, progress)
-    if src.endswith('.json'):
-        return read_coco_labels(src, classes)
-    if not osp.exists(src):
-        raise ValueError(f'source not found: {src}')
-    raise ValueError(f'unknown source type: {src} (expected a COCO .json, a '
-                     'folder of YOLO .txt files or a .tar.gz of them)')

@@ -13,24 +13,21 @@ column counts (n, ``support``) and each class's share of them (p,
 ``marginals``). A prior file records it as ``num_images`` (or
 ``support_images`` where the file's ``num_images`` counts something else,
 as a fitted prior's does) and ``images_per_class``. A support is read
-whole or refused in one line that names the key: never dropped.
+whole or refused in one line that names the key: never dropped
+(:mod:`.support`).
 
 Light at import (numpy only), like the rest of :mod:`mmcalidet.priors`.
 """
-import math
-import numbers
 import os
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .prior_io import (_loose_name, _read_prior_file, _split_prior_dict,
-                       check_class_names, check_json_keys, reorder_prior,
-                       resolve_shipped_name, save_prior, validate_prior)
-
-#: the file keys that may record a support (besides the matrix and the
-#: class names); ``num_images`` is one only beside ``images_per_class``
-SUPPORT_KEYS = ('num_images', 'support_images', 'images_per_class')
+from .checks import (_loose_name, check_class_names, reorder_prior,
+                     validate_prior)
+from .prior_io import (_read_prior_file, _split_prior_dict, check_json_keys,
+                       resolve_shipped_name, save_prior)
+from .support import check_support, support_from_keys
 
 
 class Prior:
@@ -82,7 +79,7 @@ class Prior:
             if len(classes) != k:
                 raise ValueError(f'{name}: {len(classes)} class names for a '
                                  f'{k} x {k} matrix')
-        support, marginals = _check_support(support, marginals, k, name)
+        support, marginals = check_support(support, marginals, k, name)
         arr.setflags(write=False)
         set_ = object.__setattr__
         set_(self, 'matrix', arr)
@@ -356,150 +353,6 @@ def class_order(file_classes: Sequence[str],
     return np.array(
         [index.get(c, loose.get(_loose_name(c))) for c in classes],
         dtype=np.int64)
-
-
-def _as_vector(value: Any, k: int, what: str, name: str) -> np.ndarray:
-    if isinstance(value, (str, bytes)):
-        raise ValueError(f'{name}: {what} must be numbers, got a string')
-    if hasattr(value, 'detach'):  # a tensor
-        value = value.detach().cpu().double().numpy()
-    try:
-        arr = np.array(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f'{name}: {what} must be numbers, got '
-                         f'{type(value).__name__}') from None
-    if arr.ndim == 0:
-        arr = np.full(k, float(arr))
-    if arr.shape != (k, ):
-        raise ValueError(f'{name}: {what} must have shape ({k},), got '
-                         f'{tuple(arr.shape)}')
-    if not np.isfinite(arr).all():
-        raise ValueError(f'{name}: {what} must be finite (found NaN or '
-                         'inf)')
-    return arr
-
-
-def _check_support(support, marginals, k: int, name: str) -> tuple:
-    """Validate a (support, marginals) pair: both or neither, (K,),
-    finite, n >= 0, p in [0, 1]."""
-    if support is None and marginals is None:
-        return None, None
-    if support is None:
-        raise ValueError(f'{name}: marginals without a support: give both '
-                         '(the images each column was measured on and each '
-                         "class's share of them) or neither")
-    if marginals is None:
-        raise ValueError(f'{name}: a support without marginals: give both '
-                         '(the images each column was measured on and each '
-                         "class's share of them) or neither")
-    n = _as_vector(support, k, 'the support', name)
-    p = _as_vector(marginals, k, 'the marginals', name)
-    if (n < 0).any():
-        raise ValueError(f'{name}: the support must be >= 0, got '
-                         f'{n[np.argmax(n < 0)]:g}')
-    if (p < 0).any() or (p > 1).any():
-        bad = p[np.argmax((p < 0) | (p > 1))]
-        raise ValueError(f'{name}: the marginals (class shares) must lie '
-                         f'in [0, 1], got {bad:g}')
-    n.setflags(write=False)
-    p.setflags(write=False)
-    return n, p
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def support_from_keys(
-        meta: Optional[Dict[str, Any]],
-        classes: Optional[Sequence[str]],
-        where: str = 'prior') -> Optional[Tuple[np.ndarray, np.ndarray]]:
-    """The (support, marginals) a prior file's keys record, in the order
-    of ``classes`` (the file's own class names).
-
-    A file records a support with ``images_per_class`` (a count per class
-    name) and ``num_images`` (the images counted), or ``support_images``
-    where its ``num_images`` counts other images (a fitted prior). A file
-    without ``images_per_class`` records none.
-
-    Args:
-        meta (dict, optional): the file's keys besides the matrix and the
-            class names.
-        classes (Sequence[str], optional): the file's class names.
-        where (str): how errors name the prior.
-
-    Returns:
-        tuple[np.ndarray, np.ndarray] | None: (K,) n and (K,) p.
-
-    Raises:
-        ValueError: one line naming the key: ``images_per_class`` that is
-            not a count per class name, a class without a count, a
-            missing or bad ``num_images`` / ``support_images``, a count
-            above the images counted, or a support in a file without class
-            names.
-    """
-    meta = meta or {}
-    if 'images_per_class' not in meta:
-        if 'support_images' in meta:
-            raise ValueError(f'{where}: support_images without '
-                             'images_per_class: a support needs both')
-        return None
-    counts = meta['images_per_class']
-    if not isinstance(counts, dict):
-        raise ValueError(f'{where}: images_per_class must map each class '
-                         'name to its image count, got '
-                         f'{type(counts).__name__}')
-    key = 'support_images' if 'support_images' in meta else 'num_images'
-    if key not in meta:
-        raise ValueError(f'{where}: images_per_class needs num_images (the '
-                         'images it counts), which the file lacks')
-    if not classes:
-        raise ValueError(f'{where}: images_per_class is keyed by class '
-                         'name, but the prior has no class names')
-    loose = {_loose_name(str(c)): c for c in counts}
-
-    def lookup(table, c, what):
-        if c in table:
-            return table[c]
-        if _loose_name(c) in loose and loose[_loose_name(c)] in table:
-            return table[loose[_loose_name(c)]]
-        raise ValueError(f'{where}: {what} has no count for {c!r}')
-
-    values = [lookup(counts, c, 'images_per_class') for c in classes]
-    bad = [v for v in values if not _is_count(v)]
-    if bad:
-        raise ValueError(f'{where}: images_per_class must be numbers (image '
-                         f'counts), got {bad[0]!r}')
-    if not all(math.isfinite(v) and v >= 0 for v in values):
-        shown = next(v for v in values if not (math.isfinite(v) and v >= 0))
-        raise ValueError(f'{where}: images_per_class must hold finite '
-                         f'counts >= 0, got {shown!r}')
-    total = meta[key]
-    if isinstance(total, dict):
-        t_loose = {_loose_name(str(c)): c for c in total}
-        totals = []
-        for c in classes:
-            if c in total:
-                totals.append(total[c])
-            elif _loose_name(c) in t_loose:
-                totals.append(total[t_loose[_loose_name(c)]])
-            else:
-                raise ValueError(f'{where}: {key} has no count for {c!r}')
-    else:
-        totals = [total] * len(classes)
-    if not all(_is_count(t) and math.isfinite(t) and t > 0 for t in totals):
-        shown = next(t for t in totals
-                     if not (_is_count(t) and math.isfinite(t) and t > 0))
-        raise ValueError(f'{where}: {key} must be a positive number, got '
-                         f'{shown!r}')
-    n = np.array(totals, dtype=np.float64)
-    c = np.array(values, dtype=np.float64)
-    over = c > n * (1 + 1e-9)
-    if over.any():
-        i = int(np.argmax(over))
-        raise ValueError(f'{where}: images_per_class[{classes[i]!r}] '
-                         f'exceeds {key} ({n[i]:g})')
-    return n, np.clip(c / n, 0.0, 1.0)
 
 
 def _number(value: float):

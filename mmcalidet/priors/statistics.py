@@ -254,7 +254,7 @@ def flip_prior(prior: np.ndarray) -> np.ndarray:
     Returns:
         np.ndarray: K x K float64.
     """
-    from .prior_io import validate_prior
+    from .checks import validate_prior
     prior = validate_prior(prior)
     flipped = 1.0 - prior
     np.fill_diagonal(flipped, 1.0)

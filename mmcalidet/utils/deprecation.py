@@ -54,7 +54,7 @@ def warn_deprecated(old: str, new: str, skip: Iterable[str] = ()) -> None:
 
     Args:
         old (str): the old dotted name, e.g.
-            ``'mmcalidet.utils.prior_source'``.
+            ``'mmcalidet.datasets.build_decoder_cache'``.
         new (str): the dotted name to use instead.
         skip (Iterable[str]): more module names whose frames the warning
             does not point at (the deprecated module itself).

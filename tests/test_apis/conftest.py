@@ -11,7 +11,7 @@ from mmdet.registry import MODELS
 from mmdet.utils import register_all_modules
 from mmengine.runner import save_checkpoint
 
-from mmcalidet.testing import data_root, get_config
+from testing import data_root, get_config
 
 K = 80
 CONFIG = 'calidet/calidet_dino_tiny_coco-mini.py'

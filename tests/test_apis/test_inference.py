@@ -15,7 +15,7 @@ from mmcalidet.apis import (config_classes, inference_detector, init_detector,
                             per_image_priors, resolve_call_priors)
 from mmcalidet.priors import (default_prior_path, load_prior, reorder_prior,
                               save_prior)
-from mmcalidet.testing import get_config, random_prior
+from testing import get_config, random_prior
 
 K = 80
 CLASSES = list(CocoDataset.METAINFO['classes'])

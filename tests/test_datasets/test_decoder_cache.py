@@ -16,8 +16,8 @@ from mmcalidet.datasets import DecoderCacheDataset
 from mmcalidet.decoder_cache import (DecoderCache, build_decoder_cache,
                                      cache_hidden_states, stale_reasons,
                                      train_fingerprint)
-from mmcalidet.testing import (PROJECT_ROOT, build_detector, captured_log,
-                               damage_cache_file)
+from testing import (PROJECT_ROOT, build_detector, captured_log,
+                     damage_cache_file)
 
 INDICES = [0, 3, 5]
 #: a file of the cache and what happens to it

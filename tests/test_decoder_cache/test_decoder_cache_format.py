@@ -19,7 +19,7 @@ from mmcalidet.decoder_cache import (CacheError, DecoderCache,
 from mmcalidet.decoder_cache import npy as npy_module
 from mmcalidet.decoder_cache import (open_or_make, remove_stale_folders,
                                      stale_reasons)
-from mmcalidet.testing import captured_log, damage_cache_file
+from testing import captured_log, damage_cache_file
 
 L, B, Q, D = 3, 2, 5, 8
 FP = dict(checkpoint=dict(sha1='a'), layers='all')

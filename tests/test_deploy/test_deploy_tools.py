@@ -8,7 +8,7 @@ import pytest
 from mmengine.runner import save_checkpoint
 
 from mmcalidet.deploy import read_export_meta
-from mmcalidet.testing import build_detector, data_root, run_tool
+from testing import build_detector, data_root, run_tool
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from mmcalidet.deploy import (OnnxDetector, export_onnx, fold_prior,
 from mmcalidet.deploy.dense_postprocess import (dense_detections,
                                                 postprocess_settings)
 from mmcalidet.deploy.verify import pair_dense_detections
-from mmcalidet.testing import build_detector, data_root, random_prior
+from testing import build_detector, data_root, random_prior
 
 pytestmark = pytest.mark.slow
 

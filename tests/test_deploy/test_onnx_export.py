@@ -14,7 +14,7 @@ from mmdet.datasets import CocoDataset
 from mmcalidet.apis import inference_detector
 from mmcalidet.deploy import (ExportWrapper, OnnxDetector, export_onnx,
                               fold_prior, read_export_meta, verify_onnx)
-from mmcalidet.testing import build_detector, data_root
+from testing import build_detector, data_root
 
 # exports two detectors and runs ONNX Runtime: the slow tier
 pytestmark = pytest.mark.slow

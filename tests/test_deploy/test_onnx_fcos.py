@@ -16,7 +16,7 @@ from mmcalidet.deploy import (OnnxDetector, export_onnx, fold_prior,
                               read_export_meta, verify_onnx)
 from mmcalidet.deploy.dense_postprocess import (dense_detections,
                                                 postprocess_settings)
-from mmcalidet.testing import build_detector, data_root, random_prior
+from testing import build_detector, data_root, random_prior
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from mmdet.datasets import CocoDataset
 
 from mmcalidet.deploy import OnnxDetector, export_onnx, verify_onnx
 from mmcalidet.priors import save_prior
-from mmcalidet.testing import build_detector, data_root, random_prior
+from testing import build_detector, data_root, random_prior
 
 # exports a detector and runs ONNX Runtime: the slow tier
 pytestmark = pytest.mark.slow
@@ -43,7 +43,7 @@ def site_prior_file(path: str) -> str:
 @pytest.fixture(scope='module')
 def exported(tmp_path_factory):
     """(model, onnx file, a prior file recording its support)."""
-    from mmcalidet.testing import get_config
+    from testing import get_config
     cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
     model = build_detector(
         'calidet/calidet_dino_tiny_coco-mini.py',
@@ -113,7 +113,7 @@ def test_a_bad_support_is_refused_before_onnx_runtime_runs(exported):
 def support_aware(config: str, head_path: str, perturb) -> torch.nn.Module:
     """A tiny one- or two-stage CaliDet whose CaliFormer reads the support
     (its branches not zero), with scores a prior visibly moves."""
-    from mmcalidet.testing import get_config
+    from testing import get_config
     cfg = get_config(config)
     head_cfg = cfg.model
     for key in head_path.split('.'):

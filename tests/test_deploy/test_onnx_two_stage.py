@@ -30,7 +30,7 @@ from mmcalidet.deploy.two_stage_export import (RoIExportWrapper,
                                                two_stage_rewrites)
 from mmcalidet.deploy.verify import (pair_dense_detections, query_boxes,
                                      synthetic_images)
-from mmcalidet.testing import build_detector, data_root, random_prior, run_tool
+from testing import build_detector, data_root, random_prior, run_tool
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 
 from mmcalidet.engine import SnapshotHook
-from mmcalidet.testing import build_detector
+from testing import build_detector
 
 CACHED = 'calidet/calidet_dino_tiny_coco-mini_cached.py'
 OPTIM = dict(

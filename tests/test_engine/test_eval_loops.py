@@ -12,7 +12,7 @@ from mmengine.runner import Runner
 from mmengine.structures import InstanceData
 
 from mmcalidet.priors import load_prior
-from mmcalidet.testing import get_config
+from testing import get_config
 
 pytestmark = pytest.mark.slow
 
@@ -99,7 +99,7 @@ DETECTIONS = [([1, 2, 5], [0.9, 0.8, 0.1]), ([1, 3], [0.6, 0.7])]
 
 def expected_online_priors(prior, momentum, eta, score_thr=0.3):
     """E_c after each image with ``warmup=0, update_interval=1``, from the
-    definition (mmcalidet/evaluation/online.py, the paper's Algo. 1 on
+    definition (mmcalidet/calibration/online.py, the paper's Algo. 1 on
     running statistics): per image ``p`` (classes predicted with a score
     >= ``score_thr``) and ``z`` (their max scores); ``C <- m C + p p^T``,
     ``n <- m n + p``, ``s <- m s + z``, ``w <- m w + 1``; ``E_i = C / n``

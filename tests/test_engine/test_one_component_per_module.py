@@ -9,7 +9,7 @@ from mmdet.registry import HOOKS, LOOPS
 
 import mmcalidet.engine.checkpoint_hooks  # noqa: F401
 import mmcalidet.engine.loops  # noqa: F401
-from mmcalidet.testing import PROJECT_ROOT
+from testing import PROJECT_ROOT
 
 
 def registered_in(path: str) -> list:

@@ -153,7 +153,7 @@ def test_evaluate_ap_equals_evaluate_to_the_bit():
     from mmengine.structures import InstanceData
 
     from mmcalidet.evaluation import CocoEvaluator
-    from mmcalidet.testing import data_root
+    from testing import data_root
     evaluator = CocoEvaluator(
         osp.join(data_root(), 'coco-mini', 'reference',
                  'instances_val2017_coco-mini.json'),

@@ -16,7 +16,7 @@ from mmengine.runner import Runner, save_checkpoint
 from mmcalidet.decoder_cache import DecoderCacheWriter
 from mmcalidet.evaluation import Rescorer, cache_hidden_states, cache_images
 from mmcalidet.priors import flat_prior, sample_prior
-from mmcalidet.testing import PROJECT_ROOT, get_config
+from testing import PROJECT_ROOT, get_config
 
 K = 80
 CALI = 'configs/calidet/calidet_dino_tiny_coco-mini.py'
@@ -400,7 +400,7 @@ def test_one_cache_serves_a_baseline_only_with_the_same_test_inputs(tmp_path):
     compared weights only and scored the baseline on the CaliDINO's
     inputs."""
     from mmcalidet.evaluation import EvalSetup
-    from mmcalidet.testing import build_detector
+    from testing import build_detector
     dino = build_detector('calidet/dino_tiny_coco-mini.py', seed=0)
     dino_file = str(tmp_path / 'dino.pth')
     save_checkpoint(dict(state_dict=dino.state_dict()), dino_file)

@@ -6,12 +6,12 @@ import pytest
 import torch
 from mmengine.structures import InstanceData
 
-from mmcalidet.evaluation import (DEFAULT_TRUST_RADIUS, OnlineSelfCalibrator,
-                                  PriorReweighting, build_priors,
-                                  calibration_step, check_expected_order,
-                                  format_order_verdict, mean_history,
-                                  prediction_statistics, split_subsets,
-                                  subset_epsilon, update_target)
+from mmcalidet.calibration import (DEFAULT_TRUST_RADIUS, OnlineSelfCalibrator,
+                                   calibration_step, mean_history,
+                                   prediction_statistics, update_target)
+from mmcalidet.evaluation import (PriorReweighting, build_priors,
+                                  check_expected_order, format_order_verdict,
+                                  split_subsets, subset_epsilon)
 from mmcalidet.evaluation.baselines import (CooccurrenceRescoring,
                                             build_correction,
                                             class_frequencies)
@@ -397,8 +397,7 @@ def test_batch_step_with_zero_predictions_keeps_prior_valid():
     """Algo. 1 on images where nothing is detected (or only below the
     threshold, or with non-finite scores): E_c stays finite, in [0, 1],
     with diagonal 1, and unchanged (Z = 0)."""
-    from mmcalidet.evaluation.self_calibration import (calibration_step,
-                                                       prediction_statistics)
+    from mmcalidet.calibration import calibration_step, prediction_statistics
     e_c = flat_prior(K)
     e_c[2, 1] = 0.8
     preds = [pred([], []), pred([0], [0.1]), pred([3], [float('nan')])]

@@ -15,18 +15,18 @@ import numpy as np
 import pytest
 import torch
 
-from mmcalidet.evaluation import (DEFAULT_TRUST_RADIUS, METRICS,
-                                  OnlineSelfCalibrator, Rescorer, build_priors,
-                                  cache_evaluator, calibration_step,
-                                  calibration_subsets, evaluate_groups,
-                                  evaluate_partitions, evaluate_priors,
-                                  evaluate_subsets, is_calibratable,
-                                  prediction_statistics, read_image_groups,
-                                  self_calibrate, self_calibrate_partitions,
+from mmcalidet.calibration import (DEFAULT_TRUST_RADIUS, OnlineSelfCalibrator,
+                                   calibration_step, prediction_statistics,
+                                   self_calibrate, self_calibrate_partitions)
+from mmcalidet.evaluation import (METRICS, Rescorer, build_priors,
+                                  cache_evaluator, calibration_subsets,
+                                  evaluate_groups, evaluate_partitions,
+                                  evaluate_priors, evaluate_subsets,
+                                  is_calibratable, read_image_groups,
                                   site_priors, split_subsets)
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import batch_prior, prior_mae
-from mmcalidet.testing import get_config, known_scores_setup
+from testing import get_config, known_scores_setup
 
 K = 80
 #: the classes every image predicts (see set_known_scores)
@@ -229,7 +229,7 @@ def test_self_calibrate_subsets(setup):
 def online_reference(prior, image_scores, momentum, eta, interval,
                      score_thr):
     """E_c after each update of the online calibrator, written out from
-    its definition (mmcalidet/evaluation/online.py): per image ``p`` (the
+    its definition (mmcalidet/calibration/online.py): per image ``p`` (the
     predicted classes) and ``z`` (their max scores), ``C <- m C + p p^T``,
     ``n <- m n + p``, ``s <- m s + z``, ``w <- m w + 1``; every
     ``interval`` images ``E_i = C / n`` (0.5 where ``n`` = 0, diagonal 1)

@@ -12,8 +12,8 @@ import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from mmcalidet.evaluation.fast_cocoeval import (FastCOCOeval, GroundTruthTable,
-                                                box_iou_pairs)
+from mmcalidet.evaluation.coco_matches import GroundTruthTable, box_iou_pairs
+from mmcalidet.evaluation.fast_cocoeval import FastCOCOeval
 
 
 def _coco(dataset):
@@ -270,7 +270,7 @@ def test_image_matches_from_the_arrays(seed):
     """ImageMatches built from the matches' arrays holds what it builds
     from pycocotools' evalImgs: the same detections in the same order, and
     the same bootstrap APs to the bit."""
-    from mmcalidet.evaluation.coco import ImageMatches
+    from mmcalidet.evaluation import ImageMatches
     coco, dets = random_case(seed, coarse=seed % 2 == 0)
     ref, fast = run_both(
         coco, dets, lambda p: setattr(p, 'maxDets', [3]), summarize=False)

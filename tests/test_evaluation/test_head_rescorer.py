@@ -20,17 +20,16 @@ from mmdet.datasets import CocoDataset
 from mmdet.registry import DATASETS
 from mmengine.dataset import pseudo_collate
 
+from mmcalidet.calibration import (SelfCalibrationResult, SitePriorFit,
+                                   fit_site_prior, self_calibrate, stream_site)
 from mmcalidet.evaluation import (CocoEvaluator, CooccurrenceRescoring,
                                   FeatureCache, HeadRescorer, Method,
                                   PriorReweighting, PriorSpec, Rescorer,
-                                  SelfCalibrationResult, SitePriorFit,
                                   cache_evaluator, evaluate_priors,
-                                  fit_site_prior, rescorer_for, self_calibrate)
+                                  rescorer_for)
 from mmcalidet.evaluation.head_scoring import corrected_levels
-from mmcalidet.evaluation.online import stream_site
 from mmcalidet.priors import flat_prior
-from mmcalidet.testing import (build_detector, data_root, get_config,
-                               random_prior)
+from testing import build_detector, data_root, get_config, random_prior
 
 RTMDET = 'calidet/calidet_rtmdet_tiny_coco-mini.py'
 FASTER_RCNN = 'calidet/calidet_faster-rcnn_tiny_coco-mini.py'

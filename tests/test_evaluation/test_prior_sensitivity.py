@@ -18,7 +18,7 @@ from mmcalidet.evaluation.sensitivity import prior_sensitivity
 from mmcalidet.models import CaliFormer
 from mmcalidet.models.dense_heads.calibrated_cls import CalibratedClsMixin
 from mmcalidet.priors import flat_prior, flip_prior, sample_prior
-from mmcalidet.testing import PROJECT_ROOT, get_config, run_tool_in_process
+from testing import PROJECT_ROOT, get_config, run_tool_in_process
 
 K, D = 6, 16
 TOOL = osp.join(PROJECT_ROOT, 'tools', 'analysis_tools',

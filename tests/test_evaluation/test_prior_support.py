@@ -13,7 +13,7 @@ from mmcalidet.evaluation import Rescorer, cache_hidden_states
 from mmcalidet.evaluation.prior_support import register_label_supports
 from mmcalidet.models.layers.support_ops import label_support
 from mmcalidet.priors import Prior, batch_prior, sample_prior
-from mmcalidet.testing import get_config
+from testing import get_config
 
 K = 80
 
@@ -140,7 +140,7 @@ def test_bad_support_is_refused(with_support):
 
 
 def test_sweep_priors_move_the_shares_with_the_prior(with_support):
-    from mmcalidet.evaluation.site_prior import shrink
+    from mmcalidet.priors import shrink
     model, _, cache = with_support
     labels = cache.gt_label_lists()
     rng = np.random.default_rng(1)
@@ -170,7 +170,7 @@ def test_sweep_priors_move_the_shares_with_the_prior(with_support):
 def test_self_calibration_keeps_the_start_prior_support(with_support):
     """Every E_c of the batch loop is scored with the start's support, as
     a Rescorer with that support registered scores it."""
-    from mmcalidet.evaluation import self_calibrate
+    from mmcalidet.calibration import self_calibrate
     model, _, cache = with_support
     prior, lists = site_prior_and_support()
     support = label_support(lists, K)
@@ -189,7 +189,7 @@ def test_self_calibration_keeps_the_start_prior_support(with_support):
 
 
 def test_online_calibrator_injects_the_start_support(with_support):
-    from mmcalidet.evaluation import OnlineSelfCalibrator
+    from mmcalidet.calibration import OnlineSelfCalibrator
     model, _, _ = with_support
     prior, lists = site_prior_and_support()
     support, share = label_support(lists, K)
@@ -215,7 +215,8 @@ def test_online_calibrator_injects_the_start_support(with_support):
 def test_a_site_prior_from_labelled_images_gets_their_support(with_support):
     """fit_site_prior's candidates and deployment_gains' raw prior: n =
     the labelled images, the shares moved with the prior from E_t's."""
-    from mmcalidet.evaluation.site_prior import register_site_support, shrink
+    from mmcalidet.calibration.cross_fitting import register_site_support
+    from mmcalidet.priors import shrink
     model, _, cache = with_support
     rescorer = Rescorer(model, cache)
     train, lists = site_prior_and_support()
@@ -238,7 +239,7 @@ def test_a_fitted_prior_file_records_the_support_it_was_scored_with(
         tmp_path):
     """alpha 0 gives E_t back, with E_t's support (not the n labelled
     images'): support_images keeps it apart from num_images."""
-    from mmcalidet.evaluation.site_prior import SitePriorFit
+    from mmcalidet.calibration import SitePriorFit
     from mmcalidet.priors import Prior, load_prior
     classes = [f'c{i}' for i in range(4)]
     prior = batch_prior(4, [[0, 1], [2]])

@@ -10,10 +10,10 @@ import pytest
 from mmcalidet.evaluation import (METRICS, SWEEP_ALPHAS, Rescorer,
                                   cache_evaluator)
 from mmcalidet.evaluation import protocol as P
-from mmcalidet.evaluation import site_priors
+from mmcalidet.evaluation import report, site_priors
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import prior_mae
-from mmcalidet.testing import known_scores_setup
+from testing import known_scores_setup
 
 K = 80
 #: the site of each of the 4 cached images
@@ -75,7 +75,7 @@ def test_injection_builds_evaluates_and_orders(setup):
                         progress=False)
     order = worse.extras['orders']['CaliDINO']
     assert order['verdict'] == 'does not hold'
-    line, = P.order_lines(worse.extras['orders'])
+    line, = report.order_lines(worse.extras['orders'])
     assert line.startswith('- CaliDINO: flip_E_x <= E0 <= E_t <= E_x: '
                            '**does not hold: E0 > E_t')
 
@@ -128,7 +128,7 @@ def test_sweep_table(setup):
     priors, parts = _sites(cache)
     table = P.sweep([method], evaluator, model.get_prior(), parts, priors)
     assert len(table.rows) == 2 * len(SWEEP_ALPHAS)
-    pivot = P.sweep_table(table.rows)
+    pivot = report.sweep_table(table.rows)
     assert [(r['site'], r['method']) for r in pivot] == [('a', 'CaliDINO'),
                                                          ('b', 'CaliDINO')]
     at_0 = [r['AP'] for r in table.rows if r['alpha'] == 0]

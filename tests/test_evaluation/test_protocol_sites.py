@@ -12,7 +12,7 @@ import os.path as osp
 
 import pytest
 
-from mmcalidet.testing import PROJECT_ROOT
+from testing import PROJECT_ROOT
 
 #: the places that run a protocol table
 PROTOCOL_SITES = [

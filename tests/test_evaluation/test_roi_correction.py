@@ -12,7 +12,7 @@ import torch
 from mmcalidet.evaluation import CooccurrenceRescoring, PriorReweighting
 from mmcalidet.evaluation.roi_correction import (check_softmax_correction,
                                                  corrected_roi_scores)
-from mmcalidet.testing import random_prior
+from testing import random_prior
 
 K = 80
 

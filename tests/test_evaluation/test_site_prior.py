@@ -10,10 +10,10 @@ import pytest
 from mmdet.datasets import CocoDataset
 from mmengine.structures import InstanceData
 
-from mmcalidet.evaluation import (CocoEvaluator, fit_site_prior,
-                                  paired_bootstrap, shrink, site_estimate)
-from mmcalidet.priors import batch_prior, flat_prior
-from mmcalidet.testing import data_root
+from mmcalidet.calibration import fit_site_prior
+from mmcalidet.evaluation import CocoEvaluator, paired_bootstrap
+from mmcalidet.priors import batch_prior, flat_prior, shrink, site_estimate
+from testing import data_root
 
 CLASSES = list(CocoDataset.METAINFO['classes'])
 K = len(CLASSES)
@@ -247,7 +247,8 @@ def test_estimates_and_bad_input():
 
 def test_deployment_gains_estimate_on_some_images_and_score_the_rest(
         paired_site):
-    from mmcalidet.evaluation import deployment_gains, mean_interval
+    from mmcalidet.calibration import deployment_gains
+    from mmcalidet.evaluation import mean_interval
     evaluator, site = paired_site
     rescorer = PriorScoredRescorer(site)
     res = deployment_gains(
@@ -310,7 +311,7 @@ def test_the_shrinkage_sweep_follows_the_direction_of_the_shift(paired_site):
 
 def test_accept_interval_leaves_e_t_only_beyond_resampling_noise(
         paired_site, monkeypatch):
-    from mmcalidet.evaluation import site_prior
+    from mmcalidet.calibration import site_prior
     evaluator, site = paired_site
     rescorer = PriorScoredRescorer(site)
     train_prior = flat_prior(4)

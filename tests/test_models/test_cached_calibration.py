@@ -11,7 +11,7 @@ from mmcalidet.models.data_preprocessors import is_cached_batch
 from mmcalidet.models.detectors import (CachedCalibrationMixin, CaliDINO,
                                         cached_head_losses)
 from mmcalidet.priors import label_lists_prior
-from mmcalidet.testing import build_detector, demo_batch, get_config
+from testing import build_detector, demo_batch, get_config
 
 CONFIG = 'calidet/calidet_dino_tiny_coco-mini_cached.py'
 LABELS = ((1, 2), (3, ), (0, 5, 7))

@@ -22,9 +22,8 @@ from mmcalidet.decoder_cache.roi_targets import recording_rois
 from mmcalidet.models.detectors import CachedCalibrationMixin, CaliFasterRCNN
 from mmcalidet.models.head_kinds.roi import (cached_roi_head_losses,
                                              calibrated_roi_logits)
-from mmcalidet.testing import (PROJECT_ROOT, build_detector, damage_cache_file,
-                               data_root, demo_batch, get_config, random_prior,
-                               run_tool)
+from testing import (PROJECT_ROOT, build_detector, damage_cache_file,
+                     data_root, demo_batch, get_config, random_prior, run_tool)
 
 CONFIG = 'calidet/calidet_faster-rcnn_tiny_coco-mini_cached.py'
 BASELINE = 'calidet/faster-rcnn_tiny_coco-mini.py'

@@ -18,8 +18,7 @@ from mmcalidet.models.head_kinds import DENSE
 from mmcalidet.models.head_kinds.dense import (cached_dense_head_losses,
                                                calibrated_location_logits,
                                                location_features)
-from mmcalidet.testing import (build_detector, demo_batch, get_config,
-                               random_prior)
+from testing import build_detector, demo_batch, get_config, random_prior
 
 CONFIG = 'calidet/calidet_fcos_tiny_coco-mini_cached.py'
 BASELINE = 'calidet/fcos_tiny_coco-mini.py'

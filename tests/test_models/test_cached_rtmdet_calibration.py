@@ -21,9 +21,8 @@ from mmcalidet.decoder_cache.dense_targets import recording
 from mmcalidet.models.detectors import CachedCalibrationMixin, CaliRTMDet
 from mmcalidet.models.head_kinds.dense import (cached_dense_head_losses,
                                                calibrated_location_logits)
-from mmcalidet.testing import (PROJECT_ROOT, build_detector, damage_cache_file,
-                               data_root, demo_batch, get_config, random_prior,
-                               run_tool)
+from testing import (PROJECT_ROOT, build_detector, damage_cache_file,
+                     data_root, demo_batch, get_config, random_prior, run_tool)
 
 CONFIG = 'calidet/calidet_rtmdet_tiny_coco-mini_cached.py'
 BASELINE = 'calidet/rtmdet_tiny_coco-mini.py'

@@ -12,8 +12,8 @@ from mmcalidet.models.dense_heads import CalibratedClsMixin
 from mmcalidet.models.detectors import (CalibratableDetectorMixin,
                                         cached_head_losses)
 from mmcalidet.priors import label_lists_prior
-from mmcalidet.testing import (build_detector, check_califormer_trains,
-                               demo_batch, get_config)
+from testing import (build_detector, check_califormer_trains, demo_batch,
+                     get_config)
 
 CONFIG = 'calidet/calidet_dab-detr_tiny_coco-mini.py'
 LABELS = ((1, 2), (3, ))

@@ -13,10 +13,9 @@ from mmengine.runner import load_checkpoint, save_checkpoint
 
 from mmcalidet.models.dense_heads import CalibratedClsMixin
 from mmcalidet.priors import flat_prior, sample_prior
-from mmcalidet.testing import (build_detector, demo_batch, eval_inputs,
-                               get_config)
-from mmcalidet.testing import random_prior as make_random_prior
-from mmcalidet.testing import train_steps
+from testing import build_detector, demo_batch, eval_inputs, get_config
+from testing import random_prior as make_random_prior
+from testing import train_steps
 
 K = 80
 TINY = 'calidet/calidet_deformable-detr_tiny_coco-mini.py'

@@ -11,10 +11,10 @@ from mmengine.runner import load_checkpoint, save_checkpoint
 
 from mmcalidet.priors import (default_prior_path, flat_prior, load_prior,
                               model_classes, sample_prior, save_prior)
-from mmcalidet.testing import (build_detector, captured_log, demo_batch,
-                               eval_inputs, get_config)
-from mmcalidet.testing import random_prior as make_random_prior
-from mmcalidet.testing import train_steps
+from testing import (build_detector, captured_log, demo_batch, eval_inputs,
+                     get_config)
+from testing import random_prior as make_random_prior
+from testing import train_steps
 
 K = 80
 register_all_modules()

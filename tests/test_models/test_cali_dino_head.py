@@ -8,7 +8,7 @@ from mmdet.utils import register_all_modules
 
 import mmcalidet  # noqa: F401
 from mmcalidet.priors import label_lists_prior
-from mmcalidet.testing import demo_batch
+from testing import demo_batch
 
 K, D, L, Q, B = 80, 256, 2, 5, 2
 

@@ -20,9 +20,9 @@ from mmcalidet.models.losses import loma_class_weights
 from mmcalidet.models.roi_heads import (CalibratedBBoxClsMixin,
                                         CaliStandardRoIHead, pad_by_image)
 from mmcalidet.priors import label_lists_prior
-from mmcalidet.testing import (build_detector, check_bad_priors_refused,
-                               check_califormer_trains, check_inference_priors,
-                               demo_batch, get_config, random_prior)
+from testing import (build_detector, check_bad_priors_refused,
+                     check_califormer_trains, check_inference_priors,
+                     demo_batch, get_config, random_prior)
 
 CONFIG = 'calidet/calidet_faster-rcnn_tiny_coco-mini.py'
 LABELS = ((1, 2), (3, ))

@@ -19,9 +19,9 @@ from mmcalidet.models.head_kinds import DENSE, head_kind_of
 from mmcalidet.models.layers import CalibratedConv2d
 from mmcalidet.models.losses import loma_class_weights
 from mmcalidet.priors import label_lists_prior
-from mmcalidet.testing import (build_detector, check_bad_priors_refused,
-                               check_califormer_trains, check_inference_priors,
-                               demo_batch, get_config, random_prior)
+from testing import (build_detector, check_bad_priors_refused,
+                     check_califormer_trains, check_inference_priors,
+                     demo_batch, get_config, random_prior)
 
 CONFIG = 'calidet/calidet_fcos_tiny_coco-mini.py'
 LABELS = ((1, 2), (3, ))

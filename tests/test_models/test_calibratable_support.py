@@ -11,7 +11,7 @@ import torch
 
 from mmcalidet.apis import init_detector
 from mmcalidet.priors import sample_prior, save_prior
-from mmcalidet.testing import get_config, random_prior
+from testing import get_config, random_prior
 
 CONFIG = 'calidet/calidet_dino_tiny_coco-mini_cached.py'
 K = 80

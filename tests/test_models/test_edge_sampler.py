@@ -12,7 +12,7 @@ from mmengine.structures import InstanceData
 
 from mmcalidet.models import EdgeSampler
 from mmcalidet.priors import batch_prior, sample_prior, save_prior
-from mmcalidet.testing import demo_batch
+from testing import demo_batch
 
 K = 8
 LABELS = [[0, 1, 1], [2], [], [1, 3, 5]]

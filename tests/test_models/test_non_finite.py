@@ -13,7 +13,7 @@ from mmengine.optim import OptimWrapper
 
 from mmcalidet.models import NonFiniteError
 from mmcalidet.models.non_finite import check_finite_losses, current_iteration
-from mmcalidet.testing import build_detector, demo_batch
+from testing import build_detector, demo_batch
 
 register_all_modules()
 CONFIGS = ('calidet/calidet_dino_tiny_coco-mini.py',

@@ -12,7 +12,7 @@ from mmcalidet.models.head_kinds.roi import (cached_roi_head_losses,
                                              calibrated_roi_logits)
 from mmcalidet.models.losses import loma_class_weights
 from mmcalidet.models.roi_heads import CaliShared2FCBBoxHead
-from mmcalidet.testing import get_config, random_prior
+from testing import get_config, random_prior
 
 K = 80
 

@@ -35,7 +35,7 @@ from mmengine.logging import MessageHub
 from mmengine.structures import InstanceData
 
 import mmcalidet  # noqa: F401  (registers the Cali detectors)
-from mmcalidet.testing import PROJECT_ROOT, data_root
+from testing import PROJECT_ROOT, data_root
 
 register_all_modules()
 

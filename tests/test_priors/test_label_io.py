@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from mmcalidet.priors import batch_prior
-from mmcalidet.priors.dataset_prior import prior_from_source
+from mmcalidet.priors.dataset_prior import prior_from_source, read_label_sets
 from mmcalidet.priors.label_io import (read_class_names, read_coco_labels,
-                                       read_label_sets, read_yolo_dir,
-                                       read_yolo_tarball)
+                                       read_yolo_dir)
+from mmcalidet.priors.yolo_tarball import read_yolo_tarball
 from mmcalidet.utils import file_io
 
 NAMES = ['a', 'b', 'c', 'd']
@@ -72,7 +72,7 @@ def test_yolo_tarball_streamed(tmp_path, long_names, fmt, monkeypatch):
     path = str(tmp_path / 'labels.tar.gz')
     _write_tar(path, FILES, long_names, fmt)
     # tiny chunks: members straddle chunk boundaries
-    monkeypatch.setattr('mmcalidet.priors.label_io.TAR_CHUNK_BYTES', 37)
+    monkeypatch.setattr('mmcalidet.priors.yolo_tarball.TAR_CHUNK_BYTES', 37)
     sets = read_yolo_tarball(path, NAMES, keep_names=True)
     assert [list(x) for x in sets.label_lists()] == EXPECTED
     assert all(name.endswith('.txt') for name in sets.extra['files'])
@@ -211,14 +211,14 @@ def test_yolo_tarball_refuses_a_huge_label_file_from_its_header(
     name = 'd' * 120 + '/huge.txt'
     _write_tar_with(path, FILES, {name: b'0 .5 .5 .1 .1\n' * 400}, fmt)
     # a small limit stands in for a member of gigabytes
-    monkeypatch.setattr('mmcalidet.priors.label_io.MAX_LABEL_FILE_BYTES',
+    monkeypatch.setattr('mmcalidet.priors.yolo_tarball.MAX_LABEL_FILE_BYTES',
                         1000)
-    monkeypatch.setattr('mmcalidet.priors.label_io.TAR_CHUNK_BYTES', 512)
+    monkeypatch.setattr('mmcalidet.priors.yolo_tarball.TAR_CHUNK_BYTES', 512)
     with pytest.raises(ValueError) as info:
         read_yolo_tarball(path, NAMES)
     assert str(info.value) == (f'{path}:{name}: label file is too large '
                                '(5600 bytes > limit 1000)')
-    monkeypatch.setattr('mmcalidet.priors.label_io.MAX_LABEL_FILE_BYTES',
+    monkeypatch.setattr('mmcalidet.priors.yolo_tarball.MAX_LABEL_FILE_BYTES',
                         6000)
     sets = read_yolo_tarball(path, NAMES)
     assert sets.num_images == 6 and sets.label_lists()[4].size == 400

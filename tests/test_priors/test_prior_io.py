@@ -262,13 +262,13 @@ def test_a_huge_prior_is_refused_before_it_is_parsed(tmp_path, monkeypatch,
 
 
 def test_class_lists_are_capped(monkeypatch):
-    from mmcalidet.priors import prior_io
-    monkeypatch.setattr(prior_io, 'MAX_CLASSES', 5)
+    from mmcalidet.priors import checks
+    monkeypatch.setattr(checks, 'MAX_CLASSES', 5)
     with pytest.raises(ValueError) as info:
-        prior_io.check_class_names([f'c{k}' for k in range(6)],
-                                   'classes file x.txt')
+        checks.check_class_names([f'c{k}' for k in range(6)],
+                                 'classes file x.txt')
     assert str(info.value) == ('classes file x.txt: 6 class names, more '
                                'than the limit of 5')
     with pytest.raises(ValueError, match='6 rows, more than the limit of 5'):
         validate_prior(np.eye(6).tolist())
-    assert len(prior_io.check_class_names(list('abcde'))) == 5
+    assert len(checks.check_class_names(list('abcde'))) == 5

@@ -8,7 +8,7 @@ import pytest
 
 from mmcalidet.priors import Prior, load_prior, save_prior
 from mmcalidet.priors.edit import edit_prior
-from mmcalidet.testing import random_prior
+from testing import random_prior
 
 CLASSES = ['person', 'bicycle', 'car', 'dog']
 K = len(CLASSES)

@@ -15,8 +15,8 @@ from mmcalidet.priors import (batch_prior, cooccurrence_counts,
                               label_lists_prior, prior_from_flat, prior_mae,
                               sample_prior)
 from mmcalidet.priors._cooccurrence import cooccurrence_lists
-from mmcalidet.priors.label_io import read_yolo_tarball
 from mmcalidet.priors.statistics import counts_from_flat
+from mmcalidet.priors.yolo_tarball import read_yolo_tarball
 
 
 # --- the paper's reference code (supplementary, "Calculation of Matrix E")

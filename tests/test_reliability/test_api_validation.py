@@ -15,15 +15,16 @@ import pytest
 import torch
 from mmengine.structures import InstanceData
 
+from mmcalidet.calibration import (OnlineSelfCalibrator, calibration_step,
+                                   fit_site_prior, prediction_statistics,
+                                   self_calibrate)
 from mmcalidet.decoder_cache import CacheError, DecoderCache
-from mmcalidet.evaluation import (CocoEvaluator, OnlineSelfCalibrator,
-                                  calibration_step, fit_site_prior,
-                                  prediction_statistics, self_calibrate)
+from mmcalidet.evaluation import CocoEvaluator
 from mmcalidet.evaluation.baselines import CooccurrenceRescoring
 from mmcalidet.priors import flat_prior
-from mmcalidet.testing import PROJECT_ROOT, run_tool_in_process
 from mmcalidet.utils.validation import (check_finite_array, check_float,
                                         check_int)
+from testing import PROJECT_ROOT, run_tool_in_process
 
 K = 4
 NAN = float('nan')
@@ -245,7 +246,7 @@ class SiteRescorer:
 
 # 4. annotations of classes the model does not have were dropped silently
 def test_fit_site_prior_counts_and_reports_what_it_drops(tmp_path):
-    from mmcalidet.testing import captured_log
+    from testing import captured_log
     cats = [(k + 1, f'c{k}') for k in range(K)] + [(99, 'stranger')]
     images = [[1, 2, 99], [3, 99], [1, 4], [2, 3, 99], [], [1]] * 2
     path = coco_site(tmp_path, images, cats)
@@ -430,7 +431,7 @@ def test_the_onnx_demo_refuses_a_file_that_is_not_onnx_in_one_line(
 def truncated_jpeg(path) -> str:
     """The first half of a coco-mini JPEG: its header reads, it does not
     decode."""
-    from mmcalidet.testing import data_root
+    from testing import data_root
     source = osp.join(data_root(), 'coco-mini', 'images', 'val2017',
                       '000000000139.jpg')
     with open(source, 'rb') as f:
@@ -464,7 +465,7 @@ def test_image_demo_writes_the_good_images_of_a_folder(tmp_path, run_tool):
     from mmdet.datasets import CocoDataset
     from mmengine.runner import save_checkpoint
 
-    from mmcalidet.testing import PROJECT_ROOT, build_detector
+    from testing import PROJECT_ROOT, build_detector
     config = 'calidet/calidet_dino_tiny_coco-mini.py'
     model = build_detector(config)
     checkpoint = str(tmp_path / 'tiny.pth')
@@ -495,7 +496,7 @@ def test_image_demo_writes_the_good_images_of_a_folder(tmp_path, run_tool):
 @pytest.mark.slow
 def test_training_on_a_torn_cache_is_one_line_and_no_work_dir(
         tmp_path):
-    from mmcalidet.testing import PROJECT_ROOT, damage_cache_file
+    from testing import PROJECT_ROOT, damage_cache_file
     folder = nan_cache(tmp_path)
     hidden = damage_cache_file(folder, 'hidden.npy', 'truncate')
     proc = run_tool_in_process(
@@ -517,7 +518,7 @@ def test_training_on_a_torn_cache_is_one_line_and_no_work_dir(
 @pytest.mark.slow
 def test_test_py_refuses_a_bad_prior_before_making_a_work_dir(
         tmp_path):
-    from mmcalidet.testing import PROJECT_ROOT
+    from testing import PROJECT_ROOT
     bad = tmp_path / 'bad.json'
     bad.write_text('{"matrix": [[1.0, ')
     checkpoint = tmp_path / 'x.pth'
@@ -535,8 +536,8 @@ def test_test_py_refuses_a_bad_prior_before_making_a_work_dir(
 
 
 #: the packages whose public functions and classes are walked
-PUBLIC = ('mmcalidet.apis', 'mmcalidet.evaluation', 'mmcalidet.priors',
-          'mmcalidet.deploy', 'mmcalidet.engine')
+PUBLIC = ('mmcalidet.apis', 'mmcalidet.evaluation', 'mmcalidet.calibration',
+          'mmcalidet.priors', 'mmcalidet.deploy', 'mmcalidet.engine')
 
 
 def _takes_a_float(param) -> bool:

@@ -25,8 +25,8 @@ from mmengine.runner import load_checkpoint, save_checkpoint
 
 from mmcalidet.models import EdgeSampler
 from mmcalidet.priors import default_prior_path, load_prior, save_prior
-from mmcalidet.testing import PROJECT_ROOT, data_root, get_config
 from mmcalidet.utils.checkpoint_compat import InvalidCheckpointPriorError
+from testing import PROJECT_ROOT, data_root, get_config
 
 K = 80
 register_all_modules()

@@ -12,7 +12,7 @@ from mmdet.utils import register_all_modules
 
 from mmcalidet.models import EdgeSampler
 from mmcalidet.priors.label_io import read_coco_labels
-from mmcalidet.testing import demo_batch
+from testing import demo_batch
 
 register_all_modules()
 CLASSES = ('person', 'bicycle')

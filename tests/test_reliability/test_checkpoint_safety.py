@@ -22,10 +22,9 @@ from mmengine.runner import Runner, save_checkpoint
 from mmcalidet.engine.checkpoint_hooks import (AtomicCheckpointHook,
                                                AtomicLocalBackend,
                                                CheckpointCompatHook)
-from mmcalidet.testing import (PROJECT_ROOT, data_root, get_config,
-                               run_tool_in_process)
 from mmcalidet.utils.checkpoint_compat import (CheckpointMismatchError,
                                                check_checkpoint)
+from testing import PROJECT_ROOT, data_root, get_config, run_tool_in_process
 
 register_all_modules()
 

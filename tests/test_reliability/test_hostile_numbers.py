@@ -9,9 +9,9 @@ import runpy
 
 import pytest
 
-from mmcalidet.testing import PROJECT_ROOT
 from mmcalidet.utils.cli import (bounded_int, finite_float, non_negative_int,
                                  positive_int, unit_float)
+from testing import PROJECT_ROOT
 
 CALI = 'configs/calidet/calidet_dino_tiny_coco-mini.py'
 

@@ -10,8 +10,8 @@ import torch
 
 from mmcalidet.apis import init_detector
 from mmcalidet.priors import Prior, default_prior_path, save_prior
-from mmcalidet.testing import get_config, random_prior
 from mmcalidet.utils.checkpoint_compat import CheckpointError
+from testing import get_config, random_prior
 
 CONFIG = 'calidet/calidet_dino_tiny_coco-mini_cached.py'
 K = 80
@@ -162,7 +162,7 @@ def test_a_model_built_outside_a_runner_trains_on_its_own_order():
     read the named prior in its own class order (the count matches)."""
     from mmdet.registry import MODELS
 
-    from mmcalidet.testing import demo_batch
+    from testing import demo_batch
     cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
     model = MODELS.build(cfg.model)
     model.init_weights()
@@ -190,7 +190,7 @@ def test_a_prior_read_in_its_own_order_refuses_another_order_later():
     prior: refused, where the same order passes."""
     from mmdet.registry import MODELS
 
-    from mmcalidet.testing import demo_batch
+    from testing import demo_batch
     cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
     model = MODELS.build(cfg.model)
     model.init_weights()

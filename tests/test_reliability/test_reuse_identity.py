@@ -15,8 +15,8 @@ from mmengine.structures import InstanceData
 from mmcalidet.datasets import DecoderCacheDataset
 from mmcalidet.decoder_cache import (CacheError, CacheKindError,
                                      DecoderCacheWriter, check_cache)
-from mmcalidet.testing import PROJECT_ROOT, build_detector
 from projects.context_shift.context_shift import training
+from testing import PROJECT_ROOT, build_detector
 
 B, Q = 2, 6
 
@@ -340,7 +340,7 @@ def test_a_cache_of_another_kind_is_refused_in_one_line(
 def test_train_refuses_a_cache_of_another_kind(tmp_path, rtmdet_calibrator):
     from mmdet.datasets import CocoDataset
 
-    from mmcalidet.testing import run_tool
+    from testing import run_tool
     roi = targets_cache(
         tmp_path / 'roi',
         'roi',

@@ -14,7 +14,7 @@ import torch
 from mmdet.structures import DetDataSample
 
 from mmcalidet.decoder_cache import DecoderCacheWriter, train_fingerprint
-from mmcalidet.testing import PROJECT_ROOT, data_root
+from testing import PROJECT_ROOT, data_root
 
 #: beyond any Linux pid (pid_max <= 2**22): a dead process
 DEAD_PID = 2**22 + 1

@@ -1,5 +1,5 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""mmcalidet.testing.run_tool_in_process: a tool's exit status and output
+"""testing.run_tool_in_process: a tool's exit status and output
 as a new interpreter gives them, and this process as it was."""
 import logging
 import os
@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from mmcalidet.testing import PROJECT_ROOT, run_tool_in_process
+from testing import PROJECT_ROOT, run_tool_in_process
 
 SCRIPT = '''
 import os, sys, logging

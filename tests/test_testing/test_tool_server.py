@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from mmcalidet.testing import _utils, popen_tool, run_tool
-from mmcalidet.testing.tool_server import ForkedProcess, ToolServer
+from testing import _utils, popen_tool, run_tool
+from testing.tool_server import ForkedProcess, ToolServer
 
 # each test starts a tool server (a process that imports torch and mmdet)
 # and runs scripts in it: the tier of the tools run as subprocesses

@@ -9,7 +9,7 @@ import runpy
 
 import pytest
 
-from mmcalidet.testing import PROJECT_ROOT, run_tool
+from testing import PROJECT_ROOT, run_tool
 
 TOOL = 'tools/misc/check_tables.py'
 RECORD = osp.join(PROJECT_ROOT, 'tests', 'data', 'check_tables.json')

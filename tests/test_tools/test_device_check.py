@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from mmcalidet.testing import run_tool
+from testing import run_tool
 
 pytestmark = pytest.mark.slow
 

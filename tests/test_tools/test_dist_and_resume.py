@@ -21,8 +21,8 @@ from mmengine.config import Config
 
 import mmcalidet  # noqa: F401  (checkpoint types for torch.load)
 from mmcalidet.priors import batch_prior
-from mmcalidet.testing import PROJECT_ROOT, data_root, popen_tool
 from mmcalidet.utils.cpu_dist import init_cpu_distributed
+from testing import PROJECT_ROOT, data_root, popen_tool
 
 HERE = osp.dirname(osp.abspath(__file__))
 # no validation (not even the final one), small images

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from mmcalidet.testing import PROJECT_ROOT
+from testing import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
 

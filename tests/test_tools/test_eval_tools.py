@@ -19,8 +19,8 @@ from mmengine.registry import init_default_scope
 from mmengine.runner import save_checkpoint
 
 from mmcalidet.priors import load_prior
-from mmcalidet.testing import (PROJECT_ROOT, get_config, run_tool_in_process,
-                               set_known_scores)
+from testing import (PROJECT_ROOT, get_config, run_tool_in_process,
+                     set_known_scores)
 
 CALI = 'configs/calidet/calidet_dino_tiny_coco-mini.py'
 DINO = 'configs/calidet/dino_tiny_coco-mini.py'

@@ -10,7 +10,7 @@ import pytest
 from mmengine.runner import save_checkpoint
 
 from mmcalidet.priors import load_prior
-from mmcalidet.testing import PROJECT_ROOT, build_detector, data_root, run_tool
+from testing import PROJECT_ROOT, build_detector, data_root, run_tool
 
 pytestmark = pytest.mark.slow
 

@@ -21,8 +21,7 @@ from PIL import Image
 
 from mmcalidet.priors import default_prior_path, load_prior, save_prior
 from mmcalidet.priors.edit import apply_edits
-from mmcalidet.testing import (PROJECT_ROOT, data_root, get_config,
-                               run_tool_in_process)
+from testing import PROJECT_ROOT, data_root, get_config, run_tool_in_process
 
 TOOL = 'tools/demo/image_demo.py'
 CONFIG = 'calidet/calidet_dino_tiny_coco-mini.py'

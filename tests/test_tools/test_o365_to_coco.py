@@ -7,7 +7,7 @@ import runpy
 
 import pytest
 
-from mmcalidet.testing import PROJECT_ROOT
+from testing import PROJECT_ROOT
 
 TOOL = 'tools/dataset_converters/o365_to_coco.py'
 MAP = osp.join(PROJECT_ROOT, 'mmcalidet', 'data', 'o365_to_coco_map.json')

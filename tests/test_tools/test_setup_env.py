@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mmcalidet.testing import PROJECT_ROOT
+from testing import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
 

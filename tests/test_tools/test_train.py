@@ -19,8 +19,8 @@ from mmengine.runner import (find_latest_checkpoint, load_checkpoint,
                              save_checkpoint)
 
 from mmcalidet.priors import sample_prior
-from mmcalidet.testing import (PROJECT_ROOT, build_detector, data_root,
-                               demo_batch, get_config, run_tool)
+from testing import (PROJECT_ROOT, build_detector, data_root, demo_batch,
+                     get_config, run_tool)
 
 pytestmark = pytest.mark.slow
 

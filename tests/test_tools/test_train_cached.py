@@ -12,7 +12,7 @@ import torch
 from mmengine.runner import save_checkpoint
 
 from mmcalidet.apis import inference_detector, init_detector
-from mmcalidet.testing import build_detector, data_root, run_tool
+from testing import build_detector, data_root, run_tool
 
 pytestmark = pytest.mark.slow
 

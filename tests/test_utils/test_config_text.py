@@ -4,8 +4,8 @@ import pytest
 from mmengine.config import Config
 from mmengine.config import config as config_module
 
-from mmcalidet.testing import PROJECT_ROOT
 from mmcalidet.utils.config_text import cache_config_formatting
+from testing import PROJECT_ROOT
 
 
 def test_one_yapf_pass_per_text_and_the_same_text(monkeypatch):

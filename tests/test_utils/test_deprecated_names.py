@@ -1,8 +1,8 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Old names kept for one release (mmcalidet.utils.deprecation): each still
 gives the new object and warns once with a DeprecationWarning naming the
-new place; the priors' loaders live in mmcalidet.priors, so no module of
-mmcalidet.utils (but the deprecated forwarding module) imports it."""
+new place; the priors' loaders live in mmcalidet.priors, and no module of
+mmcalidet.utils imports it."""
 import ast
 import glob
 import importlib
@@ -14,24 +14,14 @@ import warnings
 
 import pytest
 
-import mmcalidet.utils
-from mmcalidet.testing import PROJECT_ROOT
 from mmcalidet.utils import deprecation
+from testing import PROJECT_ROOT
 
 #: (module, old name, new module, new name) of the names served by a
 #: module-level __getattr__
 OLD_NAMES = [
-    ('mmcalidet.evaluation', 'HiddenStateCache', 'mmcalidet.decoder_cache',
-     'DecoderCache'),
-    ('mmcalidet.evaluation.cache', 'HiddenStateCache',
-     'mmcalidet.decoder_cache', 'DecoderCache'),
     ('mmcalidet.datasets', 'build_decoder_cache', 'mmcalidet.decoder_cache',
      'build_decoder_cache'),
-]
-SHIM = 'mmcalidet.utils.prior_source'
-SHIM_NAMES = [
-    'load_prior_source', 'describe_prior_source', 'training_dataset_classes',
-    'model_classes'
 ]
 
 
@@ -81,50 +71,6 @@ def test_old_names_stay_out_of_all_and_unknown_names_still_fail(module):
     assert not hasattr(mod, '__no_such_dunder__')
 
 
-def test_importing_the_shim_warns_and_forwards(fresh_warnings, monkeypatch):
-    new = importlib.import_module('mmcalidet.priors.prior_source')
-    priors = importlib.import_module('mmcalidet.priors')
-    # import it afresh; sys.modules and the package attribute come back
-    monkeypatch.delitem(sys.modules, SHIM, raising=False)
-    monkeypatch.delattr(mmcalidet.utils, 'prior_source', raising=False)
-    with pytest.warns(DeprecationWarning) as record:
-        shim = importlib.import_module(SHIM)
-    (message, ) = deprecation_messages(record)
-    assert message.startswith(f'{SHIM} is deprecated')
-    assert 'use mmcalidet.priors.prior_source' in message
-    assert sorted(shim.__all__) == sorted(SHIM_NAMES)
-    for name in SHIM_NAMES:
-        assert getattr(shim, name) is getattr(new, name) is \
-            getattr(priors, name), name
-
-
-def test_tool_options_forward_to_the_tools(fresh_warnings, monkeypatch):
-    """The evaluation tools' options left the library for
-    tools/analysis_tools/eval_options.py; the old module forwards there."""
-    import inspect
-
-    import mmcalidet.evaluation
-    old = 'mmcalidet.evaluation.tool_options'
-    monkeypatch.delitem(sys.modules, old, raising=False)
-    monkeypatch.delattr(mmcalidet.evaluation, 'tool_options', raising=False)
-    with pytest.warns(DeprecationWarning) as record:
-        shim = importlib.import_module(old)
-    (message, ) = deprecation_messages(record)
-    assert message.startswith(f'{old} is deprecated')
-    assert 'use tools/analysis_tools/eval_options.py' in message
-    path = osp.join(PROJECT_ROOT, 'tools', 'analysis_tools',
-                    'eval_options.py')
-    assert sorted(shim.__all__) == [
-        'add_model_args', 'ensure_out_dir', 'eval_setup'
-    ]
-    for name in shim.__all__:
-        assert osp.samefile(inspect.getsourcefile(getattr(shim, name)), path)
-    # the library itself holds no argparse options any more
-    for src in glob.glob(
-            osp.join(PROJECT_ROOT, 'mmcalidet', 'evaluation', '*.py')):
-        assert 'add_argument(' not in open(src).read(), src
-
-
 def priors_imports(source: str) -> list:
     """The imports of mmcalidet.priors (or a module of it) in the source of
     a module of mmcalidet/utils, at the top or inside functions, relative
@@ -166,11 +112,7 @@ def test_utils_modules_do_not_import_the_priors():
     assert len(files) > 5
     for path in files:
         found = priors_imports(open(path).read())
-        if osp.basename(path) == 'prior_source.py':  # the deprecated shim
-            assert found
-        else:
-            assert not found, \
-                f'{osp.relpath(path, PROJECT_ROOT)} imports {found}'
+        assert not found, f'{osp.relpath(path, PROJECT_ROOT)} imports {found}'
 
 
 @pytest.mark.slow

@@ -10,8 +10,8 @@ from mmengine.config import Config
 from mmengine.config import utils as config_utils
 
 import mmcalidet  # noqa: F401  (installs the cache)
-from mmcalidet.testing import PROJECT_ROOT
 from mmcalidet.utils import external_config_index as index
+from testing import PROJECT_ROOT
 
 #: a config with mmdet:: bases (the DINO R50 CaliDINO's chain)
 CONFIG = osp.join(PROJECT_ROOT, 'configs', 'calidet',

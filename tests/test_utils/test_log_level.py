@@ -5,9 +5,9 @@ import warnings
 import pytest
 from mmengine.logging import MMLogger, print_log
 
-from mmcalidet.testing import captured_log
 from mmcalidet.utils.log_level import (library_output_to, mmengine_log_level,
                                        quiet_mmengine)
+from testing import captured_log
 
 
 @pytest.fixture

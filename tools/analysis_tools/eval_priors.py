@@ -22,7 +22,7 @@ import time
 
 from mmcalidet.evaluation import (CONTENT_PRIORS, STANDARD_PRIORS,
                                   FeatureCache, cache_evaluator, protocol,
-                                  write_report)
+                                  report, write_report)
 from mmcalidet.evaluation.baselines import describe_corrections
 from mmcalidet.evaluation.sweep import parse_prior_names
 from mmcalidet.utils.cli import finite_float, run_tool
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     specs, orders = injection.extras['specs'], injection.extras['orders']
     order_text = (f'Expected order (AP non-decreasing, the last above the '
                   f'first; ties within {args.order_tol:.2f} AP):\n' +
-                  '\n'.join(protocol.order_lines(orders)))
+                  '\n'.join(report.order_lines(orders)))
     notes = '\n'.join(f'- {s.label}: {s.note}' +
                       (' (oracle: uses the ground truth)' if s.oracle else '')
                       for s in specs)

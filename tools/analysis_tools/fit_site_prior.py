@@ -8,7 +8,7 @@ injecting it cannot be expected to hurt.
 
 The detector runs once over the site's labelled images (8 to 128 are
 enough; their decoder outputs are cached), then
-:func:`~mmcalidet.evaluation.fit_site_prior` picks how far to move from
+:func:`~mmcalidet.calibration.fit_site_prior` picks how far to move from
 E_t toward the site's statistics, ``E_t + alpha (E_site - E_t)``, by
 cross-validation on those images (each image scored by a prior estimated
 without it), and keeps E_t unless the best candidate's gain is above 0
@@ -31,9 +31,10 @@ import sys
 import time
 from typing import Iterator
 
-from mmcalidet.evaluation import fit_site_prior, markdown_table, write_report
-from mmcalidet.evaluation.site_prior import (ABSENT, ACCEPT, ALPHAS,
-                                             DEFAULT_ACCEPT)
+from mmcalidet.calibration import (ACCEPT, ALPHAS, DEFAULT_ACCEPT,
+                                   fit_site_prior)
+from mmcalidet.evaluation import markdown_table, write_report
+from mmcalidet.priors.shrinkage import ABSENT
 from mmcalidet.utils.cli import bounded_int, finite_float, run_tool
 from mmcalidet.utils.file_io import load_json
 

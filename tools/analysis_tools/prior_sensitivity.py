@@ -115,7 +115,7 @@ def image_label_sets(src: str, model) -> list:
     Returns:
         list[np.ndarray]: one array of class indices per image.
     """
-    from mmcalidet.priors.label_io import read_label_sets
+    from mmcalidet.priors.dataset_prior import read_label_sets
     from mmcalidet.priors.prior_source import model_classes
     classes = model_classes(model)
     if not classes:

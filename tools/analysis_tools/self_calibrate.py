@@ -18,10 +18,11 @@ import sys
 import time
 from typing import Dict, List, Tuple
 
-from mmcalidet.evaluation import (DEFAULT_ETA, DEFAULT_SCORE_THR,
-                                  DEFAULT_TRUST_RADIUS, cache_evaluator,
-                                  calibration_subsets, markdown_table,
-                                  self_calibrate_partitions, write_report)
+from mmcalidet.calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
+                                   DEFAULT_TRUST_RADIUS,
+                                   self_calibrate_partitions)
+from mmcalidet.evaluation import (cache_evaluator, calibration_subsets,
+                                  markdown_table, write_report)
 from mmcalidet.utils.cli import (finite_float, non_negative_int, positive_int,
                                  run_tool, trust_radius, unit_float)
 from mmcalidet.visualization import plot_self_calibration

@@ -45,6 +45,9 @@ import torch
 
 from mmcalidet.utils.cli import positive_int, run_tool
 
+#: the checkout (or an installed package's .mim folder): configs/ is here
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
 #: detector name -> does it have a plain baseline config (DAB-DETR's tables
 #: are not in the default set: its shared classifier was not re-scored
 #: before the head-kind adapters)
@@ -152,11 +155,17 @@ def _rows(rows) -> List[Dict]:
 
 
 def save_checkpoint_of(config: str, seed: int, folder: str) -> str:
-    """A seeded, untrained detector's checkpoint."""
+    """A seeded, untrained detector's checkpoint: the detector of
+    ``configs/<config>`` as :func:`mmcalidet.apis.init_detector` builds it
+    without a checkpoint, its weights initialised after
+    ``torch.manual_seed(seed)``, in training mode."""
+    from mmengine.config import Config
     from mmengine.runner import save_checkpoint
 
-    from mmcalidet.testing import build_detector
-    model = build_detector(config, seed=seed)
+    from mmcalidet.apis import init_detector
+    cfg = Config.fromfile(osp.join(ROOT, 'configs', config))
+    torch.manual_seed(seed)
+    model = init_detector(cfg, None, device='cpu').train()
     path = osp.join(folder, osp.basename(config)[:-3] + '.pth')
     save_checkpoint(dict(state_dict=model.state_dict()), path)
     return path
@@ -166,14 +175,13 @@ def build_setup(name: str, max_images: int, seed: int, folder: str):
     """The :class:`~mmcalidet.evaluation.EvalSetup` of one detector and
     its baseline, their seeded checkpoints saved in ``folder``."""
     from mmcalidet.evaluation.methods import EvalSetup
-    from mmcalidet.testing import PROJECT_ROOT
     configs = [f'calidet/calidet_{name}_tiny_coco-mini.py']
     if DETECTORS[name]:
         configs.append(f'calidet/{name}_tiny_coco-mini.py')
     paths = []
     for config in configs:
         paths += [
-            osp.join(PROJECT_ROOT, 'configs', config),
+            osp.join(ROOT, 'configs', config),
             save_checkpoint_of(config, seed, folder)
         ]
     baseline = paths[2:] or [None, None]

@@ -9,8 +9,8 @@ import platform
 import time
 from typing import Dict, List, Optional, Sequence, Union
 
-from mmcalidet.evaluation.protocol import sweep_table
-from mmcalidet.evaluation.self_calibration import DEFAULT_TRUST_RADIUS
+from mmcalidet.calibration import DEFAULT_TRUST_RADIUS
+from mmcalidet.evaluation.report import sweep_table
 from .training import trained_config
 
 #: the deployment sites, in table order
@@ -272,7 +272,7 @@ def evaluate_all(trained: Dict,
             images per draw (a row each).
         fit_repeats (int): deployment rows: draws per site (0: none).
         fit_accept (str): deployment rows: when the fitted prior leaves
-            E_t (see :func:`~mmcalidet.evaluation.fit_site_prior`).
+            E_t (see :func:`~mmcalidet.calibration.fit_site_prior`).
         self_cal_iters (int): self-calibration iterations per site.
         score_thr (float): self-calibration score threshold.
         self_cal_radius (Sequence, optional): self-calibration trust radii

@@ -171,7 +171,7 @@ def site_headroom(plain, corrections: Dict[str, object], evaluate: Callable,
         oracles' gains) and ``relation_scale``.
     """
     from mmcalidet.evaluation.scoring import Rescorer
-    from mmcalidet.evaluation.site_prior import shrink
+    from mmcalidet.priors import shrink
 
     def ap_of(scorer, prior=None) -> float:
         preds = scorer.predict(prior, indices)

@@ -90,7 +90,7 @@ DATA_FIELDS = ('seed', 'variant', 'validation_sites', 'splits')
 
 #: how a training process starts: ``subprocess.Popen`` (the project's
 #: tests fork it from a process that has imported torch and mmdet once,
-#: ``mmcalidet.testing.popen_tool``)
+#: ``testing.popen_tool``)
 launch = subprocess.Popen
 
 

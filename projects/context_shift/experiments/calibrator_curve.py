@@ -28,7 +28,7 @@ import json
 import os
 import os.path as osp
 import sys
-from typing import Dict, Optional, Sequence
+from typing import Dict, Sequence
 
 try:
     from projects.context_shift.context_shift import Training
@@ -128,27 +128,23 @@ def snapshot(work_dir: str, updates: int) -> str:
     return osp.join(work_dir, f'snapshot_iter_{updates}.pth')
 
 
-def summarize(rows: Sequence[Dict],
-              dino_ap: float,
-              order: Optional[Dict] = None) -> Dict:
+def summarize(rows: Sequence[Dict], dino_ap: float, order: Dict) -> Dict:
     """The response figures of one injection table (AP in points).
 
     Args:
         rows (Sequence[dict]): the injection table's rows of one method.
         dino_ap (float): the DINO's AP (in [0, 1]).
-        order (dict, optional): the table's expected-order verdict over
-            ``PRIORS`` (:func:`mmcalidet.evaluation.protocol.injection`'s
-            ``orders``); checked here when not given.
+        order (dict): the table's expected-order verdict over ``PRIORS``
+            (:func:`mmcalidet.evaluation.protocol.injection`'s
+            ``orders``, or :func:`~mmcalidet.evaluation.protocol.
+            expected_orders` of the rows).
 
     Returns:
         dict: ``AP_<prior>``, ``spread`` (E_x - flip), ``gain`` (E_x - E0),
         ``flip_drop`` (E0 - flip), ``et_vs_dino`` and ``order`` (the
         library's verdict on the expected order).
     """
-    from mmcalidet.evaluation import check_expected_order
     v = {r['key']: 100 * r['AP'] for r in rows}
-    if order is None:
-        order = check_expected_order(rows, rows[0]['method'], PRIORS)
     return dict(
         **{f'AP_{k}': v[k]
            for k in PRIORS},

@@ -42,17 +42,17 @@ def tiny_bench_data(tmp_path_factory) -> str:
 def _trainings_forked(monkeypatch):
     """The benchmark's trainings start as ``tools/train.py`` processes
     forked from the test process's tool server (imports done once) rather
-    than as new interpreters (:func:`mmcalidet.testing.popen_tool`)."""
-    from mmcalidet.testing import popen_tool
+    than as new interpreters (:func:`testing.popen_tool`)."""
     from projects.context_shift.context_shift import training
+    from testing import popen_tool
     monkeypatch.setattr(training, 'launch', popen_tool)
 
 
 @pytest.fixture
 def run_tool():
-    """:func:`mmcalidet.testing.run_tool`: a script under this Python, its
+    """:func:`testing.run_tool`: a script under this Python, its
     output captured."""
-    from mmcalidet.testing import run_tool as run
+    from testing import run_tool as run
     return run
 
 
@@ -65,9 +65,9 @@ def train_recipe(tmp_path, monkeypatch):
     ``--cfg-options``; it asserts the run's success and returns its log."""
     from mmengine.runner import save_checkpoint
 
-    from mmcalidet.testing import build_detector
-    from mmcalidet.testing import run_tool as run
     from projects.context_shift.context_shift.data import make_context_shift
+    from testing import build_detector
+    from testing import run_tool as run
     configs = osp.join(ROOT, 'projects', 'context_shift', 'configs')
 
     def train(config: str, cache_key: str, *options: str) -> str:

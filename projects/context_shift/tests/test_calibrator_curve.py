@@ -4,13 +4,13 @@ models: one training with snapshots, each evaluated on the DINO's cache."""
 import json
 import os.path as osp
 import runpy
+from types import SimpleNamespace
 
 import pytest
 from mmengine.runner import save_checkpoint
 
-from mmcalidet.testing import (PROJECT_ROOT, build_detector, run_tool,
-                               run_tool_in_process)
 from projects.context_shift.context_shift import training
+from testing import PROJECT_ROOT, build_detector, run_tool, run_tool_in_process
 
 TOOL = 'projects/context_shift/experiments/calibrator_curve.py'
 CACHED = 'configs/calidet/calidet_dino_tiny_coco-mini_cached.py'
@@ -72,22 +72,24 @@ def test_curve_trains_once_and_evaluates_every_snapshot(
 def test_summary_figures_and_order_verdict():
     """Hand-derived figures of two injection tables: one in the expected
     order, one where flip(E_x) beats E0."""
+    from mmcalidet.evaluation import protocol
     tool = runpy.run_path(osp.join(PROJECT_ROOT, TOOL), run_name='tool')
+    method = SimpleNamespace(name='CaliDINO', takes_prior=True)
 
-    def rows(aps):
-        return [dict(method='CaliDINO', key=k, AP=v) for k, v in aps.items()]
+    def summarize(aps):
+        rows = [dict(method='CaliDINO', key=k, AP=v) for k, v in aps.items()]
+        orders = protocol.expected_orders(rows, [method], tool['PRIORS'])
+        return tool['summarize'](rows, 0.46, orders['CaliDINO'])
 
-    good = tool['summarize'](
-        rows(dict(flip_E_x=0.40, E0=0.45, E_t=0.47, E_b=0.50, E_x=0.60)),
-        0.46)
+    good = summarize(
+        dict(flip_E_x=0.40, E0=0.45, E_t=0.47, E_b=0.50, E_x=0.60))
     assert good['spread'] == pytest.approx(20.0)
     assert good['gain'] == pytest.approx(15.0)
     assert good['flip_drop'] == pytest.approx(5.0)
     assert good['et_vs_dino'] == pytest.approx(1.0)
     assert good['order'].startswith('holds')
-    bad = tool['summarize'](
-        rows(dict(flip_E_x=0.50, E0=0.45, E_t=0.47, E_b=0.50, E_x=0.60)),
-        0.46)
+    bad = summarize(
+        dict(flip_E_x=0.50, E0=0.45, E_t=0.47, E_b=0.50, E_x=0.60))
     assert bad['flip_drop'] == pytest.approx(-5.0)
     assert bad['order'].startswith('does not hold')
 

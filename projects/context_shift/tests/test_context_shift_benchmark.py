@@ -11,7 +11,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
+from mmcalidet.calibration import DEFAULT_TRUST_RADIUS
 from projects.context_shift.context_shift import make_context_shift
 from projects.context_shift.context_shift import training as training_module
 

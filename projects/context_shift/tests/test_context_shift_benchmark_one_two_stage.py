@@ -11,11 +11,11 @@ import os.path as osp
 import pytest
 from mmengine.config import Config
 
-from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
-from mmcalidet.testing import PROJECT_ROOT, build_detector
+from mmcalidet.calibration import DEFAULT_TRUST_RADIUS
 from mmcalidet.utils.model_heads import classifying_head
 from projects.context_shift.context_shift import (SITES, detector_configs,
                                                   schedule)
+from testing import PROJECT_ROOT, build_detector
 
 CONFIGS = osp.join(PROJECT_ROOT, 'projects', 'context_shift', 'configs')
 DINO = osp.join(CONFIGS, 'dino_tiny_context-shift.py')

@@ -8,7 +8,7 @@ import os.path as osp
 
 import pytest
 
-from mmcalidet.testing import PROJECT_ROOT, run_tool_in_process
+from testing import PROJECT_ROOT, run_tool_in_process
 
 pytestmark = pytest.mark.slow
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from mmcalidet.models.head_kinds import head_kind_of
-from mmcalidet.testing import run_tool
 from projects.context_shift.context_shift.data import (MANY_CLASS_SCENES,
                                                        make_context_shift,
                                                        variant_classes)
+from testing import run_tool
 
 ROOT = osp.dirname(
     osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))

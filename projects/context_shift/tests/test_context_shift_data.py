@@ -12,10 +12,10 @@ import pytest
 
 from mmcalidet.priors import batch_prior, flat_prior, load_prior
 from mmcalidet.priors.label_io import read_coco_labels
-from mmcalidet.testing import PROJECT_ROOT, run_tool_in_process
 from projects.context_shift.context_shift.data import (
     CLASSES, DEFAULT_SCENES, MANY_CLASS_SCENES, expected_site_statistics,
     label_statistics, load_digits_split, make_context_shift, variant_classes)
+from testing import PROJECT_ROOT, run_tool_in_process
 
 MAKE_DATA = 'projects/context_shift/tools/make_data.py'
 SMALL = dict(num_train=24, num_val_per_site=12, img_size=64,

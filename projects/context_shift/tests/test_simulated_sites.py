@@ -8,7 +8,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-from mmcalidet import testing
+import testing
 from projects.context_shift.context_shift.simulated_sites import (
     VALIDATION_SITES, SimulatedSites, make_validation_data, pair_tilt_weights,
     validation_sites)

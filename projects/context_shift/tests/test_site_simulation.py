@@ -12,7 +12,7 @@ from mmdet.structures import DetDataSample
 from mmengine.dataset import DefaultSampler
 from mmengine.structures import InstanceData
 
-from mmcalidet import testing
+import testing
 from mmcalidet.models.data_preprocessors import EdgeSampler
 from projects.context_shift.context_shift.training import cache_dataset_key
 from projects.context_shift.experiments.site_simulation.recipe import (

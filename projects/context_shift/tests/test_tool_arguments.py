@@ -8,8 +8,8 @@ import runpy
 
 import pytest
 
-from mmcalidet.testing import PROJECT_ROOT
 from projects.context_shift.context_shift.training import schedule
+from testing import PROJECT_ROOT
 
 TOOLS = osp.join(PROJECT_ROOT, 'projects', 'context_shift', 'tools')
 

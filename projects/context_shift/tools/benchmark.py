@@ -51,9 +51,8 @@ try:
 except ImportError as exc:  # not run from the root with it on PYTHONPATH
     sys.exit(f'benchmark.py: error: {exc}; run it from the repository root '
              'with export PYTHONPATH=$PWD:$PYTHONPATH')
-from mmcalidet.evaluation import DEFAULT_TRUST_RADIUS
+from mmcalidet.calibration import ACCEPT, DEFAULT_ACCEPT, DEFAULT_TRUST_RADIUS
 from mmcalidet.evaluation.baselines import CORRECTION_NAMES, CORRECTIONS
-from mmcalidet.evaluation.site_prior import ACCEPT, DEFAULT_ACCEPT
 from mmcalidet.utils.cli import (finite_float, non_negative_int, positive_int,
                                  run_tool, seed_int, trust_radius, unit_float)
 from mmcalidet.utils.log_level import log_to_file

@@ -15,7 +15,7 @@ with a message: 1; an uncaught exception: 1 with its traceback; killed
 by a signal: minus the signal). The server never runs torch's thread
 pool, so forking it is safe.
 
-:func:`~mmcalidet.testing.run_tool` uses it unless ``MMCALIDET_TOOL_SERVER``
+:func:`testing.run_tool` uses it unless ``MMCALIDET_TOOL_SERVER``
 is ``0``, and falls back to a new interpreter for a run whose
 light-import switch differs from the server's, or whose ``PYTHONPATH``
 is not the server's with folders of new modules before it (the imports
@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Set
 #: what the server imports before it forks (what the tools import)
 PRELOAD = ('torch', 'mmengine.runner', 'mmdet.apis', 'mmdet.models',
            'mmcalidet', 'mmcalidet.apis', 'mmcalidet.models',
-           'mmcalidet.evaluation')
+           'mmcalidet.evaluation', 'mmcalidet.calibration')
 
 
 def _path_entries(env: Dict[str, str]) -> List[str]:
@@ -256,13 +256,14 @@ class ToolServer:
     def _server(self) -> subprocess.Popen:
         """The running server process, started and preloaded if needed."""
         if self._proc is None or self._proc.poll() is not None:
-            command = ('from mmcalidet.testing.tool_server import serve; '
-                       'serve()')
-            self._proc = subprocess.Popen([sys.executable, '-c', command],
-                                          stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE,
-                                          env=self.env,
-                                          text=True)
+            # this file as a script: the server imports nothing of the
+            # checkout's test helpers, only PRELOAD
+            self._proc = subprocess.Popen(
+                [sys.executable, osp.abspath(__file__)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=self.env,
+                text=True)
             self._imported = set(self._reply()['modules'])
         return self._proc
 
@@ -361,3 +362,7 @@ class ToolServer:
             self._proc.wait(timeout=30)
         self._proc = None
         self._folder.cleanup()
+
+
+if __name__ == '__main__':
+    serve()

@@ -1,5 +1,8 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
-"""Helpers for tests and benchmarks (configs, real data, demo batches)."""
+"""Helpers of the repository's tests and benchmarks (configs, real data,
+demo batches, running tools): tests/, projects/*/tests and benchmarks/
+import them from the source checkout; they are not part of the installed
+package (setup.py ships ``mmcalidet`` alone)."""
 from ._utils import (PROJECT_ROOT, brute_force_prior, build_detector,
                      captured_log, coco_mini_label_lists, damage_cache_file,
                      data_root, demo_batch, eval_inputs, get_config,

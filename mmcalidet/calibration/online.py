@@ -15,7 +15,7 @@ Algo. 1 to them every ``update_interval`` images:
   w``, ``E_c <- clip(E_c + eta * Z * (E_i - E_c), 0, 1)``, diagonal 1;
   with a ``trust_radius``, E_c is then pulled back toward the starting
   prior until MAE(E_c, E_0) <= radius (as in the batch
-  :func:`~mmcalidet.evaluation.self_calibrate`).
+  :func:`~mmcalidet.calibration.self_calibrate`).
 
 It works from the outputs of any inference call (a list of mmdet
 ``DetDataSample`` or ``InstanceData``) and injects E_c with
@@ -27,10 +27,9 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from ..priors import validate_prior
-from .self_calibration import (DEFAULT_SCORE_THR, DEFAULT_TRUST_RADIUS,
-                               calibration_step, check_self_calibration_args,
-                               deployment_support_arrays,
-                               prediction_statistics, within_trust_region)
+from .update import (DEFAULT_SCORE_THR, DEFAULT_TRUST_RADIUS, calibration_step,
+                     check_self_calibration_args, deployment_support_arrays,
+                     prediction_statistics, within_trust_region)
 
 
 class OnlineSelfCalibrator:
@@ -57,7 +56,7 @@ class OnlineSelfCalibrator:
             to 32.
         trust_radius (float, optional): keep E_c within this mean absolute
             distance of ``init_prior``. Defaults to
-            :data:`~mmcalidet.evaluation.DEFAULT_TRUST_RADIUS` (chosen on
+            :data:`~mmcalidet.calibration.DEFAULT_TRUST_RADIUS` (chosen on
             streamed validation sites, as the batch default); ``None``: no
             limit.
         init_support (tuple, optional): experimental, for a CaliFormer
@@ -255,7 +254,12 @@ def stream_site(rescorer,
         dict: ``AP_start`` (E_t on the same images), ``AP_stream`` (the
         streamed predictions), ``gain``, ``updates`` and ``prior`` (E_c at
         the end).
+
+    Raises:
+        ValueError: a bad ``trust_radius`` or ``batch_size``, named.
     """
+    check_self_calibration_args(
+        trust_radius=trust_radius, batch_size=batch_size)
     order = np.random.default_rng(seed).permutation(np.asarray(indices))
     # a support-aware CaliFormer: E_c keeps E_t's registered support
     support = rescorer.support_of(train_prior)

@@ -13,10 +13,11 @@ import torch
 from mmengine.config import Config
 from mmengine.structures import InstanceData
 
-from ..utils.log_level import mmengine_log_level
+from mmcalidet.utils.log_level import mmengine_log_level
 
-#: the source checkout (configs/, tools/ live here)
-PROJECT_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.realpath(__file__))))
+#: the source checkout (configs/, tools/ live here): this folder's parent
+#: (testing/ is never installed)
+PROJECT_ROOT = osp.dirname(osp.dirname(osp.realpath(__file__)))
 
 
 def data_root() -> str:
@@ -36,7 +37,7 @@ def run_tool(script: str,
     """Run a project script (``tools/...``, ``benchmarks/...``) under this
     Python with the shared data folder, capturing its output: in a process
     of its own, forked from one that has imported torch, mmdet and
-    mmcalidet already (:mod:`~mmcalidet.testing.tool_server`; a new
+    mmcalidet already (:mod:`testing.tool_server`; a new
     interpreter with ``MMCALIDET_TOOL_SERVER=0``).
 
     Args:
@@ -80,7 +81,7 @@ def popen_tool(cmd: List[str],
     """``subprocess.Popen(cmd, cwd=cwd, env=env, stdout=stdout,
     stderr=stderr, text=True)`` for ``[sys.executable, script, *args]``:
     forked from the tool server as :func:`run_tool` does (a
-    :class:`~mmcalidet.testing.tool_server.ForkedProcess`, read as a
+    :class:`testing.tool_server.ForkedProcess`, read as a
     ``Popen``), else a new interpreter.
 
     Args:
@@ -123,7 +124,7 @@ _SERVER: list = []
 
 
 def _tool_server():
-    """This process's :class:`~mmcalidet.testing.tool_server.ToolServer`
+    """This process's :class:`testing.tool_server.ToolServer`
     (made on first use, ended at exit), or None where
     ``MMCALIDET_TOOL_SERVER=0`` asks for a new interpreter per run."""
     if os.environ.get('MMCALIDET_TOOL_SERVER', '1') == '0':
@@ -295,7 +296,7 @@ def coco_mini_label_lists(
 
 def save_coco_mini_prior(path: str, split: str = 'train') -> str:
     """Write E over a coco-mini split as a prior JSON file (with names)."""
-    from ..priors import batch_prior, save_prior
+    from mmcalidet.priors import batch_prior, save_prior
     label_lists, classes = coco_mini_label_lists(split)
     return save_prior(
         path,
@@ -394,7 +395,7 @@ def build_detector(name: str, seed: int = 0, **model) -> torch.nn.Module:
     Returns:
         nn.Module: the detector.
     """
-    from ..apis import init_detector
+    from mmcalidet.apis import init_detector
     cfg = get_config(name)
     cfg.model.update(model)
     torch.manual_seed(seed)
@@ -429,7 +430,7 @@ def set_known_scores(model: torch.nn.Module,
         low (float): the other classes' logit bias.
         cali_scale (float): factor of V'.
     """
-    from ..models.head_kinds.decoder import DECODER
+    from mmcalidet.models.head_kinds.decoder import DECODER
     last_norm = model.bbox_head.califormer.encoder.layers[-1].norms[-1]
     with torch.no_grad():
         for branch in DECODER.cls_layers(model.bbox_head).values():
@@ -519,7 +520,7 @@ def match_config_classes(model: torch.nn.Module, cfg) -> torch.nn.Module:
     Returns:
         nn.Module: ``model``.
     """
-    from ..apis import config_classes
+    from mmcalidet.apis import config_classes
     match = getattr(model, 'match_prior_classes', None)
     if match is None:
         return model
@@ -551,7 +552,7 @@ def known_scores_setup(predicted: Sequence[int] = (1, 2),
     from mmengine.registry import init_default_scope
     from mmengine.runner import Runner
 
-    from ..evaluation import CocoEvaluator, cache_hidden_states
+    from mmcalidet.evaluation import CocoEvaluator, cache_hidden_states
     init_default_scope('mmdet')
     cfg = get_config('calidet/calidet_dino_tiny_coco-mini.py')
     cfg.test_dataloader.dataset.indices = num_images

@@ -72,8 +72,8 @@ def check_inference_priors(model: torch.nn.Module) -> None:
     """
     import mmcv
 
-    from ..apis import inference_detector
-    from ..priors import flat_prior
+    from mmcalidet.apis import inference_detector
+    from mmcalidet.priors import flat_prior
     model.eval()
     images = [
         mmcv.imread(f'{data_root()}/coco-mini/images/val2017/{name}')
