@@ -178,9 +178,11 @@ def test_head_internals_are_named_by_the_adapters_and_heads_only():
 
 
 def test_models_import_neither_evaluation_nor_deploy():
-    """The adapters name the evaluation's and the export's parts by import
-    path; mmcalidet.models imports nothing of the layers above it."""
-    above = ('evaluation', 'deploy', 'engine', 'decoder_cache.build', 'apis')
+    """The adapters name the evaluation's, the cache's and the export's
+    parts by import path; mmcalidet.models imports nothing of the layers
+    above it (the kinds of cache and their errors, which the cached
+    calibrator reads, are ``mmcalidet.utils.cache_kinds``'s)."""
+    above = ('evaluation', 'deploy', 'engine', 'decoder_cache', 'apis')
     for path in _python_files('mmcalidet/models'):
         with open(path) as f:
             tree = ast.parse(f.read())
@@ -197,3 +199,23 @@ def test_models_import_neither_evaluation_nor_deploy():
                 package = '.'.join(parts[1:]) if parts[0] == 'mmcalidet' \
                     else module if level >= 2 else ''
                 assert not package.startswith(above), (path, module)
+
+
+def test_the_cache_imports_the_models_lazily():
+    """mmcalidet.decoder_cache runs the models (their head-kind adapters)
+    inside its functions only: no import at a module's top level reaches
+    mmcalidet.models, so importing the cache imports no model and the
+    two packages make no loop."""
+    for path in modules('decoder_cache'):
+        package = osp.relpath(osp.dirname(path), PROJECT_ROOT).split(osp.sep)
+        for node in ast.parse(open(path).read()).body:
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ''
+                if node.level:
+                    parent = '.'.join(package[:len(package) - node.level + 1])
+                    base = f'{parent}.{base}' if base else parent
+                assert not base.startswith('mmcalidet.models'), (path, base)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert not alias.name.startswith('mmcalidet.models'), (
+                        path, alias.name)

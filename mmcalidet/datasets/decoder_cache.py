@@ -24,7 +24,7 @@ from mmengine.dist import barrier, get_rank
 from torch.utils.data import Dataset
 
 from ..decoder_cache import DecoderCache, ensure_decoder_cache
-from ..decoder_cache.store import FOLDER_METAINFO, HEAD_METAINFO, head_kind
+from ..utils.cache_kinds import FOLDER_METAINFO, HEAD_METAINFO, head_kind
 
 #: the ``source`` keys :func:`ensure_decoder_cache` takes
 SOURCE_KEYS = ('config', 'checkpoint', 'passes', 'indices', 'batch_size',
@@ -45,7 +45,7 @@ class DecoderCacheDataset(Dataset):
     Each data sample names the kind of cache (``cache_head``, the cache's
     ``meta['head']``) and its folder (``cache_dir``): a calibrator refuses
     a cache of another kind than its head's
-    (:class:`~mmcalidet.decoder_cache.store.CacheKindError`).
+    (:class:`~mmcalidet.decoder_cache.CacheKindError`).
 
     Args:
         cache_dir (str): the cache folder.

@@ -28,8 +28,8 @@ from mmdet.registry import MODELS
 from mmdet.structures import SampleList
 from torch import Tensor, nn
 
-from ...decoder_cache.store import (FOLDER_METAINFO, HEAD_METAINFO,
-                                    TARGET_HEADS, CacheKindError, kind_text)
+from ...utils.cache_kinds import (FOLDER_METAINFO, HEAD_METAINFO, TARGET_HEADS,
+                                  CacheKindError, kind_text)
 from ..data_preprocessors import is_cached_batch
 from ..head_kinds import HeadKind, head_kind_of
 from .cali_dab_detr import CaliDABDETR
