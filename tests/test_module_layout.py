@@ -32,9 +32,6 @@ LONG_MODULES = {
     'mmcalidet/priors/_cooccurrence.pyx': 'one Cython extension',
     # the folders the head-kind refactor (issue #70 items 1-2) rewrites on
     # its own branch: split there, not under it
-    'mmcalidet/decoder_cache/store.py': 'head-kind refactor',
-    'mmcalidet/decoder_cache/build.py': 'head-kind refactor',
-    'mmcalidet/decoder_cache/writer.py': 'head-kind refactor',
     'mmcalidet/deploy/export.py': 'head-kind refactor',
     'mmcalidet/models/data_preprocessors/edge_sampler.py':
     'head-kind refactor',

@@ -13,8 +13,9 @@ refuses two that differ, before anything is built.
 import os.path as osp
 from typing import Optional
 
+from ..utils.cache_kinds import CacheError
 from .fingerprint import checkpoint_fingerprint
-from .store import CacheError, read_meta
+from .folder_format import read_meta
 
 
 class TrunkMismatchError(ValueError):

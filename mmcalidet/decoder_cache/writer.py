@@ -7,10 +7,7 @@ import hashlib
 import json
 import os
 import os.path as osp
-import re
 import shutil
-import socket
-import uuid
 import weakref
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
@@ -20,56 +17,14 @@ from mmdet.structures import DetDataSample
 from mmengine.logging import print_log
 from torch import Tensor
 
+from ..utils.cache_kinds import TARGET_HEADS, CacheError
 from ..utils.progress import progress_bar
 from .fingerprint import LAYERS
+from .folder_format import CACHE_FORMAT, META_FILE, METAINFO_FILE
 from .npy import NpyAppender
+from .private_folders import PRIVATE_NAME, private_folder, remove_stale_folders
 from .samples import gt_arrays, metainfo_record
-from .store import (CACHE_FORMAT, META_FILE, METAINFO_FILE, TARGET_HEADS,
-                    CacheError, DecoderCache)
-
-#: a private folder of one process: ``.<name>.<kind>-<pid>-<tag>@<host>``
-_PRIVATE = re.compile(r'^\.(?P<name>.+)\.(?P<kind>partial|old)-'
-                      r'(?P<pid>\d+)-[0-9a-f]{8}@(?P<host>.+)$')
-
-
-def private_folder(parent: str, name: str, kind: str = 'partial') -> str:
-    """A new folder name in ``parent`` owned by this process."""
-    return osp.join(
-        parent, f'.{name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}'
-        f'@{socket.gethostname()}')
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale_folders(parent: str) -> List[str]:
-    """Remove the private folders of dead processes of this host in
-    ``parent`` (a killed build's partial folder, a replaced cache).
-
-    Args:
-        parent (str): the folder to clean.
-
-    Returns:
-        list[str]: the removed folders.
-    """
-    if not osp.isdir(parent):
-        return []
-    host, removed = socket.gethostname(), []
-    for entry in os.listdir(parent):
-        match = _PRIVATE.match(entry)
-        if match is None or match['host'] != host or \
-                _alive(int(match['pid'])):
-            continue
-        shutil.rmtree(osp.join(parent, entry), ignore_errors=True)
-        removed.append(osp.join(parent, entry))
-    return removed
+from .store import DecoderCache
 
 
 def _jsonable_fingerprint(fingerprint: Optional[Dict]) -> Optional[Dict]:
@@ -182,8 +137,9 @@ class DecoderCacheWriter:
             batch_id: int,
             targets: Optional[Tensor] = None,
             head: str = 'dense') -> None:
-        """Append a batch, as :func:`run_decoder` (or, for a dense head,
-        :func:`~mmcalidet.decoder_cache.dense.run_dense_head`) gives it.
+        """Append a batch, as :func:`~.build.run_decoder` (or, for a dense
+        head, :func:`~mmcalidet.decoder_cache.dense.run_dense_head`) gives
+        it.
 
         Args:
             hidden (Tensor): (L, B, Q, d) every decoder layer's hidden
@@ -378,7 +334,7 @@ class DecoderCacheWriter:
                 pass
         self._files = {}
         if self.folder is not None and osp.isdir(self.folder) and \
-                _PRIVATE.match(osp.basename(self.folder)):
+                PRIVATE_NAME.match(osp.basename(self.folder)):
             shutil.rmtree(self.folder, ignore_errors=True)
 
 

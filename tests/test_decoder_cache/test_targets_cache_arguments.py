@@ -3,7 +3,7 @@
 fraction or a count under 1 (before anything runs or is written)."""
 import pytest
 
-from mmcalidet.decoder_cache.build import train_fingerprint
+from mmcalidet.decoder_cache.train_cache import train_fingerprint
 from mmcalidet.decoder_cache.dense import fill_dense_cache
 from mmcalidet.decoder_cache.roi import fill_roi_cache
 
