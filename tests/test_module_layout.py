@@ -33,8 +33,6 @@ LONG_MODULES = {
     # the folders the head-kind refactor (issue #70 items 1-2) rewrites on
     # its own branch: split there, not under it
     'mmcalidet/deploy/export.py': 'head-kind refactor',
-    'mmcalidet/models/data_preprocessors/edge_sampler.py':
-    'head-kind refactor',
 }
 #: the evaluation modules the calibration may import: metrics, re-scoring
 EVALUATION_FOR_CALIBRATION = ('bootstrap', 'coco', 'scoring', 'head_scoring')

@@ -11,10 +11,14 @@ A batch augment of the detector's data preprocessor::
 
 In a CaliDet detector, K and E_t come from one place: the sampler takes
 ``num_classes`` from the head and E_t from the detector's ``prior``.
+
+This module holds the batch augment (its settings, E_t and the classes
+it is read in, the attaching of the draws to the data samples); the
+modes and the draws are :mod:`.edge_modes`'s.
 """
 import os
 import warnings
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -23,23 +27,14 @@ from mmdet.structures import SampleList
 from mmengine.dist import all_gather_object, get_rank, get_world_size
 from torch import Tensor, nn
 
-from ...priors import (batch_prior, counts_to_prior, describe_prior_source,
-                       label_lists_prior, load_prior_source, reorder_prior,
+from ...priors import (describe_prior_source, label_lists_prior,
+                       load_prior_source, reorder_prior,
                        training_dataset_classes)
-from ..layers.support_ops import label_support
-
-#: mode name -> the statistics it gives every sample of the mini-batch
-MODES = {
-    'sample': 'E_x, each sample its own',
-    'batch': 'E_b over the mini-batch (see `batch_scope`)',
-    'dataset': 'E_t, the prior file',
-    'group': 'E_b over consecutive groups of `group_size` samples',
-    'sim_site': 'E_b(n) of a simulated site (experimental)',
-}
+from .edge_modes import EdgeModesMixin
 
 
 @MODELS.register_module()
-class EdgeSampler(nn.Module):
+class EdgeSampler(EdgeModesMixin, nn.Module):
     """Give every training sample a prior E drawn from the edge sampling
     distribution.
 
@@ -81,8 +76,9 @@ class EdgeSampler(nn.Module):
             whose classes never came is refused at the first batch.
         mode_probs (dict, optional): probability (any non-negative weights,
             normalised) of each mode among ``'sample'``, ``'batch'``,
-            ``'dataset'`` and ``'group'`` (see :data:`MODES`; ``'dataset'``
-            needs E_t). Defaults to ``dict(sample=1, batch=1, dataset=1)``.
+            ``'dataset'`` and ``'group'`` (see
+            :data:`~.edge_modes.MODES`; ``'dataset'`` needs E_t).
+            Defaults to ``dict(sample=1, batch=1, dataset=1)``.
         noise_std (float): sigma of the Gaussian noise. Defaults to 0.16.
         group_size (int): group size of the ``'group'`` mode (the paper's
             E_b(4)). Defaults to 4.
@@ -109,8 +105,6 @@ class EdgeSampler(nn.Module):
     """
 
     BATCH_SCOPES = ('local', 'global')
-    #: the modes ``mode_probs`` may name (a subclass adds its own)
-    KNOWN_MODES = MODES
     #: the modes that draw on E_t
     NEED_PRIOR = ('dataset', )
 
@@ -326,184 +320,6 @@ class EdgeSampler(nn.Module):
             'it by name)')
         self._classes_checked = True
 
-    @classmethod
-    def _check_mode_probs(
-            cls,
-            mode_probs: Optional[Dict[str, float]]) -> Tuple[tuple, tuple]:
-        if mode_probs is None:
-            mode_probs = dict(sample=1.0, batch=1.0, dataset=1.0)
-        unknown = set(mode_probs) - set(cls.KNOWN_MODES)
-        if unknown:
-            raise ValueError(
-                f'{cls.__name__}: unknown mode(s) {sorted(unknown)}; choose '
-                f'from {list(cls.KNOWN_MODES)}')
-        weights = {k: float(v) for k, v in mode_probs.items() if v}
-        if any(v < 0 or not np.isfinite(v) for v in weights.values()) or \
-                not weights:
-            raise ValueError('EdgeSampler: mode_probs must be finite, '
-                             f'non-negative, not all zero: {mode_probs}')
-        total = sum(weights.values())
-        modes = tuple(weights)
-        return modes, tuple(weights[m] / total for m in modes)
-
-    def _draw(self) -> Tuple[str, int]:
-        """Draw the mode and the seed of the noise."""
-        if self._rng is not None:
-            mode = self._rng.choice(len(self.modes), p=self.probs)
-            noise_seed = self._rng.integers(2**32)
-        else:
-            mode = np.random.choice(len(self.modes), p=self.probs)
-            noise_seed = np.random.randint(2**32, dtype=np.int64)
-        return self.modes[int(mode)], int(noise_seed)
-
-    def _distinct_priors(
-            self,
-            mode: str,
-            label_lists: List[np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
-        """The noiseless priors of a mode and the index of each sample's.
-
-        Args:
-            mode (str): one of :data:`MODES`.
-            label_lists (list[np.ndarray]): class indices per image.
-
-        Returns:
-            tuple[np.ndarray, np.ndarray]: (G, K, K) priors and (N,) indices
-            into them.
-        """
-        num = len(label_lists)
-        if mode == 'sample':
-            return label_lists_prior(label_lists, self.num_classes), \
-                np.arange(num)
-        if mode == 'group':
-            index = np.arange(num) // self.group_size
-            priors = np.stack([
-                batch_prior(
-                    self.num_classes, label_lists[g * self.group_size:(g + 1) *
-                                                  self.group_size])
-                for g in range(int(index[-1]) + 1)
-            ]) if num else np.zeros((0, self.num_classes, self.num_classes))
-            return priors, index
-        prior = batch_prior(self.num_classes, label_lists) \
-            if mode == 'batch' else self.dataset_prior
-        return prior[None], np.zeros(num, dtype=np.int64)
-
-    def sample_priors(self, mode: str, label_lists: List[np.ndarray],
-                      noise_seed: int) -> np.ndarray:
-        """Priors of a mode for a batch: statistics + noise, clipped,
-        diagonal 1.
-
-        Args:
-            mode (str): one of :data:`MODES`.
-            label_lists (list[np.ndarray]): class indices per image.
-            noise_seed (int): seed of the noise.
-
-        Returns:
-            np.ndarray: (N, K, K) float64.
-        """
-        if mode == 'sim_site':
-            priors = self._site_prior(noise_seed)[None]
-            index = np.zeros(len(label_lists), dtype=np.int64)
-        else:
-            priors, index = self._distinct_priors(mode, label_lists)
-        if self.noise_std > 0:
-            noise = np.random.default_rng(noise_seed).normal(
-                0.0, self.noise_std, size=priors.shape)
-            priors = np.clip(priors + noise, 0.0, 1.0)
-        else:
-            priors = priors.copy()
-        diag = np.arange(self.num_classes)
-        priors[:, diag, diag] = 1.0
-        return priors[index]
-
-    def _add_to_site_bank(self, label_lists: List[np.ndarray]) -> None:
-        """Keep the classes of the last ``site_bank_size`` images."""
-        if self._site_bank is None:
-            self._site_bank = np.zeros((self.site_bank_size, self.num_classes),
-                                       dtype=np.float64)
-        for lab in label_lists:
-            row = self._site_bank[self._site_bank_next]
-            row[:] = 0.0
-            row[np.asarray(lab, dtype=np.int64)] = 1.0
-            self._site_bank_next = \
-                (self._site_bank_next + 1) % self.site_bank_size
-            self._site_bank_len = min(self._site_bank_len + 1,
-                                      self.site_bank_size)
-
-    def _site_presence(self, seed: int) -> np.ndarray:
-        """A simulated site's (n, K) class presence: n (log-uniform in
-        ``site_support``) images drawn with replacement from the bank, each
-        weighted ``exp(sum of t over its classes)``, with a per-class tilt
-        t ~ N(0, site_tilt_std^2). A function of ``seed`` and the bank."""
-        if not self._site_bank_len:
-            raise ValueError('EdgeSampler: the "sim_site" mode has no '
-                             'training images to draw from yet')
-        rng = np.random.default_rng([seed, 49])
-        num = log_uniform_size(rng, *self.site_support)
-        tilt = rng.normal(0.0, self.site_tilt_std, size=self.num_classes)
-        bank = self._site_bank[:self._site_bank_len]
-        logits = bank @ tilt
-        weights = np.exp(logits - logits.max())
-        pick = rng.choice(len(bank), size=num, p=weights / weights.sum())
-        return bank[pick]
-
-    def site_label_lists(self, seed: int) -> List[np.ndarray]:
-        """The label sets of the site drawn with ``seed`` (see
-        :meth:`_site_presence`).
-
-        Args:
-            seed (int): the draw's seed.
-
-        Returns:
-            list[np.ndarray]: the site's n label sets.
-        """
-        return [np.flatnonzero(row) for row in self._site_presence(seed)]
-
-    def _site_prior(self, seed: int) -> np.ndarray:
-        """E_b(n) of the site drawn with ``seed`` (K x K)."""
-        presence = self._site_presence(seed)
-        return counts_to_prior(presence.T @ presence, presence.sum(0))
-
-    def sample_support(
-            self, mode: str, label_lists: List[np.ndarray],
-            noise_seed: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-        """The support (n) and class shares (p) of each sample's prior.
-
-        Args:
-            mode (str): a mode of :data:`MODES` (another mode: ``None``).
-            label_lists (list[np.ndarray]): class indices per image.
-            noise_seed (int): the draw's seed (the ``'sim_site'`` mode's
-                site).
-
-        Returns:
-            tuple[np.ndarray, np.ndarray] | None: (N, K) n and (N, K) p.
-        """
-        k, num = self.num_classes, len(label_lists)
-
-        if mode == 'sample':
-            groups = [[lab] for lab in label_lists]
-        elif mode == 'group':
-            groups = [
-                label_lists[g:g + self.group_size]
-                for g in range(0, num, self.group_size)
-            ]
-            groups = [grp for grp in groups for _ in grp]
-        elif mode == 'batch':
-            groups = [label_lists] * num
-        elif mode in ('sim_site', 'dataset'):
-            site = mode == 'sim_site'
-            presence = self._site_presence(noise_seed) if site \
-                else self._site_bank[:self._site_bank_len]
-            size = len(presence) if site else \
-                (self._dataset_images or len(presence))
-            share = presence.mean(0) if len(presence) else np.zeros(k)
-            return np.full((num, k), float(size)), np.tile(share, (num, 1))
-        else:
-            return None
-        pairs = [label_support(grp, k) for grp in groups]
-        if not pairs:
-            return np.zeros((0, k)), np.zeros((0, k))
-        return np.stack([a for a, _ in pairs]), np.stack([b for _, b in pairs])
-
     def forward(self, inputs: Tensor,
                 data_samples: SampleList) -> Tuple[Tensor, SampleList]:
         """Attach ``prior`` and ``sample_prior`` to every data sample.
@@ -550,22 +366,6 @@ class EdgeSampler(nn.Module):
                         inputs.device)
             ds.set_metainfo(dict(prior_mode=mode))
         return inputs, data_samples
-
-
-def log_uniform_size(rng: np.random.Generator, low: int, high: int) -> int:
-    """A site's number of images, log-uniform in ``[low, high]`` (the
-    ``'sim_site'`` mode's support n).
-
-    Args:
-        rng (np.random.Generator): the generator drawn from (one draw).
-        low (int): the smallest size (>= 1).
-        high (int): the largest size.
-
-    Returns:
-        int: the size, rounded, within the range.
-    """
-    log_n = rng.uniform(np.log(low), np.log(high))
-    return int(np.clip(np.round(np.exp(log_n)), low, high))
 
 
 def _shown(prior) -> str:

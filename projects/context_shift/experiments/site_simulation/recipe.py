@@ -39,8 +39,8 @@ from mmengine.dist import get_dist_info
 from torch.utils.data import BatchSampler, Dataset, Sampler
 
 from mmcalidet.models.data_preprocessors import EdgeSampler
-from mmcalidet.models.data_preprocessors.edge_sampler import (MODES,
-                                                              log_uniform_size)
+from mmcalidet.models.data_preprocessors.edge_modes import (MODES,
+                                                            log_uniform_size)
 from mmcalidet.priors import batch_prior
 from mmcalidet.utils.validation import check_int
 from projects.context_shift.context_shift.simulated_sites import (
