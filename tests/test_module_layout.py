@@ -30,9 +30,6 @@ MAX_MODULE_LINES = 400
 LONG_MODULES = {
     # the Cython kernels: one compiled unit each
     'mmcalidet/priors/_cooccurrence.pyx': 'one Cython extension',
-    # the folders the head-kind refactor (issue #70 items 1-2) rewrites on
-    # its own branch: split there, not under it
-    'mmcalidet/deploy/export.py': 'head-kind refactor',
 }
 #: the evaluation modules the calibration may import: metrics, re-scoring
 EVALUATION_FOR_CALIBRATION = ('bootstrap', 'coco', 'scoring', 'head_scoring')

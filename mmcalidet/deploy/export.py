@@ -12,57 +12,31 @@ CPU, mmcv's multi-scale deformable attention takes its PyTorch path
 (``grid_sample``), which ONNX has from opset 16.
 
 What the runtime needs (class names, input size, normalisation, the
-deployment prior) is stored in the file's metadata (``mmcalidet``), so an
-ONNX Runtime user needs neither mmdet nor the config. A one-stage graph
-ends at every location's boxes and scores, a two-stage one at every
-RoI's (:mod:`~mmcalidet.deploy.two_stage_export`): the runtime runs their
-last NMS.
+deployment prior) is stored in the file's metadata (``mmcalidet``,
+:mod:`~mmcalidet.deploy.export_meta`), so an ONNX Runtime user needs
+neither mmdet nor the config. A one-stage graph ends at every location's
+boxes and scores, a two-stage one at every RoI's
+(:mod:`~mmcalidet.deploy.two_stage_export`): the runtime runs their last
+NMS. The modules traced are :mod:`~mmcalidet.deploy.export_wrappers`'s
+(and the two-stage one); this module folds a prior and writes the file.
 """
 import contextlib
 import copy
 import json
-import math
 import os
 import os.path as osp
 import warnings
-from typing import Dict, List, Optional, Tuple
+from typing import Tuple
 
 import numpy as np
 import torch
-from mmdet.structures import DetDataSample
-from torch import Tensor, nn
+from torch import nn
 
-from .dense_postprocess import postprocess_settings
-from .roi_postprocess import roi_postprocess_settings
-from .traced_forward import TracedForward
+from .export_meta import (META_KEY, deployment_support, export_support_input,
+                          model_export_meta, model_head_kind)
 
-#: the metadata key of the runtime's settings
-META_KEY = 'mmcalidet'
 #: the ONNX opset (grid_sample: 16)
 OPSET = 17
-
-
-def model_head_kind(model: nn.Module):
-    """The adapter of ``model``'s head kind
-    (:func:`~mmcalidet.models.head_kinds.head_kind_of`).
-
-    Raises:
-        ValueError: a detector of no known kind.
-    """
-    from ..models.head_kinds import find_head_kind
-    kind = find_head_kind(model)
-    if kind is None:
-        raise ValueError(
-            f'the ONNX export takes DETR-family, one-stage and two-stage '
-            f'detectors, got {type(model).__name__}')
-    return kind
-
-
-def head_kind(model: nn.Module) -> str:
-    """What an export of ``model`` ends at: ``'dense'`` (every location),
-    ``'roi'`` (every RoI) or ``'detr'`` (the detections): its head kind's
-    ``export_name``."""
-    return model_head_kind(model).export_name
 
 
 def fold_prior(model: nn.Module, prior) -> nn.Module:
@@ -93,219 +67,6 @@ def fold_prior(model: nn.Module, prior) -> nn.Module:
         kind.fold(kind.head(folded), folded.deployment_cali_vectors())
     folded.folded_prior = np.array(value.matrix)
     return folded
-
-
-def input_sample(height: int, width: int) -> DetDataSample:
-    """The data sample of one unpadded ``height x width`` input (what the
-    traced forward and its checks give the detector).
-
-    Args:
-        height (int): H.
-        width (int): W.
-
-    Returns:
-        DetDataSample: its metainfo only.
-    """
-    return DetDataSample(
-        metainfo=dict(
-            img_shape=(height, width),
-            ori_shape=(height, width),
-            pad_shape=(height, width),
-            batch_input_shape=(height, width),
-            scale_factor=(1.0, 1.0)))
-
-
-class ExportWrapper(TracedForward):
-    """The traced forward: one normalised image (and the prior) in,
-    ``dets`` and ``labels`` out.
-
-    Args:
-        model (nn.Module): the detector (eval mode).
-        input_shape (tuple[int, int]): ``(H, W)`` of the graph's input.
-        prior_input (bool): the prior is the graph's second input; else
-            the model's own (deployment or folded) prior applies.
-        support_input (bool): the prior's support and class shares are
-            the third and fourth inputs (a support-aware CaliFormer; a row
-            of zeros: no support).
-    """
-
-    def __init__(self,
-                 model: nn.Module,
-                 input_shape: Tuple[int, int],
-                 prior_input: bool,
-                 support_input: bool = False) -> None:
-        super().__init__(model, input_shape, prior_input, support_input)
-
-    def forward(self,
-                input: Tensor,
-                prior: Optional[Tensor] = None,
-                support: Optional[Tensor] = None,
-                marginals: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        sample = input_sample(*self.input_shape)
-        if self.prior_input:
-            sample.prior = prior
-        if self.support_input:
-            sample.prior_support = support
-            sample.prior_marginals = marginals
-        result = self.model.predict(input, [sample], rescale=False)[0]
-        pred = result.pred_instances
-        dets = torch.cat([pred.bboxes, pred.scores[:, None]], dim=1)
-        return dets, pred.labels
-
-
-class DenseExportWrapper(TracedForward):
-    """The traced forward of a one-stage detector: one normalised image
-    (and the prior) in, every location's ``boxes`` (N x 4, clipped to the
-    input) and class ``scores`` (N x K, after the sigmoid) out, the levels
-    one after the other, and for a head whose scores are multiplied by a
-    factor after the top-k (FCOS's centerness) the ``score_factors`` (N,
-    after the sigmoid). The NMS runs in the runtime
-    (:mod:`~mmcalidet.deploy.dense_postprocess`), as mmdeploy leaves it to
-    a backend's op: ONNX has no class-aware NMS that keeps mmdet's order.
-
-    Args:
-        model (nn.Module): the detector (eval mode), with a sigmoid dense
-            head whose boxes are distances from points (RTMDet's, FCOS's).
-        input_shape (tuple[int, int]): ``(H, W)`` of the graph's input.
-        prior_input (bool): the prior is the graph's second input.
-        support_input (bool): its support and class shares are the third
-            and fourth.
-    """
-
-    def __init__(self,
-                 model: nn.Module,
-                 input_shape: Tuple[int, int],
-                 prior_input: bool,
-                 support_input: bool = False) -> None:
-        head = model.bbox_head
-        if not getattr(head, 'use_sigmoid_cls', False) or \
-                type(head.bbox_coder).__name__ != 'DistancePointBBoxCoder':
-            raise ValueError(
-                'the ONNX export of a one-stage detector needs a sigmoid '
-                'head with point-distance boxes (RTMDet, FCOS), got '
-                f'{type(head).__name__}')
-        super().__init__(model, input_shape, prior_input, support_input)
-        from ..models.head_kinds import DENSE
-
-        #: the graph's outputs
-        self.output_names = ('boxes', 'scores') + (
-            ('score_factors', ) if DENSE.has_score_factors(head) else ())
-
-    def forward(self,
-                input: Tensor,
-                prior: Optional[Tensor] = None,
-                support: Optional[Tensor] = None,
-                marginals: Optional[Tensor] = None) -> Tuple[Tensor, ...]:
-        model, head = self.model, self.model.bbox_head
-        cali = self.cali_vectors(head, prior, support, marginals)
-        feats = model.extract_feat(input)
-        outs = head(feats) if cali is None else head(feats, cali)
-        cls_scores, bbox_preds = outs[:2]
-        points = head.prior_generator.grid_priors(
-            [score.shape[-2:] for score in cls_scores],
-            dtype=input.dtype,
-            device=input.device)
-        boxes, scores = [], []
-        for cls_score, bbox_pred, level_points in zip(cls_scores, bbox_preds,
-                                                      points):
-            distances = bbox_pred[0].permute(1, 2, 0).reshape(-1, 4)
-            boxes.append(head.bbox_coder.decode(level_points, distances))
-            scores.append(cls_score[0].permute(1, 2, 0).reshape(
-                -1, head.cls_out_channels).sigmoid())
-        boxes = torch.cat(boxes)
-        height, width = self.input_shape
-        boxes = torch.stack([
-            boxes[:, 0].clamp(0, width), boxes[:, 1].clamp(0, height),
-            boxes[:, 2].clamp(0, width), boxes[:, 3].clamp(0, height)
-        ], 1)
-        if len(self.output_names) == 2:
-            return boxes, torch.cat(scores)
-        factors = torch.cat(
-            [factor[0].reshape(-1).sigmoid() for factor in outs[2]])
-        return boxes, torch.cat(scores), factors
-
-    def level_sizes(self) -> List[int]:
-        """The locations of each level at the graph's input size."""
-        head = self.model.bbox_head
-        height, width = self.input_shape
-        return [
-            int(math.ceil(height / stride[1]) * math.ceil(width / stride[0]))
-            for stride in head.prior_generator.strides
-        ]
-
-
-def dense_export_settings(model: nn.Module, wrapper: nn.Module) -> Dict:
-    """What the runtime's post-processing of a one-stage graph reads: the
-    head's ``test_cfg`` settings and the locations of each level."""
-    return dict(
-        postprocess=postprocess_settings(model.bbox_head.test_cfg),
-        level_sizes=wrapper.level_sizes())
-
-
-def roi_export_settings(model: nn.Module, wrapper: nn.Module) -> Dict:
-    """What the runtime's post-processing of a two-stage graph reads: the
-    RoI head's ``test_cfg`` settings."""
-    return dict(postprocess=roi_postprocess_settings(model.roi_head.test_cfg))
-
-
-def deployment_support(model: nn.Module) -> Tuple[Optional[Tensor], ...]:
-    """The model's deployment (support, marginals), or ``(None, None)``."""
-    if hasattr(model, 'deployment_support'):
-        return model.deployment_support()
-    return None, None
-
-
-def export_support_input(model: nn.Module, prior_input: bool) -> bool:
-    """Whether a prior-input graph also takes the prior's support (a
-    support-aware CaliFormer, experimental)."""
-    return bool(prior_input and getattr(model, 'reads_prior_support', False))
-
-
-def model_export_meta(model: nn.Module, input_shape: Tuple[int, int],
-                      prior_input: bool) -> Dict:
-    """The runtime's settings of an exported model.
-
-    Args:
-        model (nn.Module): the detector.
-        input_shape (tuple[int, int]): ``(H, W)``.
-        prior_input (bool): the graph takes the prior.
-
-    Returns:
-        dict: ``classes``, ``input_shape``, ``mean``, ``std``,
-        ``bgr_to_rgb``, ``prior_input``, ``num_classes``, ``head`` (see
-        :func:`head_kind`), ``prior`` (the
-        deployment prior of a prior-input graph, the folded one
-        otherwise), ``model`` (its type), ``support_input`` and the
-        deployment prior's ``prior_support`` / ``prior_marginals`` (lists,
-        or ``None``: no support).
-    """
-    from ..priors.prior_source import model_classes
-    pre = model.data_preprocessor
-    mean = getattr(pre, 'mean', None)
-    std = getattr(pre, 'std', None)
-    classes = model_classes(model)
-    prior = getattr(model, 'folded_prior', None)
-    if prior is None and hasattr(model, 'get_prior'):
-        prior = model.get_prior()
-    return dict(
-        format=1,
-        model=type(model).__name__,
-        classes=list(classes) if classes else None,
-        num_classes=int(model_head_kind(model).head(model).num_classes),
-        head=head_kind(model),
-        input_shape=[int(v) for v in input_shape],
-        mean=None if mean is None else mean.flatten().tolist(),
-        std=None if std is None else std.flatten().tolist(),
-        bgr_to_rgb=bool(getattr(pre, '_channel_conversion', False)),
-        prior_input=bool(prior_input),
-        folded=getattr(model, 'folded_prior', None) is not None,
-        prior=None if prior is None else np.asarray(prior).tolist(),
-        support_input=export_support_input(model, prior_input),
-        **{
-            name: None if value is None else value.detach().cpu().tolist()
-            for name, value in zip(('prior_support', 'prior_marginals'),
-                                   deployment_support(model))
-        })
 
 
 def export_wrapper(model: nn.Module, input_shape: Tuple[int, int],
@@ -403,24 +164,3 @@ def export_onnx(model: nn.Module,
         if osp.exists(partial):
             os.remove(partial)
     return out
-
-
-def read_export_meta(onnx_file: str) -> Dict:
-    """The runtime's settings stored by :func:`export_onnx`.
-
-    Args:
-        onnx_file (str): the exported file.
-
-    Returns:
-        dict: see :func:`model_export_meta`.
-
-    Raises:
-        ValueError: the file is not an mmcalidet export.
-    """
-    import onnx
-    graph = onnx.load(onnx_file, load_external_data=False)
-    for entry in graph.metadata_props:
-        if entry.key == META_KEY:
-            return json.loads(entry.value)
-    raise ValueError(f'{onnx_file} has no {META_KEY} metadata: export it '
-                     'with tools/deployment/export_onnx.py')

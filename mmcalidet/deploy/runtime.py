@@ -13,7 +13,7 @@ import numpy as np
 
 from ..utils.validation import check_finite_array, check_float, check_int
 from .dense_postprocess import dense_detections
-from .export import META_KEY
+from .export_meta import META_KEY
 from .roi_postprocess import roi_detections
 
 ImageLike = Union[str, os.PathLike, np.ndarray]

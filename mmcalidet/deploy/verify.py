@@ -9,7 +9,9 @@ from mmdet.structures.bbox import bbox_cxcywh_to_xyxy
 from torch import nn
 
 from ..utils.validation import check_float
-from .export import ExportWrapper, export_wrapper, head_kind, input_sample
+from .export import export_wrapper
+from .export_meta import head_kind
+from .export_wrappers import ExportWrapper, input_sample
 from .runtime import OnnxDetector
 
 #: the grey of the images without objects (:func:`synthetic_images`)

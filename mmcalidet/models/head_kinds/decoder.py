@@ -129,7 +129,7 @@ class DecoderKind(HeadKind):
     words = 'a DETR\'s decoder queries'
     cache_writer = 'mmcalidet.decoder_cache.decoder:fill_decoder_cache'
     rescorer = 'mmcalidet.evaluation.scoring:Rescorer'
-    export_wrapper = 'mmcalidet.deploy.export:ExportWrapper'
+    export_wrapper = 'mmcalidet.deploy.export_wrappers:ExportWrapper'
     export_outputs = ('dets', 'labels')
 
     def claims(self, model: nn.Module) -> bool:

@@ -141,9 +141,9 @@ class DenseKind(HeadKind):
     cache_writer = 'mmcalidet.decoder_cache.dense:fill_dense_cache'
     rescorer = 'mmcalidet.evaluation.head_scoring:HeadRescorer'
     head_outputs = 'mmcalidet.evaluation.dense_outputs:DenseHeadOutputs'
-    export_wrapper = 'mmcalidet.deploy.export:DenseExportWrapper'
+    export_wrapper = 'mmcalidet.deploy.export_wrappers:DenseExportWrapper'
     export_outputs = ('boxes', 'scores')
-    export_settings = 'mmcalidet.deploy.export:dense_export_settings'
+    export_settings = 'mmcalidet.deploy.export_meta:dense_export_settings'
 
     def claims(self, model: nn.Module) -> bool:
         """A one-stage detector (mmdet's ``SingleStageDetector``) with a

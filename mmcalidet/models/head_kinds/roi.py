@@ -36,7 +36,7 @@ class RoIKind(HeadKind):
     head_outputs = 'mmcalidet.evaluation.roi_outputs:RoIHeadOutputs'
     export_wrapper = 'mmcalidet.deploy.two_stage_export:RoIExportWrapper'
     export_outputs = ('boxes', 'scores')
-    export_settings = 'mmcalidet.deploy.export:roi_export_settings'
+    export_settings = 'mmcalidet.deploy.export_meta:roi_export_settings'
     export_rewrites = 'mmcalidet.deploy.two_stage_export:two_stage_rewrites'
 
     def claims(self, model: nn.Module) -> bool:
