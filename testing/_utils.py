@@ -168,9 +168,9 @@ def run_tool_in_process(
         ``stdout`` and ``stderr``.
     """
     import io
-    import runpy
-    import traceback
     import warnings
+
+    from .tool_server import run_script
     path = osp.join(PROJECT_ROOT, script)
     out, err = io.StringIO(), io.StringIO()
     saved = (list(sys.argv), dict(os.environ), os.getcwd(),
@@ -187,17 +187,7 @@ def run_tool_in_process(
         logging.raiseExceptions = False
         with warnings.catch_warnings(), contextlib.redirect_stdout(
                 out), contextlib.redirect_stderr(err):
-            try:
-                runpy.run_path(path, run_name='__main__')
-            except SystemExit as exc:
-                if isinstance(exc.code, str):
-                    print(exc.code, file=sys.stderr)
-                    code = 1
-                else:
-                    code = exc.code or 0
-            except Exception:  # noqa: B902  (as the interpreter reports it)
-                traceback.print_exc()
-                code = 1
+            code = run_script(path)
     finally:
         (sys.argv, env, cwd_before, handlers, level, threads,
          logging.raiseExceptions) = saved

@@ -76,8 +76,6 @@ def _run_child(request: Dict) -> None:
     with its status; never returns."""
     import atexit
     import random
-    import runpy
-    import traceback
     code = 1
     try:
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
@@ -102,23 +100,39 @@ def _run_child(request: Dict) -> None:
         random.seed()
         np.random.seed()
         torch.seed()
-        code = 0
-        try:
-            runpy.run_path(script, run_name='__main__')
-        except SystemExit as exc:
-            if isinstance(exc.code, str):
-                print(exc.code, file=sys.stderr)
-                code = 1
-            else:
-                code = exc.code or 0
-        except BaseException:  # noqa: B902  (as the interpreter reports it)
-            traceback.print_exc()
-            code = 1
+        code = run_script(script)
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
         os._exit(code)
+
+
+def run_script(path: str) -> int:
+    """Run a script as ``python path`` would, in this process, and give
+    its exit status as the interpreter gives it: ``sys.exit`` with a
+    message prints it and gives 1, with a number gives that number (0
+    for none); an uncaught exception prints its traceback and gives 1.
+
+    Args:
+        path (str): the script.
+
+    Returns:
+        int: the exit status.
+    """
+    import runpy
+    import traceback
+    try:
+        runpy.run_path(path, run_name='__main__')
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 1
+        return exc.code or 0
+    except Exception:  # noqa: B902  (as the interpreter reports it)
+        traceback.print_exc()
+        return 1
+    return 0
 
 
 def _write_status(path: str, code: int) -> None:
