@@ -1,7 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """CaliDeformableDETRHead: Deformable DETR's head with calibrated
 classification and LoMa (the paper's supplementary, "Porting to D-DETR")."""
-from functools import partial
 from typing import List, Optional
 
 from mmdet.models.dense_heads import DeformableDETRHead
@@ -63,15 +62,6 @@ class CaliDeformableDETRHead(CalibratedClsMixin, DeformableDETRHead):
         Returns:
             dict[str, Tensor]: the loss components.
         """
-        cali_vectors, priors = self.resolve_priors(hidden_states,
-                                                   cali_vectors, priors)
-        batch_gt_instances = [ds.gt_instances for ds in batch_data_samples]
-        batch_img_metas = [ds.metainfo for ds in batch_data_samples]
-
-        outs = self(hidden_states, references, cali_vectors)
-        self.check_finite_outputs(*outs, hidden_states, cali_vectors,
-                                  enc_outputs_class, enc_outputs_coord)
-        return self.loss_with_loma(
-            partial(self.loss_by_feat, *outs, enc_outputs_class,
-                    enc_outputs_coord, batch_gt_instances, batch_img_metas),
-            outs[0], priors, batch_data_samples, hidden_states)
+        return self.calibrated_loss(hidden_states, references,
+                                    enc_outputs_class, enc_outputs_coord,
+                                    batch_data_samples, cali_vectors, priors)

@@ -1,6 +1,5 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """CaliDINOHead: DINO's head with calibrated classification and LoMa."""
-from functools import partial
 from typing import Dict, List, Optional
 
 from mmdet.models.dense_heads import DINOHead
@@ -57,17 +56,14 @@ class CaliDINOHead(CalibratedClsMixin, DINOHead):
         Returns:
             dict[str, Tensor]: the loss components.
         """
-        cali_vectors, priors = self.resolve_priors(hidden_states,
-                                                   cali_vectors, priors)
-        batch_gt_instances = [ds.gt_instances for ds in batch_data_samples]
-        batch_img_metas = [ds.metainfo for ds in batch_data_samples]
-
-        outs = self(hidden_states, references, cali_vectors)
-        self.check_finite_outputs(*outs, hidden_states, cali_vectors,
-                                  enc_outputs_class, enc_outputs_coord)
-        return self.loss_with_loma(
-            partial(self.loss_by_feat, *outs, enc_outputs_class,
-                    enc_outputs_coord, batch_gt_instances, batch_img_metas,
-                    dn_meta),
-            self.split_outputs(*outs, dn_meta)[0], priors,
-            batch_data_samples, hidden_states)
+        return self.calibrated_loss(
+            hidden_states,
+            references,
+            enc_outputs_class,
+            enc_outputs_coord,
+            batch_data_samples,
+            cali_vectors,
+            priors,
+            extra_feat_args=(dn_meta, ),
+            matching_scores=lambda *outs: self.split_outputs(*outs, dn_meta)[0]
+        )

@@ -7,7 +7,8 @@ from one CaliFormer shared by all decoder layers. The mixin adds the second
 term to the logits of the wrapped DETR head, so the head's own layers,
 box branches and the encoder's proposal branch stay untouched.
 """
-from typing import Dict, List, Optional
+from functools import partial
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from mmdet.structures import SampleList
@@ -112,6 +113,53 @@ class CalibratedClsMixin(LoMaQueriesMixin, CaliFormerHeadMixin):
         all_layers_cls_scores = self.calibrate_cls_scores(
             all_layers_cls_scores, hidden_states, cali_vectors)
         return all_layers_cls_scores, all_layers_bbox_preds
+
+    def calibrated_loss(
+        self,
+        hidden_states: Tensor,
+        references: List[Tensor],
+        enc_outputs_class: Optional[Tensor],
+        enc_outputs_coord: Optional[Tensor],
+        batch_data_samples: SampleList,
+        cali_vectors: Optional[Tensor],
+        priors: Optional[Tensor],
+        extra_feat_args: Tuple = (),
+        matching_scores: Optional[Callable[..., Tensor]] = None
+    ) -> Dict[str, Tensor]:
+        """The wrapped head's ``loss_by_feat`` on the calibrated logits,
+        plus LoMa: the body of each calibrated DETR head's ``loss``.
+
+        Args:
+            hidden_states (Tensor): (L, B, Q, d) decoder outputs.
+            references (list[Tensor]): the decoder references.
+            enc_outputs_class (Tensor, optional): encoder proposal logits.
+            enc_outputs_coord (Tensor, optional): encoder proposal boxes.
+            batch_data_samples (list[DetDataSample]): the data samples.
+            cali_vectors (Tensor, optional): V' for ``priors``.
+            priors (Tensor, optional): the injected priors (B, K, K) or
+                (K, K); with ``cali_vectors`` also ``None``, E0.
+            extra_feat_args (tuple): what ``loss_by_feat`` takes after the
+                image metas (DINO's ``dn_meta``).
+            matching_scores (callable, optional): the matching queries'
+                logits from the head outputs; ``None``: all queries.
+
+        Returns:
+            dict[str, Tensor]: the loss components.
+        """
+        cali_vectors, priors = self.resolve_priors(hidden_states, cali_vectors,
+                                                   priors)
+        batch_gt_instances = [ds.gt_instances for ds in batch_data_samples]
+        batch_img_metas = [ds.metainfo for ds in batch_data_samples]
+
+        outs = self(hidden_states, references, cali_vectors)
+        self.check_finite_outputs(*outs, hidden_states, cali_vectors,
+                                  enc_outputs_class, enc_outputs_coord)
+        scores = outs[0] if matching_scores is None else matching_scores(*outs)
+        return self.loss_with_loma(
+            partial(self.loss_by_feat, *outs, enc_outputs_class,
+                    enc_outputs_coord, batch_gt_instances, batch_img_metas,
+                    *extra_feat_args), scores, priors, batch_data_samples,
+            hidden_states)
 
     def check_finite_outputs(
             self,
