@@ -20,8 +20,7 @@ from mmcalidet.decoder_cache import (CacheError, DecoderCache,
                                      is_roi_model)
 from mmcalidet.decoder_cache.roi_targets import recording_rois
 from mmcalidet.models.detectors import CachedCalibrationMixin, CaliFasterRCNN
-from mmcalidet.models.head_kinds.roi import (cached_roi_head_losses,
-                                             calibrated_roi_logits)
+from mmcalidet.models.head_kinds import ROI
 from testing import (PROJECT_ROOT, build_detector, damage_cache_file,
                      data_root, demo_batch, get_config, random_prior, run_tool)
 
@@ -197,8 +196,8 @@ def test_cached_loss_is_the_box_head_loss_on_the_same_rois(answering):
             torch.as_tensor(cache.boxes[i, 0, :NUM, 0]), cx)
     inputs = batch_inputs(cache)
     with torch.no_grad():
-        got = cached_roi_head_losses(head, inputs['hidden_states'],
-                                     inputs['targets'], samples, cali, priors)
+        got = ROI.cached_losses(
+            head, inputs, samples, cali, priors, train_cls=False)
         # the model's loss, per-image V' of each sample's prior
         for ds in samples:
             ds.prior = model.prior.clone()
@@ -225,7 +224,7 @@ def test_zero_v_prime_gives_the_baselines_logits(model, baseline):
     prior = torch.as_tensor(random_prior(4), dtype=torch.float32)
     with torch.no_grad():
         cali = head.get_cali_vectors(prior)
-        got = calibrated_roi_logits(
+        got = ROI.calibrated_logits(
             head,
             torch.as_tensor(cache.hidden[:, 0]),
             torch.stack([cali]),

@@ -15,9 +15,7 @@ from mmcalidet.decoder_cache import DecoderCacheWriter, fill_dense_cache
 from mmcalidet.models.detectors import (CachedCalibrationMixin, CachedCaliFCOS,
                                         CaliFCOS)
 from mmcalidet.models.head_kinds import DENSE
-from mmcalidet.models.head_kinds.dense import (cached_dense_head_losses,
-                                               calibrated_location_logits,
-                                               location_features)
+from mmcalidet.models.head_kinds.dense import location_features
 from testing import build_detector, demo_batch, get_config, random_prior
 
 CONFIG = 'calidet/calidet_fcos_tiny_coco-mini_cached.py'
@@ -87,9 +85,8 @@ def test_cached_loss_is_the_head_loss_on_all_locations(model):
         with head.calibrated(cali, priors):
             expected = head.loss(feats, samples)
         inputs = batch_inputs(cache)
-        got = cached_dense_head_losses(head, inputs['hidden_states'],
-                                       inputs['targets'], samples, cali,
-                                       priors)
+        got = DENSE.cached_losses(
+            head, inputs, samples, cali, priors, train_cls=False)
         samples[0].prior = model.prior.clone()
         by_model = model.loss(batch_inputs(cache), samples)
     torch.testing.assert_close(got['loss_cls'], expected['loss_cls'])
@@ -114,8 +111,8 @@ def test_zero_v_prime_gives_the_baselines_logits(model, baseline):
         inputs = batch_inputs(cache)
         cali = head.get_cali_vectors(
             torch.as_tensor(random_prior(4), dtype=torch.float32))
-        got = calibrated_location_logits(head, inputs['hidden_states'][0],
-                                         inputs['targets'][..., 0], cali)[0]
+        got = DENSE.calibrated_logits(head, inputs['hidden_states'][0],
+                                      inputs['targets'][..., 0], cali)[0]
     assert torch.equal(cali, torch.zeros_like(cali))
     # each cached window is one of the map's (the 1 x 1 levels' windows
     # are all padding but their centre), its logits the head's there

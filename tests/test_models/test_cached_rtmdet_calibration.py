@@ -19,8 +19,7 @@ from mmcalidet.decoder_cache import (CacheError, DecoderCache,
                                      DecoderCacheWriter, fill_dense_cache)
 from mmcalidet.decoder_cache.dense_targets import recording
 from mmcalidet.models.detectors import CachedCalibrationMixin, CaliRTMDet
-from mmcalidet.models.head_kinds.dense import (cached_dense_head_losses,
-                                               calibrated_location_logits)
+from mmcalidet.models.head_kinds import DENSE
 from testing import (PROJECT_ROOT, build_detector, damage_cache_file,
                      data_root, demo_batch, get_config, random_prior, run_tool)
 
@@ -163,9 +162,8 @@ def test_cached_loss_is_the_head_loss_on_all_locations(answering):
         with head.calibrated(cali, priors):
             expected = head.loss(feats, samples)
         inputs = batch_inputs(cache)
-        got = cached_dense_head_losses(head, inputs['hidden_states'],
-                                       inputs['targets'], samples, cali,
-                                       priors)
+        got = DENSE.cached_losses(
+            head, inputs, samples, cali, priors, train_cls=False)
         # the model's loss, V' from each sample's prior
         samples[0].prior = model.prior.clone()
         by_model = model.loss(batch_inputs(cache), samples)
@@ -194,8 +192,8 @@ def test_zero_v_prime_gives_the_baselines_logits(model, baseline):
         inputs = batch_inputs(cache)
         prior = torch.as_tensor(random_prior(4), dtype=torch.float32)
         cali = head.get_cali_vectors(prior)
-        got = calibrated_location_logits(head, inputs['hidden_states'][0],
-                                         inputs['targets'][..., 0], cali)[0]
+        got = DENSE.calibrated_logits(head, inputs['hidden_states'][0],
+                                      inputs['targets'][..., 0], cali)[0]
     assert torch.equal(cali, torch.zeros_like(cali))
     # all 84 locations, in the cache's order (positives first): each
     # cached feature is one of the map's, its logits the head's there

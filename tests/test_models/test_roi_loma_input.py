@@ -8,8 +8,7 @@ import torch
 from mmdet.structures import DetDataSample
 
 from mmcalidet.apis import init_detector
-from mmcalidet.models.head_kinds.roi import (cached_roi_head_losses,
-                                             calibrated_roi_logits)
+from mmcalidet.models.head_kinds import ROI
 from mmcalidet.models.losses import loma_class_weights
 from mmcalidet.models.roi_heads import CaliShared2FCBBoxHead
 from testing import get_config, random_prior
@@ -82,9 +81,10 @@ def test_the_cached_roi_loss_acts_on_the_target_class_probability(
         torch.ones(2, 3)
     ], -1)
     cali = head.get_cali_vectors(priors)
-    losses = cached_roi_head_losses(head, hidden[None], targets, samples, cali,
-                                    priors)
-    logits = calibrated_roi_logits(head, hidden, cali).reshape(6, K + 1)
+    losses = ROI.cached_losses(
+        head, dict(hidden_states=hidden[None], targets=targets), samples,
+        cali, priors, train_cls=False)
+    logits = ROI.calibrated_logits(head, hidden, cali).reshape(6, K + 1)
     torch.testing.assert_close(
         losses['loss_loma'],
         expected_loss(head, logits, labels.reshape(-1),

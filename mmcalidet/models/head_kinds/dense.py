@@ -302,30 +302,5 @@ class DenseKind(HeadKind):
         return losses
 
 
-def calibrated_location_logits(head: nn.Module,
-                               hidden: Tensor,
-                               levels: Tensor,
-                               cali_vectors: Tensor,
-                               train_cls_convs: bool = False) -> Tensor:
-    """:meth:`DenseKind.calibrated_logits` of the dense adapter."""
-    return DENSE.calibrated_logits(head, hidden, levels, cali_vectors,
-                                   train_cls_convs)
-
-
-def cached_dense_head_losses(
-        head: nn.Module,
-        hidden_states: Tensor,
-        targets: Tensor,
-        batch_data_samples: SampleList,
-        cali_vectors: Tensor,
-        priors: Tensor,
-        train_cls_convs: bool = False) -> Dict[str, Tensor]:
-    """:meth:`DenseKind.cached_losses` of (1, B, Q, d) cached features and
-    their (B, Q, 4) targets."""
-    return DENSE.cached_losses(
-        head, dict(hidden_states=hidden_states, targets=targets),
-        batch_data_samples, cali_vectors, priors, train_cls_convs)
-
-
 #: the dense kind's adapter
 DENSE = register_head_kind(DenseKind())

@@ -159,27 +159,5 @@ class RoIKind(HeadKind):
         return losses
 
 
-def calibrated_roi_logits(head: nn.Module,
-                          hidden: Tensor,
-                          cali_vectors: Tensor,
-                          train_cls: bool = False) -> Tensor:
-    """:meth:`RoIKind.calibrated_logits` of the RoI adapter."""
-    return ROI.calibrated_logits(head, hidden, cali_vectors, train_cls)
-
-
-def cached_roi_head_losses(head: nn.Module,
-                           hidden_states: Tensor,
-                           targets: Tensor,
-                           batch_data_samples: SampleList,
-                           cali_vectors: Tensor,
-                           priors: Tensor,
-                           train_cls: bool = False) -> Dict[str, Tensor]:
-    """:meth:`RoIKind.cached_losses` of (1, B, Q, d) cached features and
-    their (B, Q, 4) targets."""
-    return ROI.cached_losses(
-        head, dict(hidden_states=hidden_states, targets=targets),
-        batch_data_samples, cali_vectors, priors, train_cls)
-
-
 #: the RoI kind's adapter
 ROI = register_head_kind(RoIKind())
