@@ -36,25 +36,8 @@ def input_sample(height: int, width: int) -> DetDataSample:
 
 
 class ExportWrapper(TracedForward):
-    """The traced forward: one normalised image (and the prior) in,
-    ``dets`` and ``labels`` out.
-
-    Args:
-        model (nn.Module): the detector (eval mode).
-        input_shape (tuple[int, int]): ``(H, W)`` of the graph's input.
-        prior_input (bool): the prior is the graph's second input; else
-            the model's own (deployment or folded) prior applies.
-        support_input (bool): the prior's support and class shares are
-            the third and fourth inputs (a support-aware CaliFormer; a row
-            of zeros: no support).
-    """
-
-    def __init__(self,
-                 model: nn.Module,
-                 input_shape: Tuple[int, int],
-                 prior_input: bool,
-                 support_input: bool = False) -> None:
-        super().__init__(model, input_shape, prior_input, support_input)
+    """The traced forward of a DETR: one normalised image (and the prior)
+    in, ``dets`` and ``labels`` out (arguments: :class:`TracedForward`)."""
 
     def forward(self,
                 input: Tensor,
