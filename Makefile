@@ -2,7 +2,10 @@
 # Both set up .venv/ first (idempotent; the mmcv wheel is cached outside
 # the clone, in ~/.cache/mmcalidet/wheels).
 PY := .venv/bin/python
-DATA ?= ../shared/datasets
+# the datasets: beside this clone, else beside the local checkout it was
+# cloned from (a throw-away clone in a temporary folder finds its origin's)
+ORIGIN := $(shell git config --get remote.origin.url 2>/dev/null)
+DATA ?= $(firstword $(wildcard ../shared/datasets $(if $(ORIGIN),$(ORIGIN)/../shared/datasets)) ../shared/datasets)
 OUT ?= outputs/demo
 export MMCALIDET_DATA := $(abspath $(DATA))
 
@@ -16,7 +19,8 @@ env:
 check-data:
 	@test -d "$(MMCALIDET_DATA)" || { echo "the datasets folder \
 	$(MMCALIDET_DATA) does not exist: put shared/datasets beside the \
-	clone, or run with DATA=/path/to/datasets" >&2; exit 1; }
+	clone (or beside the checkout it was cloned from), or run with \
+	DATA=/path/to/datasets" >&2; exit 1; }
 
 # the main job: the short context-shift benchmark (generate -> train the
 # plain tiny DINO 600 iterations -> calibrate a CaliDINO on its cached
