@@ -33,6 +33,10 @@ import time
 from typing import Dict, List, Optional, Set
 
 #: what the server imports before it forks (what the tools import)
+#: environment variables that torch, MKL and oneDNN read when they load: a
+#: run that sets another value than the server's gets a new interpreter
+LOAD_TIME_ARITHMETIC = ('ATEN_CPU_CAPABILITY', 'MKL_CBWR', 'ONEDNN_MAX_CPU_ISA',
+                        'MKL_ENABLE_INSTRUCTIONS')
 PRELOAD = ('torch', 'mmengine.runner', 'mmdet.apis', 'mmdet.models',
            'mmcalidet', 'mmcalidet.apis', 'mmcalidet.models',
            'mmcalidet.evaluation', 'mmcalidet.calibration')
@@ -259,11 +263,14 @@ class ToolServer:
 
     def serves(self, env: Dict[str, str]) -> bool:
         """Whether a run with this environment imports what the server
-        has imported: the same light switch, and the server's
+        has imported: the same light switch and load-time arithmetic
+        (:data:`LOAD_TIME_ARITHMETIC`), and the server's
         ``PYTHONPATH`` or folders put before it that hold no module this
         process has imported (a test's probe modules, say)."""
         if env.get('MMCALIDET_LIGHT') != self.env.get('MMCALIDET_LIGHT'):
             return False
+        if any(env.get(k) != self.env.get(k) for k in LOAD_TIME_ARITHMETIC):
+            return False  # read when torch loaded: a new interpreter
         self._server()  # what it imported
         return extra_path(env, self.env, self._imported) is not None
 
