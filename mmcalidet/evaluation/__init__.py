@@ -38,7 +38,8 @@ from .head_scoring import HeadRescorer, rescorer_for
 from .image_labels import read_evaluation_labels, read_image_groups
 from .image_matches import ImageMatches
 from .methods import EvalSetup, input_changes, shares_trunk
-from .partitions import (SUBSET_SIZES, calibration_subsets, evaluate_groups,
+from .partitions import (SUBSET_SIZES, calibration_subsets,
+                         check_subset_sizes, evaluate_groups,
                          evaluate_partitions, evaluate_subsets, site_priors,
                          split_subsets, subset_epsilon)
 from .report import format_order_verdict, markdown_table, write_report
@@ -55,6 +56,7 @@ __all__ = [
     'CONTENT_PRIORS', 'PriorSpec', 'Method', 'build_priors', 'evaluate_priors',
     'check_expected_order', 'format_order_verdict', 'SUBSET_SIZES',
     'split_subsets', 'subset_epsilon', 'calibration_subsets',
+    'check_subset_sizes',
     'evaluate_partitions', 'evaluate_groups', 'evaluate_subsets',
     'site_priors', 'read_image_groups', 'read_evaluation_labels',
     'SWEEP_ALPHAS', 'shrinkage_sweep', 'METRICS', 'CocoEvaluator',
