@@ -24,11 +24,11 @@ def config_num_classes(model_cfg: Any) -> Optional[int]:
     roi_head = model_cfg.get('roi_head')
     if isinstance(roi_head, dict):
         head = roi_head.get('bbox_head')
-        heads.append(head[-1] if isinstance(head, (list, tuple)) and head
-                     else head)
+        if isinstance(head, (list, tuple)):  # a cascade: its last stage
+            head = head[-1] if head else None
+        heads.append(head)
     for head in heads:
-        if isinstance(head, dict) and isinstance(
-                head.get('num_classes'), int):
+        if isinstance(head, dict) and isinstance(head.get('num_classes'), int):
             return head['num_classes']
     return None
 

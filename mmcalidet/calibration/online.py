@@ -230,14 +230,16 @@ class OnlineSelfCalibrator:
             raise ValueError('OnlineSelfCalibrator state must be a dict (of '
                              f'state_dict()), got {type(state).__name__}')
         keys = set(self.state_dict())
-        missing, unknown = sorted(keys - set(state)), sorted(
-            set(state) - keys)
-        if missing or unknown:
-            raise ValueError(
-                'OnlineSelfCalibrator state: ' +
-                '; '.join(([f'missing {missing}'] if missing else []) +
-                          ([f'unknown {unknown}'] if unknown else [])) +
-                f' (expected the keys {sorted(keys)})')
+        problems = [
+            f'{what} {names}'
+            for what, names in (('missing', sorted(keys - set(state))),
+                                ('unknown', sorted(set(state) - keys)))
+            if names
+        ]
+        if problems:
+            raise ValueError(f'OnlineSelfCalibrator state: '
+                             f'{"; ".join(problems)} (expected the keys '
+                             f'{sorted(keys)})')
         k = self.num_classes
         prior = validate_prior(state['prior'], k)
         arrays = {}

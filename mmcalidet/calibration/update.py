@@ -42,9 +42,10 @@ def _field(pred, key: str, n: int = 0) -> np.ndarray:
         pred = pred.pred_instances
     if isinstance(pred, dict):
         value = pred.get(key)
+    elif isinstance(pred, (str, bytes)):
+        value = None
     else:
-        value = None if isinstance(pred, (str, bytes)) else getattr(
-            pred, key, None)
+        value = getattr(pred, key, None)
     if value is None:
         raise ValueError(f'prediction {n} has no {key!r}: give per image a '
                          'DetDataSample with pred_instances, an InstanceData '

@@ -135,8 +135,7 @@ class PriorReweighting:
                              f'{self.class_freq.shape}')
         check_finite_array(self.class_freq, 'PriorReweighting: class_freq')
         if np.any(self.class_freq <= 0) or np.any(self.class_freq >= 1):
-            c = int(np.argmax((self.class_freq <= 0) |
-                              (self.class_freq >= 1)))
+            c = int(np.argmax((self.class_freq <= 0) | (self.class_freq >= 1)))
             raise ValueError('PriorReweighting: class frequencies must lie '
                              f'in (0, 1), got {self.class_freq[c]:.6g} at '
                              f'index {c}')

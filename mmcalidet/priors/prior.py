@@ -23,8 +23,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .checks import (_loose_name, class_name_list, reorder_prior,
-                     validate_prior)
+from .checks import _loose_name, class_name_list, reorder_prior, validate_prior
 from .prior_io import (_read_prior_file, _split_prior_dict, check_json_keys,
                        resolve_shipped_name, save_prior)
 from .support import check_support, support_from_keys

@@ -165,8 +165,8 @@ def check_writable_file(path: PathLike, what: str = 'output file') -> str:
         raise ValueError(f'{what} is empty')
     if osp.isdir(path):
         raise ValueError(f'{what} {path} is a folder, not a file')
-    _probe_folder(_nearest_folder(osp.dirname(osp.abspath(path)), what),
-                  path, what)
+    _probe_folder(
+        _nearest_folder(osp.dirname(osp.abspath(path)), what), path, what)
     return path
 
 

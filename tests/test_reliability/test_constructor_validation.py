@@ -121,11 +121,16 @@ def test_prior_takes_lists_tuples_and_arrays_of_names():
 
 def coco(images=(1, 2), boxes=([1, 2, 3, 4], [0, 0, 5, 5])):
     return dict(
-        images=[dict(id=i, file_name=f'{k}.jpg') for k, i in
-                enumerate(images)],
+        images=[
+            dict(id=i, file_name=f'{k}.jpg') for k, i in enumerate(images)
+        ],
         annotations=[
-            dict(id=k, image_id=images[min(k, len(images) - 1)],
-                 category_id=1, bbox=box) for k, box in enumerate(boxes)
+            dict(
+                id=k,
+                image_id=images[min(k,
+                                    len(images) - 1)],
+                category_id=1,
+                bbox=box) for k, box in enumerate(boxes)
         ],
         categories=[dict(id=1, name='cat')])
 
@@ -176,13 +181,14 @@ def test_the_kernel_refuses_a_thread_count_outside_its_range(threads):
     starts = np.array([0], np.int64)
     locations = np.full((bs, queries, heads, levels, points, 2), 0.5,
                         np.float32)
-    attention = np.full((bs, queries, heads, levels, points), 0.5,
-                        np.float32)
+    attention = np.full((bs, queries, heads, levels, points), 0.5, np.float32)
     output = np.zeros((bs, queries, heads, dims), np.float32)
-    with pytest.raises(ValueError, match=r'num_threads must be an integer '
-                       rf'in \[1, 1024\], got {threads}'):
-        kernel.deform_attn_forward(value, shapes, starts, locations,
-                                   attention, output, threads)
+    with pytest.raises(
+            ValueError,
+            match=r'num_threads must be an integer '
+            rf'in \[1, 1024\], got {threads}'):
+        kernel.deform_attn_forward(value, shapes, starts, locations, attention,
+                                   output, threads)
     grads = (np.zeros_like(value), np.zeros_like(locations),
              np.zeros_like(attention))
     with pytest.raises(ValueError, match='num_threads must be'):
@@ -207,8 +213,9 @@ def test_the_online_calibrator_refuses_junk_in_one_line():
         calibrator.update([dict(scores=[0.5, 0.6], labels=[1])])
     assert calibrator.num_images == 0
     state = calibrator.state_dict()
-    with pytest.raises(ValueError, match=r"missing \[.*'counts'.*unknown "
-                       r"\['bogus'\]") as exc:
+    with pytest.raises(
+            ValueError, match=r"missing \[.*'counts'.*unknown "
+            r"\['bogus'\]") as exc:
         calibrator.load_state_dict({'bogus': 1})
     one_line(exc)
     with pytest.raises(ValueError, match=r'counts must be \(3,\)'):
@@ -226,16 +233,19 @@ def test_the_online_calibrator_refuses_junk_in_one_line():
 
 
 def test_fold_prior_refuses_a_plain_detector():
-    with pytest.raises(ValueError, match='needs a calibratable detector '
-                       r'\(CaliDet\), got Linear') as exc:
+    with pytest.raises(
+            ValueError,
+            match='needs a calibratable detector '
+            r'\(CaliDet\), got Linear') as exc:
         fold_prior(nn.Linear(2, 2), flat_prior(K))
     one_line(exc)
 
 
 def test_the_onnx_runtime_refuses_a_list_of_priors():
     detector = OnnxDetector.__new__(OnnxDetector)  # no graph needed
-    with pytest.raises(ValueError, match='one prior per call, got a list '
-                       'of 2 priors'):
+    with pytest.raises(
+            ValueError, match='one prior per call, got a list '
+            'of 2 priors'):
         detector.resolve(['a.json', 'b.json'])
     with pytest.raises(ValueError, match='got a list of 2 priors'):
         detector.resolve([flat_prior(K), flat_prior(K)])

@@ -111,6 +111,7 @@ def main(argv=None) -> int:
         print(f'valid: {describe(cache)}')
         return 0
     from mmcalidet.utils.log_level import library_output_to
+
     # the cache folder and its log, checked before the detector pass
     check_writable_dir(args.out, '--out')
     check_writable_file(osp.normpath(args.out) + '.log', '--out\'s log')

@@ -83,10 +83,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=1000,
         help='bootstrap resamples of the interval (1000)')
     parser.add_argument(
-        '--seed',
-        type=seed_int,
-        default=0,
-        help='folds and bootstrap seed')
+        '--seed', type=seed_int, default=0, help='folds and bootstrap seed')
     add_model_args(parser)
     # the output folder of mmdet's tools: ./work_dirs/<config file stem>
     parser.set_defaults(out_dir=None)

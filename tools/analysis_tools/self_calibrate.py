@@ -51,8 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=positive_int,
         default=1024,
         help='images per size, over all its subsets (the paper: 1024)')
-    parser.add_argument(
-        '--seed', type=seed_int, default=0, help='split seed')
+    parser.add_argument('--seed', type=seed_int, default=0, help='split seed')
     parser.add_argument(
         '--iters',
         type=non_negative_int,

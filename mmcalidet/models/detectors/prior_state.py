@@ -293,7 +293,9 @@ def load_checkpoint_prior(module, state_dict: dict, prefix: str,
         return
     state = module.prior_state
     state.from_checkpoint(
-        value, saved, None if state.pending else model_classes(module),
+        value,
+        saved,
+        None if state.pending else model_classes(module),
         f'checkpoint has an invalid prior ({key!r} of '
         f'{type(module).__name__})',
         name=f'the checkpoint\'s prior ({key!r} of {type(module).__name__})')

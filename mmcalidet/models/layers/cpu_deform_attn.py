@@ -71,8 +71,8 @@ KERNEL_DTYPES = (torch.float32, torch.float64)
 def _num_threads() -> int:
     """torch's thread count, within what the kernel takes (it refuses a
     count outside [1, MAX_THREADS] with a ValueError)."""
-    return max(1, min(torch.get_num_threads(),
-                      getattr(KERNEL, 'MAX_THREADS', 1024)))
+    return max(
+        1, min(torch.get_num_threads(), getattr(KERNEL, 'MAX_THREADS', 1024)))
 
 
 def _array(tensor: Tensor):
