@@ -259,3 +259,17 @@ def test_a_cuda_device_on_a_cpu_only_torch_is_one_line(monkeypatch):
         check_device('cuda:0', '--device')
     with pytest.raises(ValueError, match="'gpu0' is not a device name"):
         check_device('gpu0')
+
+
+def test_a_valid_checkpoint_prior_is_not_named_invalid():
+    from mmdet.registry import MODELS
+
+    from testing import get_config
+    cfg = get_config('calidet/calidet_deformable-detr_tiny_coco-mini.py')
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(state)
+    name = model.prior_state.value.name
+    assert 'invalid' not in name
+    assert name == "the checkpoint's prior ('prior' of CaliDeformableDETR)"
