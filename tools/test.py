@@ -78,17 +78,18 @@ def main(argv=None) -> None:
         # one line, before the datasets and the model are built (the
         # runner's load reports a corrupt one)
         check_checkpoint_readable(args.checkpoint)
-    if args.prior is not None:
-        # a bad prior file is refused before the runner makes work_dir
-        from mmcalidet.priors.prior_source import load_prior_source
-        try:
-            load_prior_source(args.prior)
-        except ValueError as exc:
-            raise tool_error(f'--prior: {exc}')
     cfg = Config.fromfile(args.config)
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
+    if args.prior is not None:
+        # a bad prior file, or one of another K than the config's model, is
+        # refused before the runner makes work_dir
+        from mmcalidet.apis.config_prior import check_prior_for_config
+        try:
+            check_prior_for_config(args.prior, cfg)
+        except ValueError as exc:
+            raise tool_error(f'--prior: {exc}')
     if args.work_dir is not None:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir', None) is None:

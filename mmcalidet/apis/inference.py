@@ -27,6 +27,8 @@ from ..models.detectors import defer_class_matching
 from ..priors.prior import Prior
 from ..utils.checkpoint import (build_with_checked_checkpoint,
                                 checkpoint_names_classes)
+from ..utils.validation import check_device
+from .image_inputs import check_inference_images
 
 ImagesType = Union[str, np.ndarray, Sequence[str], Sequence[np.ndarray]]
 #: one prior: a prior file, a shipped name, a dict or a K x K matrix
@@ -242,7 +244,11 @@ def init_detector(config: Union[str, Path, Config],
     Raises:
         CheckpointError: (a ``ValueError``) naming the checkpoint file and
             what is wrong with it.
+        ValueError: a device torch cannot use (CUDA on a CPU-only torch),
+            before anything is built.
     """
+    check_device(device)
+
     def build(ckpt, contents):
         # a copy each time: mmdet's builder edits model configs
         cfg = copy.deepcopy(config) if isinstance(config, Config) else config
@@ -336,12 +342,16 @@ def inference_detector(model: nn.Module,
         ``imgs`` is a list or tuple.
 
     Raises:
-        ValueError: on a bad prior (shape, K, values, diagonal, unknown
-            class names, number of per-image priors), or a prior for a
-            detector that is not calibratable.
+        ValueError: on bad images, before the model runs (no images,
+            files mixed with arrays, a missing, empty or broken file, an
+            array that is not H x W x 3 or holds NaN:
+            :func:`~.image_inputs.check_inference_images`), on a bad prior
+            (shape, K, values, diagonal, unknown class names, number of
+            per-image priors), or a prior for a detector that is not
+            calibratable.
     """
     is_batch = isinstance(imgs, (list, tuple))
-    images = list(imgs) if is_batch else [imgs]
+    images = check_inference_images(imgs)
     fields = call_prior_fields(
         model, resolve_call_priors(model, prior, len(images))) \
         if prior is not None else None

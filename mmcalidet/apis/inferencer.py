@@ -12,7 +12,7 @@ from mmdet.structures import DetDataSample
 from torch import nn
 
 from ..utils.checkpoint import build_with_checked_checkpoint
-from ..utils.validation import check_float
+from ..utils.validation import check_device, check_float
 from .inference import (attach_call_prior, call_prior_fields, is_calibratable,
                         per_image_priors, resolve_call_priors)
 
@@ -187,6 +187,7 @@ class CaliDetInferencer(DetInferencer):
                  palette: str = 'none',
                  show_progress: bool = True,
                  prior: Any = None) -> None:
+        check_device(device)
         super().__init__(
             model=model,
             weights=weights,

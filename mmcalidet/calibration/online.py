@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from ..priors import validate_prior
+from ..utils.validation import check_finite_array, check_float, check_int
 from .update import (DEFAULT_SCORE_THR, DEFAULT_TRUST_RADIUS, calibration_step,
                      check_self_calibration_args, deployment_support_arrays,
                      prediction_statistics, within_trust_region)
@@ -217,15 +218,60 @@ class OnlineSelfCalibrator:
             since_update=self._since_update)
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore a :meth:`state_dict` (and inject its E_c)."""
-        self.prior = validate_prior(state['prior'], self.num_classes)
-        self.pair_counts = np.array(state['pair_counts'], dtype=np.float64)
-        self.counts = np.array(state['counts'], dtype=np.float64)
-        self.score_sum = np.array(state['score_sum'], dtype=np.float64)
-        self.weight = float(state['weight'])
-        self.num_images = int(state['num_images'])
-        self.num_updates = int(state['num_updates'])
-        self._since_update = int(state['since_update'])
+        """Restore a :meth:`state_dict` (and inject its E_c).
+
+        Raises:
+            ValueError: one line naming the problem: not a dict, missing or
+                unknown keys, arrays of another K, non-finite or negative
+                statistics, counts that are not integers >= 0. Nothing is
+                changed then.
+        """
+        if not isinstance(state, dict):
+            raise ValueError('OnlineSelfCalibrator state must be a dict (of '
+                             f'state_dict()), got {type(state).__name__}')
+        keys = set(self.state_dict())
+        problems = [
+            f'{what} {names}'
+            for what, names in (('missing', sorted(keys - set(state))),
+                                ('unknown', sorted(set(state) - keys)))
+            if names
+        ]
+        if problems:
+            raise ValueError(f'OnlineSelfCalibrator state: '
+                             f'{"; ".join(problems)} (expected the keys '
+                             f'{sorted(keys)})')
+        k = self.num_classes
+        prior = validate_prior(state['prior'], k)
+        arrays = {}
+        for key, shape in (('pair_counts', (k, k)), ('counts', (k, )),
+                           ('score_sum', (k, ))):
+            try:
+                value = np.array(state[key], dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError(f'OnlineSelfCalibrator state: {key} must '
+                                 'be numbers') from None
+            if value.shape != shape:
+                raise ValueError(f'OnlineSelfCalibrator state: {key} must '
+                                 f'be {shape} for K={k}, got {value.shape}')
+            check_finite_array(value, f'OnlineSelfCalibrator state: {key}')
+            if value.size and value.min() < 0:
+                raise ValueError(f'OnlineSelfCalibrator state: {key} must '
+                                 'be >= 0')
+            arrays[key] = value
+        where = 'OnlineSelfCalibrator state:'
+        weight = check_float(f'{where} weight', state['weight'], 0)
+        counts = {
+            key: check_int(f'{where} {key}', state[key], 0)
+            for key in ('num_images', 'num_updates', 'since_update')
+        }
+        self.prior = prior
+        self.pair_counts = arrays['pair_counts']
+        self.counts = arrays['counts']
+        self.score_sum = arrays['score_sum']
+        self.weight = weight
+        self.num_images = counts['num_images']
+        self.num_updates = counts['num_updates']
+        self._since_update = counts['since_update']
         self._inject()
 
 

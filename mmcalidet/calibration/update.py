@@ -31,13 +31,33 @@ DEFAULT_ETA = 4.0
 DEFAULT_TRUST_RADIUS = 0.05
 
 
-def _field(pred, key: str) -> np.ndarray:
+def _field(pred, key: str, n: int = 0) -> np.ndarray:
+    """A prediction's ``scores`` or ``labels`` as an array of numbers.
+
+    Raises:
+        ValueError: naming prediction ``n``: no such field, or values that
+            are not numbers.
+    """
     if hasattr(pred, 'pred_instances'):
         pred = pred.pred_instances
-    value = pred[key] if isinstance(pred, dict) else getattr(pred, key)
+    if isinstance(pred, dict):
+        value = pred.get(key)
+    elif isinstance(pred, (str, bytes)):
+        value = None
+    else:
+        value = getattr(pred, key, None)
+    if value is None:
+        raise ValueError(f'prediction {n} has no {key!r}: give per image a '
+                         'DetDataSample with pred_instances, an InstanceData '
+                         f'or a dict of scores and labels, got '
+                         f'{type(pred).__name__}')
     if hasattr(value, 'detach'):
         value = value.detach().cpu().numpy()
-    return np.asarray(value)
+    value = np.asarray(value)
+    if value.dtype.kind not in 'biuf':
+        raise ValueError(f'prediction {n}: {key} must be numbers, got dtype '
+                         f'{value.dtype}')
+    return value
 
 
 def prediction_statistics(
@@ -62,14 +82,19 @@ def prediction_statistics(
         sources, a prior or a cache, are checked where they are read).
 
     Raises:
-        ValueError: ``score_thr`` is not in [0, 1].
+        ValueError: ``score_thr`` is not in [0, 1], or a prediction without
+            numeric ``scores`` and ``labels`` of one length (one line naming
+            it).
     """
     check_float('score_thr', score_thr, 0, 1)
     label_lists = []
     z = np.zeros((len(predictions), num_classes))
     for n, pred in enumerate(predictions):
-        scores = _field(pred, 'scores').astype(np.float64).reshape(-1)
-        labels = _field(pred, 'labels').astype(np.int64).reshape(-1)
+        scores = _field(pred, 'scores', n).astype(np.float64).reshape(-1)
+        labels = _field(pred, 'labels', n).astype(np.int64).reshape(-1)
+        if scores.shape != labels.shape:
+            raise ValueError(f'prediction {n} has {scores.size} scores and '
+                             f'{labels.size} labels')
         scores = np.where(np.isfinite(scores), scores, 0.0)
         keep = scores >= score_thr
         labels, scores = labels[keep], scores[keep]

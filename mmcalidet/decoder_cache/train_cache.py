@@ -184,7 +184,13 @@ def ensure_decoder_cache(cache_dir: str,
 
     Returns:
         tuple[DecoderCache, bool]: the cache and whether it was made.
+
+    Raises:
+        ValueError: before the detector runs, a ``cache_dir`` that is a
+            file or cannot be written.
     """
+    from ..utils.file_io import check_writable_dir
+    check_writable_dir(cache_dir, 'decoder cache folder')
     fingerprint = train_fingerprint(config, checkpoint, passes, indices,
                                     batch_size, dtype, layers, seed,
                                     num_locations)

@@ -72,6 +72,10 @@ class DecoderCacheWriter:
         if layers not in LAYERS:
             raise ValueError(f'layers must be one of {LAYERS}, got '
                              f'{layers!r}')
+        if target is not None and osp.exists(target) and \
+                not osp.isdir(target):
+            raise ValueError(f'decoder cache folder {target} is a file, not '
+                             'a folder')
         # through a symlink, the folder it points to (the link stays)
         self.target = None if target is None else osp.realpath(target)
         self.fingerprint = _jsonable_fingerprint(fingerprint)
@@ -270,7 +274,14 @@ class DecoderCacheWriter:
             cache = DecoderCache.open(self.folder)
             weakref.finalize(cache, shutil.rmtree, self.folder, True)
             return cache
-        return self._rename_into_place()
+        try:
+            return self._rename_into_place()
+        except BaseException:
+            # a failed build removes its partial folder
+            if osp.isdir(self.folder) and \
+                    PRIVATE_NAME.match(osp.basename(self.folder)):
+                shutil.rmtree(self.folder, ignore_errors=True)
+            raise
 
     def _write(self, small: Dict[str, np.ndarray]) -> None:
         for appender in self._files.values():

@@ -58,7 +58,16 @@ def fold_prior(model: nn.Module, prior) -> nn.Module:
 
     Returns:
         nn.Module: the folded copy (eval mode); ``model`` is unchanged.
+
+    Raises:
+        ValueError: a detector that takes no prior (a plain mmdet one), or
+            what :meth:`resolve` refuses.
     """
+    from ..apis.inference import is_calibratable
+    if not is_calibratable(model):
+        raise ValueError(f'fold_prior needs a calibratable detector '
+                         f'(CaliDet), got {type(model).__name__}: it has no '
+                         'prior to fold')
     value = model.resolve(prior)
     folded = copy.deepcopy(model).eval()
     folded.set_prior(value)

@@ -19,6 +19,28 @@ from .roi_postprocess import roi_detections
 ImageLike = Union[str, os.PathLike, np.ndarray]
 
 
+def _is_matrix_row(row: Any) -> bool:
+    """Whether an item of a list may be a row of numbers (not a prior)."""
+    if isinstance(row, (str, bytes, os.PathLike, dict)) or \
+            hasattr(row, 'matrix'):
+        return False
+    try:
+        return np.ndim(row) <= 1
+    except ValueError:  # ragged: the matrix's check names it
+        return True
+
+
+def _check_one_prior(prior: Any) -> None:
+    """Refuse a list of priors (files, names, dicts or matrices): a graph
+    run takes one prior for every image of the call."""
+    if not isinstance(prior, (list, tuple)) or not prior:
+        return
+    if all(_is_matrix_row(row) for row in prior):
+        return  # the rows of one K x K matrix
+    raise ValueError(f'OnnxDetector takes one prior per call, got a list of '
+                     f'{len(prior)} priors: call it once per prior')
+
+
 class OnnxDetector:
     """An exported detector (a (Cali)DETR, one- or two-stage) in ONNX
     Runtime.
@@ -114,8 +136,10 @@ class OnnxDetector:
         Raises:
             ValueError: one line naming the problem (shape, NaN, values
                 outside [0, 1], class names, support), or a prior given to
-                a graph whose prior is folded.
+                a graph whose prior is folded, or a list of priors (one
+                prior is given per call).
         """
+        _check_one_prior(prior)
         if not self.prior_input:
             if prior is not None and self.meta.get('folded', True):
                 raise ValueError(

@@ -38,9 +38,10 @@ from .head_scoring import HeadRescorer, rescorer_for
 from .image_labels import read_evaluation_labels, read_image_groups
 from .image_matches import ImageMatches
 from .methods import EvalSetup, input_changes, shares_trunk
-from .partitions import (SUBSET_SIZES, calibration_subsets, evaluate_groups,
-                         evaluate_partitions, evaluate_subsets, site_priors,
-                         split_subsets, subset_epsilon)
+from .partitions import (SUBSET_SIZES, calibration_subsets, check_subset_sizes,
+                         evaluate_groups, evaluate_partitions,
+                         evaluate_subsets, site_priors, split_subsets,
+                         subset_epsilon)
 from .report import format_order_verdict, markdown_table, write_report
 from .scoring import Rescorer, is_calibratable
 from .sensitivity import prior_sensitivity
@@ -55,11 +56,12 @@ __all__ = [
     'CONTENT_PRIORS', 'PriorSpec', 'Method', 'build_priors', 'evaluate_priors',
     'check_expected_order', 'format_order_verdict', 'SUBSET_SIZES',
     'split_subsets', 'subset_epsilon', 'calibration_subsets',
-    'evaluate_partitions', 'evaluate_groups', 'evaluate_subsets',
-    'site_priors', 'read_image_groups', 'read_evaluation_labels',
-    'SWEEP_ALPHAS', 'shrinkage_sweep', 'METRICS', 'CocoEvaluator',
-    'cache_evaluator', 'coco_evaluator_from_cfg', 'ImageMatches',
-    'paired_bootstrap', 'mean_interval', 'CORRECTIONS', 'CORRECTION_NAMES',
-    'PriorReweighting', 'CooccurrenceRescoring', 'build_correction',
-    'class_frequencies', 'markdown_table', 'write_report', 'prior_sensitivity'
+    'check_subset_sizes', 'evaluate_partitions', 'evaluate_groups',
+    'evaluate_subsets', 'site_priors', 'read_image_groups',
+    'read_evaluation_labels', 'SWEEP_ALPHAS', 'shrinkage_sweep', 'METRICS',
+    'CocoEvaluator', 'cache_evaluator', 'coco_evaluator_from_cfg',
+    'ImageMatches', 'paired_bootstrap', 'mean_interval', 'CORRECTIONS',
+    'CORRECTION_NAMES', 'PriorReweighting', 'CooccurrenceRescoring',
+    'build_correction', 'class_frequencies', 'markdown_table', 'write_report',
+    'prior_sensitivity'
 ]

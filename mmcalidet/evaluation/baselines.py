@@ -31,8 +31,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..priors.checks import validate_prior
 from ..priors.prior import Prior
-from ..utils.validation import check_float
+from ..utils.validation import check_finite_array, check_float
 
 CORRECTIONS = ('reweight', 'cooccurrence')
 
@@ -59,6 +60,31 @@ def _check_logits(logits: Tensor, num_classes: int) -> None:
     if logits.dim() != 3 or logits.shape[-1] != num_classes:
         raise ValueError('post-hoc corrections take sigmoid logits (B, Q, '
                          f'K={num_classes}), got {tuple(logits.shape)}')
+
+
+def _ref_prior(ref_prior, owner: str) -> np.ndarray:
+    """E_ref checked as a prior (a :class:`Prior`'s matrix, or a K x K
+    matrix of numbers in [0, 1], diagonal 1), as float64."""
+    try:
+        return validate_prior(getattr(ref_prior, 'matrix', ref_prior))
+    except ValueError as exc:
+        raise ValueError(f'{owner}: ref_prior (E_ref): {exc}') from None
+
+
+def _check_priors(priors: Tensor, num_classes: int, owner: str) -> None:
+    """The priors a correction is called with: (K, K) or (B, K, K) of
+    this K, finite, in [0, 1] (a NaN would make every logit NaN)."""
+    k = num_classes
+    if priors.dim() not in (2, 3) or tuple(priors.shape[-2:]) != (k, k):
+        raise ValueError(f'{owner}: priors must be (K, K) or (B, K, K) '
+                         f'with K={k} (the reference prior\'s), got shape '
+                         f'{tuple(priors.shape)}')
+    check_finite_array(priors, f'{owner}: the priors')
+    if priors.numel() and (priors.min() < -1e-6 or priors.max() > 1 + 1e-6):
+        bad = ((priors < -1e-6) | (priors > 1 + 1e-6)).nonzero()[0].tolist()
+        raise ValueError(f'{owner}: prior values must lie in [0, 1], got '
+                         f'{priors[tuple(bad)].item():.6g} at index '
+                         f'{tuple(bad)}')
 
 
 def class_frequencies(prior: Prior) -> np.ndarray:
@@ -96,13 +122,23 @@ class PriorReweighting:
 
     def __init__(self, ref_prior, class_freq, eps: float = 1e-4) -> None:
         check_float('eps', eps, 0, 0.5, low_open=True, high_open=True)
-        self.ref_prior = np.asarray(ref_prior, dtype=np.float64)
-        self.class_freq = np.asarray(class_freq, dtype=np.float64)
+        self.ref_prior = _ref_prior(ref_prior, 'PriorReweighting')
         k = self.ref_prior.shape[0]
-        if self.ref_prior.shape != (k, k) or self.class_freq.shape != (k, ):
-            raise ValueError('ref_prior must be K x K and class_freq (K,)')
+        try:
+            self.class_freq = np.asarray(class_freq, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError('PriorReweighting: class_freq must be (K,) '
+                             f'numbers: {exc}') from None
+        if self.class_freq.shape != (k, ):
+            raise ValueError(f'PriorReweighting: class_freq must be (K,) = '
+                             f'({k},) as ref_prior is {k} x {k}, got shape '
+                             f'{self.class_freq.shape}')
+        check_finite_array(self.class_freq, 'PriorReweighting: class_freq')
         if np.any(self.class_freq <= 0) or np.any(self.class_freq >= 1):
-            raise ValueError('class frequencies must lie in (0, 1)')
+            c = int(np.argmax((self.class_freq <= 0) | (self.class_freq >= 1)))
+            raise ValueError('PriorReweighting: class frequencies must lie '
+                             f'in (0, 1), got {self.class_freq[c]:.6g} at '
+                             f'index {c}')
         self.eps = eps
         self.weights = self.class_freq / self.class_freq.sum()
 
@@ -135,6 +171,7 @@ class PriorReweighting:
         Returns:
             Tensor: the shift of the K foreground logits, (K,) or (B, K).
         """
+        _check_priors(priors, self.ref_prior.shape[0], 'PriorReweighting')
         freq = _as_tensor(self.class_freq, priors)
         return torch.log(self.target_marginals(priors)) - torch.log(freq)
 
@@ -150,6 +187,7 @@ class PriorReweighting:
         """
         _check_logits(logits, self.ref_prior.shape[0])
         priors = _as_tensor(priors, logits)
+        _check_priors(priors, self.ref_prior.shape[0], 'PriorReweighting')
         freq = _as_tensor(self.class_freq, logits)
         shift = _logit(self.target_marginals(priors), self.eps) - _logit(
             freq, self.eps)
@@ -173,10 +211,7 @@ class CooccurrenceRescoring:
         self.beta = check_float('beta', beta)
         self.eps = check_float('eps', eps, 0, 0.5, low_open=True,
                                high_open=True)
-        self.ref_prior = np.asarray(ref_prior, dtype=np.float64)
-        if self.ref_prior.ndim != 2 or \
-                self.ref_prior.shape[0] != self.ref_prior.shape[1]:
-            raise ValueError('ref_prior must be K x K')
+        self.ref_prior = _ref_prior(ref_prior, 'CooccurrenceRescoring')
 
     def __call__(self, logits: Tensor, priors) -> Tensor:
         """Corrected logits.
@@ -191,6 +226,7 @@ class CooccurrenceRescoring:
         k = self.ref_prior.shape[0]
         _check_logits(logits, k)
         priors = _as_tensor(priors, logits)
+        _check_priors(priors, k, 'CooccurrenceRescoring')
         if priors.dim() == 2:
             priors = priors.expand(logits.shape[0], k, k)
         ref = _as_tensor(self.ref_prior, logits)
@@ -218,6 +254,11 @@ def build_correction(name: str,
 
     Returns:
         callable: ``correction(logits, priors) -> logits``.
+
+    Raises:
+        ValueError: an unknown name, or what the correction's constructor
+            refuses (E_ref not a prior: NaN, values outside [0, 1]; class
+            frequencies of another K, NaN or outside (0, 1)).
     """
     if name == 'reweight':
         if class_freq is None:

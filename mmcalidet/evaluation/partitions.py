@@ -96,11 +96,37 @@ def calibration_subsets(num_cached: int,
     ``num_images // size`` subsets of :func:`split_subsets`, or, for
     ``size == 0``, the first ``num_images`` images as one set."""
     total = num_cached if num_images is None else min(num_images, num_cached)
+    check_subset_sizes([size], total)
     subsets = [np.arange(total)] if size == 0 else \
         split_subsets(num_cached, size, seed)[:total // size]
     if not subsets:
         raise ValueError(f'no subset of {size} images among {total}')
     return subsets
+
+
+def check_subset_sizes(sizes: Sequence[int],
+                       total: Optional[int],
+                       what: str = '') -> None:
+    """Refuse subset sizes no subset can have: above the ``total`` images
+    there are (or, before a detector pass, at most will be: the smaller of
+    ``--num-images`` and ``--max-images``). 0 is the whole set.
+
+    Args:
+        sizes (Sequence[int]): the sizes (>= 0).
+        total (int, optional): the images there are, or at most will be
+            (``None``: not known, nothing refused).
+        what (str): where ``total`` comes from, for the message (e.g.
+            ``' (--max-images 2)'``).
+
+    Raises:
+        ValueError: ``no subset of <size> images among <total>``.
+    """
+    for size in sizes:
+        if size < 0:
+            raise ValueError(f'subset size must be >= 0, got {size}')
+        if total is not None and size > total:
+            raise ValueError(f'no subset of {size} images among '
+                             f'{total}{what}')
 
 
 def partition_priors(label_lists: Sequence[np.ndarray],

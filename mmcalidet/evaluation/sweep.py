@@ -81,17 +81,42 @@ def parse_prior_names(items: Sequence[str]):
 
     Returns:
         tuple[list[str], dict]: the keys in order and ``{label: source}``.
+
+    Raises:
+        ValueError: before any detector pass: an unknown key, a label
+            given twice, or a source that is no prior (a missing file, a
+            bad matrix; :meth:`~mmcalidet.priors.Prior.load`).
     """
+    from ..priors import Prior
     names, extra = [], {}
     for item in items:
         if '=' in item:
             label, src = item.split('=', 1)
             if not label or not src:
                 raise ValueError(f'expected LABEL=FILE, got {item!r}')
+            try:
+                Prior.load(src)
+            except ValueError as exc:
+                raise ValueError(f'prior {label!r}: {exc}') from None
             extra[label] = src
             item = label
+        check_prior_name(item, extra)
+        if item in names:
+            raise ValueError(f'prior {item!r} is given twice')
         names.append(item)
     return names, extra
+
+
+def check_prior_name(name: str, extra: Dict[str, object]) -> None:
+    """Refuse a prior key that is neither a registered kind
+    (:data:`~mmcalidet.priors.PRIOR_KINDS`) nor a label of ``extra``.
+
+    Raises:
+        ValueError: naming the key and the choices.
+    """
+    if name not in extra and name not in PRIOR_KINDS:
+        raise ValueError(f'unknown prior {name!r}; choose from '
+                         f'{list(PRIOR_KINDS)} or pass it as LABEL=FILE')
 
 
 def build_priors(names: Sequence[str],
@@ -130,9 +155,7 @@ def build_priors(names: Sequence[str],
                           load_prior_source(extra[name], classes, k),
                           'user prior'))
             continue
-        if name not in PRIOR_KINDS:
-            raise ValueError(f'unknown prior {name!r}; choose from '
-                             f'{list(PRIOR_KINDS)} or pass it as LABEL=FILE')
+        check_prior_name(name, extra)
         kind = PRIOR_KINDS[name]
         specs.append(
             PriorSpec(name, kind.label, kind.oracle, kind.build(inputs),

@@ -7,6 +7,7 @@ numbers in [0, 1] with diagonal 1 (:func:`validate_prior`), class names
 them where a prior is made.
 """
 import difflib
+from collections.abc import Mapping, Set
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
@@ -222,3 +223,35 @@ def check_class_names(classes: Any, what: str = 'classes') -> List[str]:
             raise ValueError(f'{what}: duplicated class name {name!r}')
         seen.add(name)
     return list(classes)
+
+
+def class_name_list(classes: Any, what: str = 'classes') -> List[str]:
+    """Class names given as any ordered sequence (a list, a tuple, an
+    array of strings), checked by :func:`check_class_names`. A set, a
+    frozenset, a dict or its keys view is refused: the rows of a matrix
+    follow its names, and a set's order changes from run to run
+    (``PYTHONHASHSEED``).
+
+    Args:
+        classes (Sequence[str]): the names, in the order of the rows.
+        what (str): name used in error messages.
+
+    Returns:
+        list[str]: the names.
+
+    Raises:
+        ValueError: unordered names, or what :func:`check_class_names`
+            refuses.
+    """
+    if isinstance(classes, (Set, Mapping)):
+        raise ValueError(f'{what} must be an ordered sequence of class '
+                         f'names (a list or tuple in the order of the rows), '
+                         f'got a {type(classes).__name__}, whose order '
+                         'changes from run to run')
+    if isinstance(classes, (str, bytes)):
+        return check_class_names(classes, what)
+    try:
+        names = list(classes)
+    except TypeError:
+        return check_class_names(classes, what)
+    return check_class_names(names, what)

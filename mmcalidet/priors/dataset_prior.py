@@ -57,6 +57,9 @@ def prior_from_source(
 
     Returns:
         tuple: ``(prior, images_per_class, label_sets)``.
+
+    Raises:
+        ValueError: what the readers refuse, or a source of no images.
     """
     if isinstance(classes, str):
         classes = read_class_names(classes)
@@ -77,6 +80,9 @@ def prior_from_source(
     finally:
         if bar is not None:
             bar.close()
+    if not sets.num_images:
+        raise ValueError(f'{src} holds no images: a prior is computed from '
+                         'the labels of images')
     cooc, counts = counts_from_flat(sets.labels, sets.offsets,
                                     len(sets.classes))
     return counts_to_prior(cooc, counts), counts, sets

@@ -10,7 +10,7 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-from .checks import _close_matches, check_class_names, validate_prior
+from .checks import _close_matches, class_name_list, validate_prior
 from .prior import Prior
 
 Edit = Tuple[str, str, float]
@@ -79,7 +79,7 @@ def apply_edits(matrix: np.ndarray, classes: Sequence[str],
         ValueError: on a malformed edit, an unknown class name (with close
             matches) or an edit of the diagonal.
     """
-    classes = check_class_names(list(classes))
+    classes = class_name_list(classes)
     out = validate_prior(matrix, num_classes=len(classes))
     for text in edits:
         name_i, name_j, value = parse_edit(text)

@@ -6,6 +6,7 @@ tarballs: :mod:`.yolo_tarball`; any of the three:
 Every reader returns a :class:`LabelSets`: the class indices of all images
 as one flat int64 array plus offsets, ready for the Cython counting core.
 """
+import math
 import os
 import os.path as osp
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ import numpy as np
 from ..utils.file_io import (MAX_LABEL_FILE_BYTES, check_readable_file,
                              load_json, read_small_file)
 from ._cooccurrence import parse_yolo
-from .checks import check_class_names
+from .checks import check_class_names, class_name_list
 
 ProgressFn = Optional[Callable[[int], None]]
 
@@ -113,6 +114,23 @@ def _coco_int(entry: dict, field_name: str, path: str, where: str) -> int:
     return value
 
 
+def _check_coco_bbox(ann: dict, path: str, where: str) -> None:
+    """A COCO ``bbox`` (where the annotation has one): four finite numbers
+    ``[x, y, w, h]``, none negative (a NaN or negative box would be
+    evaluated as some other box)."""
+    box = ann['bbox']
+    if not isinstance(box, list) or len(box) != 4 or any(
+            isinstance(v, bool) or not isinstance(v, (int, float))
+            for v in box):
+        raise ValueError(f'{path}: {where} "bbox" must be 4 numbers [x, y, '
+                         f'w, h], got {box!r}')
+    if not all(math.isfinite(v) for v in box):
+        raise ValueError(f'{path}: {where} has a non-finite "bbox" {box}')
+    if min(box) < 0:
+        raise ValueError(f'{path}: {where} has a negative "bbox" {box} '
+                         '([x, y, w, h] are >= 0)')
+
+
 def _coco_category_order(data: dict, classes: Optional[Sequence[str]],
                          path: str) -> tuple:
     """Map COCO category id -> contiguous class index."""
@@ -134,7 +152,7 @@ def _coco_category_order(data: dict, classes: Optional[Sequence[str]],
     check_class_names(names, f'{path}: category names')
     if classes is None:
         return {c['id']: k for k, c in enumerate(cats)}, names
-    classes = check_class_names(list(classes))
+    classes = class_name_list(classes)
     by_name = {c['name']: c['id'] for c in cats}
     unknown = [n for n in classes if n not in by_name]
     if unknown:
@@ -164,9 +182,33 @@ def read_coco_labels(path: str,
         ValueError: naming the file and the entry: not a COCO file,
             missing keys or values of the wrong type (ids must be integers,
             ``iscrowd`` 0 or 1), duplicated image or category ids, unknown
-            ids in annotations.
+            ids in annotations, a ``bbox`` that is not four finite numbers
+            >= 0.
     """
     data = load_json(path, 'annotation file', MAX_ANNOTATION_BYTES)
+    return coco_label_sets(data, path, classes, keep_names)
+
+
+def coco_label_sets(data: dict,
+                    path: str,
+                    classes: Optional[Sequence[str]] = None,
+                    keep_names: bool = False) -> LabelSets:
+    """:func:`read_coco_labels` of a file's loaded content: every check of
+    the file (ids, categories, boxes) and the labels. Tools that read a
+    COCO file for other uses (a site's evaluation) check it here too.
+
+    Args:
+        data (dict): the loaded JSON.
+        path (str): the file, to name in errors.
+        classes (Sequence[str], optional): as :func:`read_coco_labels`'s.
+        keep_names (bool): as :func:`read_coco_labels`'s.
+
+    Returns:
+        LabelSets: one entry per image of ``images``.
+
+    Raises:
+        ValueError: as :func:`read_coco_labels`.
+    """
     if not isinstance(data, dict) or 'images' not in data:
         raise ValueError(f'{path}: not a COCO annotation file (no "images")')
     cat_to_index, names = _coco_category_order(data, classes, path)
@@ -184,6 +226,8 @@ def read_coco_labels(path: str,
     n = outside = 0
     for k, ann in enumerate(anns):
         where = f'annotations[{k}] (id {ann.get("id")})'
+        if 'bbox' in ann:
+            _check_coco_bbox(ann, path, where)
         crowd = ann.get('iscrowd', 0)
         if crowd not in (0, 1):  # "no" would count as a crowd
             raise ValueError(f'{path}: {where} "iscrowd" must be 0 or 1, '

@@ -23,8 +23,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .checks import (_loose_name, check_class_names, reorder_prior,
-                     validate_prior)
+from .checks import _loose_name, class_name_list, reorder_prior, validate_prior
 from .prior_io import (_read_prior_file, _split_prior_dict, check_json_keys,
                        resolve_shipped_name, save_prior)
 from .support import check_support, support_from_keys
@@ -36,7 +35,9 @@ class Prior:
     Args:
         matrix (array-like): the K x K matrix (a torch tensor too).
         classes (Sequence[str], optional): the names of its rows and
-            columns, in order; ``None``: an unnamed matrix.
+            columns, an ordered sequence (a list or tuple; a set is
+            refused, its order changes from run to run); ``None``: an
+            unnamed matrix.
         support (array-like, optional): (K,) the images each column was
             measured on (n >= 0), or one number for every column.
         marginals (array-like, optional): (K,) each class's share of those
@@ -73,7 +74,7 @@ class Prior:
         k = arr.shape[0]
         if classes is not None:
             try:
-                classes = tuple(check_class_names(list(classes)))
+                classes = tuple(class_name_list(classes))
             except ValueError as exc:
                 raise ValueError(f'{name}: {exc}') from None
             if len(classes) != k:
@@ -217,7 +218,7 @@ class Prior:
         Raises:
             ValueError: naming the prior and the class that does not match.
         """
-        classes = tuple(check_class_names(list(classes)))
+        classes = tuple(class_name_list(classes))
         if self.classes is None:
             if len(classes) != self.num_classes:
                 raise ValueError(f'{self.name}: prior has K='

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..utils.file_io import atomic_write, check_readable_file, load_json
-from .checks import check_class_names, validate_prior
+from .checks import check_class_names, class_name_list, validate_prior
 
 PriorSource = Union[str, os.PathLike, np.ndarray, Sequence, Dict[str, Any]]
 
@@ -152,7 +152,7 @@ def save_prior(path: Union[str, os.PathLike],
     if classes is None:
         raise ValueError('save_prior: class names are required for a JSON '
                          'prior file')
-    classes = check_class_names(list(classes))
+    classes = class_name_list(classes)
     if len(classes) != arr.shape[0]:
         raise ValueError(f'save_prior: {len(classes)} class names for a '
                          f'{arr.shape[0]} x {arr.shape[0]} matrix')

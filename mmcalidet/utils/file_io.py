@@ -1,5 +1,6 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """File helpers: atomic writes and guarded reads."""
+import errno
 import json
 import os
 import os.path as osp
@@ -79,12 +80,20 @@ def atomic_write(path: PathLike, mode: str = 'w', **kwargs) -> Iterator:
     """
     path = os.fspath(path)
     directory = osp.dirname(osp.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    if osp.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, f'cannot write {path}: it is '
+                                'a folder')
     with _cleanup_on_sigterm():
-        fd, tmp = tempfile.mkstemp(
-            prefix=incomplete_prefix(osp.basename(path)),
-            suffix=INCOMPLETE_SUFFIX,
-            dir=directory)
+        try:
+            os.makedirs(directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(
+                prefix=incomplete_prefix(osp.basename(path)),
+                suffix=INCOMPLETE_SUFFIX,
+                dir=directory)
+        except OSError as exc:
+            # named by the destination, not the temporary file
+            raise type(exc)(exc.errno, f'cannot write {path}: '
+                            f'{exc.strerror or exc}') from None
         try:
             # mkstemp makes the file 0600: give it the mode a plain open()
             # would (or keep the mode of the file it replaces)
@@ -99,11 +108,90 @@ def atomic_write(path: PathLike, mode: str = 'w', **kwargs) -> Iterator:
                 yield f
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise type(exc)(exc.errno, f'cannot write {path}: '
+                                f'{exc.strerror or exc}') from None
         except BaseException:
             if osp.exists(tmp):
                 os.remove(tmp)
             raise
+
+
+def _nearest_folder(path: str, what: str) -> str:
+    """The folder ``path`` is or will be made in: itself where it exists,
+    else its nearest existing parent (which must be a folder)."""
+    folder = osp.abspath(path)
+    while not osp.exists(folder):
+        folder = osp.dirname(folder)
+    if not osp.isdir(folder):
+        raise ValueError(f'{what} {path}: {folder} is a file, not a folder')
+    return folder
+
+
+def _probe_folder(folder: str, path: str, what: str) -> None:
+    """Make and remove a file in ``folder``: whether ``path`` can be
+    written there (``os.access`` says yes to root on read-only mounts)."""
+    try:
+        fd, probe = tempfile.mkstemp(
+            prefix=incomplete_prefix(osp.basename(path) or 'out'),
+            suffix=INCOMPLETE_SUFFIX,
+            dir=folder)
+    except OSError as exc:
+        raise ValueError(f'{what} {path} cannot be written ({folder}: '
+                         f'{exc.strerror or exc})') from None
+    os.close(fd)
+    os.remove(probe)
+
+
+def check_writable_file(path: PathLike, what: str = 'output file') -> str:
+    """Check, before any work, that the file ``path`` can be written: not a
+    folder, in a folder that exists or can be made and takes new files.
+    Nothing is left behind.
+
+    Args:
+        path (str | PathLike): the output file.
+        what (str): how errors name it (e.g. ``'--out'``).
+
+    Returns:
+        str: the path as a string.
+
+    Raises:
+        ValueError: one line naming ``what``, the path and the problem.
+    """
+    path = os.fspath(path)
+    if not path:
+        raise ValueError(f'{what} is empty')
+    if osp.isdir(path):
+        raise ValueError(f'{what} {path} is a folder, not a file')
+    _probe_folder(
+        _nearest_folder(osp.dirname(osp.abspath(path)), what), path, what)
+    return path
+
+
+def check_writable_dir(path: PathLike, what: str = 'output folder') -> str:
+    """Check, before any work, that the folder ``path`` exists or can be
+    made, and takes new files (a file of that name is refused). Nothing is
+    made or left behind.
+
+    Args:
+        path (str | PathLike): the output folder.
+        what (str): how errors name it (e.g. ``'--out-dir'``).
+
+    Returns:
+        str: the path as a string.
+
+    Raises:
+        ValueError: one line naming ``what``, the path and the problem.
+    """
+    path = os.fspath(path)
+    if not path:
+        raise ValueError(f'{what} is empty')
+    if osp.exists(path) and not osp.isdir(path):
+        raise ValueError(f'{what} {path} is a file, not a folder')
+    _probe_folder(_nearest_folder(path, what), path, what)
+    return path
 
 
 def check_readable_file(path: PathLike,

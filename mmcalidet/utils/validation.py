@@ -155,3 +155,36 @@ def check_finite_array(array, what: str) -> None:
         bad = tuple(int(i) for i in np.argwhere(~np.isfinite(array))[0])
         raise ValueError(f'{what} holds a non-finite value ({array[bad]} at '
                          f'index {bad})')
+
+
+def check_device(device: Optional[str], what: str = 'device') -> None:
+    """Refuse, before a model is built, a device torch cannot use: not a
+    device name, CUDA on a torch without CUDA or a machine without a GPU,
+    or a GPU index beyond those there are. ``None`` (the default choice)
+    passes.
+
+    Args:
+        device (str, optional): e.g. ``'cpu'``, ``'cuda:0'``.
+        what (str): how errors name it (e.g. ``'--device'``).
+
+    Raises:
+        ValueError: one line naming the device and the problem.
+    """
+    if device is None:
+        return
+    import torch
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f'{what} {device!r} is not a device name '
+                         f'({str(exc).splitlines()[0]})') from None
+    if dev.type != 'cuda':
+        return
+    if not torch.cuda.is_available():
+        why = 'this torch is built without CUDA' if \
+            torch.version.cuda is None else 'no CUDA GPU is visible'
+        raise ValueError(f'{what} {device!r}: {why} (use cpu)')
+    count = torch.cuda.device_count()
+    if dev.index is not None and dev.index >= count:
+        raise ValueError(f'{what} {device!r}: there are {count} CUDA '
+                         f'GPU(s) (cuda:0 to cuda:{count - 1})')

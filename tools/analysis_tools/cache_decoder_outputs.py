@@ -28,7 +28,8 @@ import os
 import os.path as osp
 import time
 
-from mmcalidet.utils.cli import positive_int, run_tool
+from mmcalidet.utils.cli import positive_int, run_tool, seed_int
+from mmcalidet.utils.file_io import check_writable_dir, check_writable_file
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -66,7 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         default='all',
         help='decoder layers kept (calibrator training reads all)')
     parser.add_argument(
-        '--seed', type=int, help='random seed of the augmentations')
+        '--seed', type=seed_int, help='random seed of the augmentations')
     parser.add_argument(
         '--batch-size',
         type=positive_int,
@@ -110,6 +111,10 @@ def main(argv=None) -> int:
         print(f'valid: {describe(cache)}')
         return 0
     from mmcalidet.utils.log_level import library_output_to
+
+    # the cache folder and its log, checked before the detector pass
+    check_writable_dir(args.out, '--out')
+    check_writable_file(osp.normpath(args.out) + '.log', '--out\'s log')
     start = time.perf_counter()
     # pycocotools' index, mmengine's checkpoint line and warnings: beside
     # the cache, not on the console

@@ -23,6 +23,7 @@ os.environ.setdefault('MMCALIDET_LIGHT', '1')
 from mmcalidet.priors import save_prior
 from mmcalidet.priors.dataset_prior import prior_from_source
 from mmcalidet.utils.cli import non_negative_int, run_tool
+from mmcalidet.utils.file_io import check_writable_file
 
 
 def parse_args(argv=None):
@@ -50,6 +51,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    check_writable_file(args.out, '--out')  # before the labels are read
     start = time.perf_counter()
     matrix, counts, sets = prior_from_source(args.src, args.classes,
                                              not args.no_progress)

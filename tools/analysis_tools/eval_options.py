@@ -10,14 +10,17 @@ holds no argparse. A tool imports it after putting its own folder on
     from eval_options import add_model_args, ensure_out_dir, eval_setup
 """
 import argparse
+import contextlib
 import os
 import os.path as osp
+from typing import Iterator
 
 import torch
 from mmengine.config import DictAction
 
 from mmcalidet.evaluation.baselines import CORRECTIONS
 from mmcalidet.utils.cli import finite_float, non_negative_int, positive_int
+from mmcalidet.utils.file_io import check_writable_dir
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -130,8 +133,25 @@ def eval_setup(args: argparse.Namespace):
             report=lambda line: print(line, file=console, flush=True))
 
 
+def check_out_dir(path: str) -> str:
+    """Refuse, before any work, an ``--out-dir`` that is a file or cannot
+    be made or written (:func:`~mmcalidet.utils.file_io.
+    check_writable_dir`); nothing is made.
+
+    Args:
+        path (str): the folder.
+
+    Returns:
+        str: ``path``.
+
+    Raises:
+        ValueError: one line naming ``--out-dir`` and the problem.
+    """
+    return check_writable_dir(path, '--out-dir')
+
+
 def ensure_out_dir(path: str) -> str:
-    """Create the output folder.
+    """Create the output folder (checked by :func:`check_out_dir` first).
 
     Args:
         path (str): the folder.
@@ -139,5 +159,49 @@ def ensure_out_dir(path: str) -> str:
     Returns:
         str: ``path``.
     """
+    check_out_dir(path)
     os.makedirs(path, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def nothing_left_on_failure(out_dir: str) -> Iterator[None]:
+    """Inside the block, a failure (any exception, Ctrl-C included)
+    removes what the run wrote to ``out_dir``: the files it made there
+    (``eval.log``, the report), ``eval.log`` cut back to the size it had,
+    and the folders it made (``out_dir`` and missing parents such as
+    ``./work_dirs``), where empty.
+
+    Args:
+        out_dir (str): the output folder.
+
+    Yields:
+        None
+    """
+    out_dir = osp.abspath(out_dir)
+    top = None  # the outermost folder the run will make
+    folder = out_dir
+    while not osp.isdir(folder) and osp.dirname(folder) != folder:
+        top, folder = folder, osp.dirname(folder)
+    before = set() if top else set(os.listdir(out_dir))
+    log = osp.join(out_dir, 'eval.log')
+    log_size = osp.getsize(log) if osp.isfile(log) else None
+    try:
+        yield
+    except BaseException:
+        if osp.isdir(out_dir):
+            for name in set(os.listdir(out_dir)) - before:
+                path = osp.join(out_dir, name)
+                if osp.isfile(path) or osp.islink(path):
+                    os.remove(path)
+            if log_size is not None and osp.isfile(log):
+                with open(log, 'r+b') as f:
+                    f.truncate(log_size)
+        folder = out_dir
+        while top is not None and osp.isdir(folder) and \
+                not os.listdir(folder):
+            os.rmdir(folder)
+            if folder == top:
+                break
+            folder = osp.dirname(folder)
+        raise

@@ -30,7 +30,8 @@ from mmcalidet.visualization import plot_prior_sweep
 
 # the tools' shared options, beside this file
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from eval_options import add_model_args, ensure_out_dir, eval_setup
+from eval_options import (add_model_args, check_out_dir, ensure_out_dir,
+                          eval_setup, nothing_left_on_failure)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -62,7 +63,26 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # the prior names and files and the output folder, checked before the
+    # detector pass; a failure leaves no out-dir or eval.log behind
     names, extra = parse_prior_names(args.priors)
+    check_out_dir(args.out_dir)
+    with nothing_left_on_failure(args.out_dir):
+        return run(args, names, extra)
+
+
+def run(args: argparse.Namespace, names: list, extra: dict) -> int:
+    """The cache pass, the table and the report (``main`` once the
+    options are checked).
+
+    Args:
+        args (argparse.Namespace): the parsed options.
+        names (list[str]): the prior keys in table order.
+        extra (dict): label -> prior file / shipped name.
+
+    Returns:
+        int: 0.
+    """
     out_dir = ensure_out_dir(args.out_dir)
     start = time.perf_counter()
     setup = eval_setup(args)

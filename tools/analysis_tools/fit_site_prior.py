@@ -24,23 +24,22 @@ no log (a log that was there is left as it was). A site annotation file
 that is not JSON, or holds no images, is one line naming it.
 """
 import argparse
-import contextlib
-import os
 import os.path as osp
 import sys
 import time
-from typing import Iterator
 
 from mmcalidet.calibration import (ACCEPT, ALPHAS, DEFAULT_ACCEPT,
                                    fit_site_prior)
 from mmcalidet.evaluation import markdown_table, write_report
+from mmcalidet.priors.label_io import coco_label_sets
 from mmcalidet.priors.shrinkage import ABSENT
-from mmcalidet.utils.cli import bounded_int, finite_float, run_tool
-from mmcalidet.utils.file_io import load_json
+from mmcalidet.utils.cli import bounded_int, finite_float, run_tool, seed_int
+from mmcalidet.utils.file_io import check_writable_file, load_json
 
 # the tools' shared options, beside this file
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from eval_options import add_model_args, ensure_out_dir, eval_setup
+from eval_options import (add_model_args, check_out_dir, ensure_out_dir,
+                          eval_setup, nothing_left_on_failure)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -84,7 +83,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=1000,
         help='bootstrap resamples of the interval (1000)')
     parser.add_argument(
-        '--seed', type=int, default=0, help='folds and bootstrap seed')
+        '--seed', type=seed_int, default=0, help='folds and bootstrap seed')
     add_model_args(parser)
     # the output folder of mmdet's tools: ./work_dirs/<config file stem>
     parser.set_defaults(out_dir=None)
@@ -119,7 +118,10 @@ def default_out_dir(config: str) -> str:
 
 def check_site_annotations(path: str) -> None:
     """Refuse a site annotation file that cannot be fitted from: not JSON
-    (e.g. truncated), not a COCO file, or without images.
+    (e.g. truncated), not a COCO file, without images, or one that
+    ``compute_prior.py`` refuses (duplicated image ids, a box that is not
+    finite numbers >= 0: :func:`~mmcalidet.priors.label_io.
+    coco_label_sets`).
 
     Args:
         path (str): the ``--site-ann`` file.
@@ -136,6 +138,12 @@ def check_site_annotations(path: str) -> None:
         raise ValueError(f'--site-ann annotation file {path} holds no '
                          'images: a site prior is fitted from labelled '
                          'images of the site')
+    # compute_prior.py's checks of a COCO file: duplicated ids, unknown
+    # ids, boxes that are not finite numbers >= 0
+    try:
+        coco_label_sets(coco, path)
+    except ValueError as exc:
+        raise ValueError(f'--site-ann annotation file {exc}') from None
 
 
 def site_options(args: argparse.Namespace) -> None:
@@ -170,51 +178,11 @@ def site_options(args: argparse.Namespace) -> None:
     args.cfg_options = dict(args.cfg_options or {}, **options)
 
 
-@contextlib.contextmanager
-def nothing_left_on_failure(out_dir: str) -> Iterator[None]:
-    """Inside the block, a failure (any exception, Ctrl-C included)
-    removes what the run wrote to ``out_dir``: the files it made there
-    (``eval.log``, the report), ``eval.log`` cut back to the size it had,
-    and the folders it made (``out_dir`` and missing parents such as
-    ``./work_dirs``), where empty.
-
-    Args:
-        out_dir (str): the output folder.
-
-    Yields:
-        None
-    """
-    out_dir = osp.abspath(out_dir)
-    top = None  # the outermost folder the run will make
-    folder = out_dir
-    while not osp.isdir(folder) and osp.dirname(folder) != folder:
-        top, folder = folder, osp.dirname(folder)
-    before = set() if top else set(os.listdir(out_dir))
-    log = osp.join(out_dir, 'eval.log')
-    log_size = osp.getsize(log) if osp.isfile(log) else None
-    try:
-        yield
-    except BaseException:
-        if osp.isdir(out_dir):
-            for name in set(os.listdir(out_dir)) - before:
-                path = osp.join(out_dir, name)
-                if osp.isfile(path) or osp.islink(path):
-                    os.remove(path)
-            if log_size is not None and osp.isfile(log):
-                with open(log, 'r+b') as f:
-                    f.truncate(log_size)
-        folder = out_dir
-        while top is not None and osp.isdir(folder) and \
-                not os.listdir(folder):
-            os.rmdir(folder)
-            if folder == top:
-                break
-            folder = osp.dirname(folder)
-        raise
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # what the run writes, checked before the detector pass
+    check_out_dir(args.out_dir)
+    check_writable_file(args.out, '--out')
     site_options(args)
     with nothing_left_on_failure(args.out_dir):
         return fit_and_write(args)

@@ -22,14 +22,17 @@ from mmcalidet.calibration import (DEFAULT_ETA, DEFAULT_SCORE_THR,
                                    DEFAULT_TRUST_RADIUS,
                                    self_calibrate_partitions)
 from mmcalidet.evaluation import (cache_evaluator, calibration_subsets,
-                                  markdown_table, write_report)
+                                  check_subset_sizes, markdown_table,
+                                  write_report)
 from mmcalidet.utils.cli import (finite_float, non_negative_int, positive_int,
-                                 run_tool, trust_radius, unit_float)
+                                 run_tool, seed_int, trust_radius, unit_float)
+from mmcalidet.utils.file_io import check_writable_file
 from mmcalidet.visualization import plot_self_calibration
 
 # the tools' shared options, beside this file
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from eval_options import add_model_args, ensure_out_dir, eval_setup
+from eval_options import (add_model_args, check_out_dir, ensure_out_dir,
+                          eval_setup, nothing_left_on_failure)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -48,7 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=positive_int,
         default=1024,
         help='images per size, over all its subsets (the paper: 1024)')
-    parser.add_argument('--seed', type=int, default=0, help='split seed')
+    parser.add_argument('--seed', type=seed_int, default=0, help='split seed')
     parser.add_argument(
         '--iters',
         type=non_negative_int,
@@ -206,8 +209,42 @@ def tables(summary: List[Dict], rows: List[Dict]) -> Tuple[str, str]:
     return summary_table, curve_table
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """What can be refused before the detector pass: subset sizes above
+    the images there will be at most, and outputs that cannot be written.
+
+    Args:
+        args (argparse.Namespace): the parsed options.
+
+    Raises:
+        ValueError: one line naming the option.
+    """
+    bound, what = args.num_images, f' (--num-images {args.num_images})'
+    if args.max_images is not None and args.max_images < bound:
+        bound, what = args.max_images, f' (--max-images {args.max_images})'
+    check_subset_sizes(args.sizes, bound, what)
+    check_out_dir(args.out_dir)
+    if args.save_prior:
+        check_writable_file(args.save_prior, '--save-prior')
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    check_options(args)
+    with nothing_left_on_failure(args.out_dir):
+        return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Cache, self-calibrate and write the report (``main`` once the
+    options are checked).
+
+    Args:
+        args (argparse.Namespace): the parsed options.
+
+    Returns:
+        int: 0.
+    """
     out_dir = ensure_out_dir(args.out_dir)
     start = time.perf_counter()
     setup = eval_setup(args)

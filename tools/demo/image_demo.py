@@ -28,8 +28,10 @@ import os.path as osp
 from mmengine.config import Config, DictAction
 
 from mmcalidet.utils.cli import positive_int, run_tool, unit_float
+from mmcalidet.utils.file_io import check_writable_dir
 from mmcalidet.utils.image_files import (MAX_PIXELS, check_images, list_images,
                                          report_written)
+from mmcalidet.utils.validation import check_device
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -81,6 +83,8 @@ def main(argv=None) -> int:
         if not osp.exists(path):
             raise ValueError(f'{what} not found: {path}')
     images, skipped = check_images(list_images(args.img), args.max_pixels)
+    check_writable_dir(args.out_dir, '--out-dir')
+    check_device(args.device, '--device')
 
     from mmcalidet.apis import CaliDetInferencer
     from mmcalidet.apis.inferencer import describe_changes

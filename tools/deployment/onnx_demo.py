@@ -23,6 +23,7 @@ import os.path as osp
 import warnings
 
 from mmcalidet.utils.cli import positive_int, run_tool, unit_float
+from mmcalidet.utils.file_io import check_writable_dir
 from mmcalidet.utils.image_files import (MAX_PIXELS, check_images, list_images,
                                          report_written)
 
@@ -76,6 +77,7 @@ def main(argv=None) -> int:
         if not osp.exists(path):
             raise ValueError(f'{what} not found: {path}')
     images, skipped = check_images(list_images(args.img), args.max_pixels)
+    check_writable_dir(args.out_dir, '--out-dir')
 
     import mmcv
     from mmdet.visualization import DetLocalVisualizer

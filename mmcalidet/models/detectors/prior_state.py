@@ -190,8 +190,12 @@ class PriorState:
 
     # ------------------------------------------------------------------
     # checkpoints
-    def from_checkpoint(self, value: Tensor, saved: List[Optional[Tensor]],
-                        classes: Optional[Sequence[str]], where: str) -> None:
+    def from_checkpoint(self,
+                        value: Tensor,
+                        saved: List[Optional[Tensor]],
+                        classes: Optional[Sequence[str]],
+                        where: str,
+                        name: Optional[str] = None) -> None:
         """Take a checkpoint's prior (in the model's class order) and the
         support it saved.
 
@@ -202,6 +206,8 @@ class PriorState:
             classes (Sequence[str], optional): the model's classes, when
                 known.
             where (str): how errors name the checkpoint's prior.
+            name (str, optional): the name the prior keeps once valid
+                (default ``where``), which later messages give.
 
         Raises:
             InvalidCheckpointPriorError: an invalid matrix or support, or
@@ -222,6 +228,8 @@ class PriorState:
                 name=where)
         except ValueError as exc:
             raise InvalidCheckpointPriorError(str(exc)) from None
+        if name is not None:
+            prior = prior.renamed(name)
         self.value, self.pending = prior, False
         if present:
             self.checkpoint_unsupported = False
@@ -285,7 +293,10 @@ def load_checkpoint_prior(module, state_dict: dict, prefix: str,
         return
     state = module.prior_state
     state.from_checkpoint(
-        value, saved, None if state.pending else model_classes(module),
+        value,
+        saved,
+        None if state.pending else model_classes(module),
         f'checkpoint has an invalid prior ({key!r} of '
-        f'{type(module).__name__})')
+        f'{type(module).__name__})',
+        name=f'the checkpoint\'s prior ({key!r} of {type(module).__name__})')
     module._cali_cache = None

@@ -19,7 +19,9 @@
 # C-contiguous, float32 or float64 (one dtype for all). Both entries check
 # again, in O(levels), what they index by (_check_levels, _check_arrays):
 # called directly with level shapes, level starts or arrays that do not
-# agree, they raise ValueError rather than read or write outside an array.
+# agree, they raise ValueError rather than read or write outside an array;
+# a thread count outside [1, MAX_THREADS] (which OpenMP would try to
+# allocate) too (_check_threads).
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t
 
@@ -72,6 +74,17 @@ cdef inline real _pixel(real location, int64_t size) noexcept nogil:
     if x > size + 1:
         return size + 1
     return x
+
+
+#: the most OpenMP threads an entry takes
+MAX_THREADS = 1024
+
+
+cdef int _check_threads(int num_threads) except -1:
+    if num_threads < 1 or num_threads > MAX_THREADS:
+        raise ValueError(f'num_threads must be an integer in [1, '
+                         f'{MAX_THREADS}], got {num_threads}')
+    return 0
 
 
 cdef int _check_levels(const int64_t[:, ::1] shapes,
@@ -157,12 +170,13 @@ def deform_attn_forward(const real[:, :, :, ::1] value,
             in [0, 1] of the level.
         attention: ``(bs, queries, heads, levels, points)``.
         output: ``(bs, queries, heads, dims)``, zeros on entry.
-        num_threads: OpenMP threads.
+        num_threads: OpenMP threads, in [1, MAX_THREADS].
 
     Raises:
         ValueError: shapes that are not positive, starts that are not the
             cumulative sums of their h * w, levels that do not cover the
-            keys, or arrays whose shapes do not agree.
+            keys, arrays whose shapes do not agree, or a thread count
+            outside [1, MAX_THREADS].
     """
     cdef Py_ssize_t bs = value.shape[0], heads = value.shape[2]
     cdef Py_ssize_t dims = value.shape[3], queries = locations.shape[1]
@@ -172,6 +186,7 @@ def deform_attn_forward(const real[:, :, :, ::1] value,
     cdef int64_t x0, y0, xx, yy, w, h
     cdef real px, py, fx, fy, a, weight
     cdef real *out
+    _check_threads(num_threads)
     _check_arrays(value.shape, locations.shape, attention.shape,
                   output.shape)
     _check_levels(shapes, starts, value.shape[1], levels)
@@ -229,7 +244,7 @@ def deform_attn_backward(const real[:, :, :, ::1] value,
             is added.
         grad_locations: the shape of ``locations``, overwritten.
         grad_attention: the shape of ``attention``, overwritten.
-        num_threads: OpenMP threads.
+        num_threads: OpenMP threads, in [1, MAX_THREADS].
 
     Raises:
         ValueError: as :func:`deform_attn_forward`'s, or gradients of
@@ -243,6 +258,7 @@ def deform_attn_backward(const real[:, :, :, ::1] value,
     cdef int64_t x0, y0, xx, yy, w, h
     cdef real px, py, fx, fy, a, wy, wx, dot, gx, gy, ga
     cdef const real *grad
+    _check_threads(num_threads)
     _check_arrays(value.shape, locations.shape, attention.shape,
                   grad_output.shape)
     if not _same(grad_value.shape, value.shape, 4) or \

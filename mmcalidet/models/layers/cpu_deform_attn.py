@@ -68,6 +68,13 @@ KERNEL = _kernel_module()
 KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
+def _num_threads() -> int:
+    """torch's thread count, within what the kernel takes (it refuses a
+    count outside [1, MAX_THREADS] with a ValueError)."""
+    return max(
+        1, min(torch.get_num_threads(), getattr(KERNEL, 'MAX_THREADS', 1024)))
+
+
 def _array(tensor: Tensor):
     """A NumPy view of a contiguous CPU tensor (no copy)."""
     return tensor.detach().numpy()
@@ -91,7 +98,7 @@ class DeformAttnCPUFunction(Function):
         output = value.new_zeros(bs, num_queries, num_heads, dims)
         KERNEL.deform_attn_forward(
             _array(value), _array(shapes), _array(starts), _array(locations),
-            _array(attention), _array(output), torch.get_num_threads())
+            _array(attention), _array(output), _num_threads())
         ctx.save_for_backward(value, shapes, starts, locations, attention)
         return output.view(bs, num_queries, num_heads * dims)
 
@@ -108,8 +115,7 @@ class DeformAttnCPUFunction(Function):
         KERNEL.deform_attn_backward(
             _array(value), _array(shapes), _array(starts), _array(locations),
             _array(attention), _array(grad), _array(grad_value),
-            _array(grad_locations), _array(grad_attention),
-            torch.get_num_threads())
+            _array(grad_locations), _array(grad_attention), _num_threads())
         needs = ctx.needs_input_grad
         return (grad_value if needs[0] else None, None,
                 grad_locations if needs[2] else None,

@@ -41,8 +41,7 @@ try:
 except ImportError as exc:  # not run from the root with it on PYTHONPATH
     sys.exit(f'make_data.py: error: {exc}; run it from the repository root '
              'with export PYTHONPATH=$PWD:$PYTHONPATH')
-from mmcalidet.utils.cli import (finite_float, non_negative_int, positive_int,
-                                 run_tool)
+from mmcalidet.utils.cli import finite_float, positive_int, run_tool, seed_int
 from mmcalidet.utils.file_io import load_json
 
 
@@ -57,7 +56,7 @@ def parse_args(argv=None):
         help='digits: 10 classes, 2-6 objects per image (the default); '
         'many-class: 40 digit x colour style classes, 2-4 distinct per '
         'image (class statistics like COCO\'s)')
-    parser.add_argument('--seed', type=non_negative_int, default=0)
+    parser.add_argument('--seed', type=seed_int, default=0)
     parser.add_argument('--num-train', type=positive_int, default=2000)
     parser.add_argument('--num-val-per-site', type=positive_int, default=300)
     parser.add_argument('--img-size', type=positive_int, default=128)
