@@ -35,8 +35,8 @@ from typing import Dict, List, Optional, Set
 #: what the server imports before it forks (what the tools import)
 #: environment variables that torch, MKL and oneDNN read when they load: a
 #: run that sets another value than the server's gets a new interpreter
-LOAD_TIME_ARITHMETIC = ('ATEN_CPU_CAPABILITY', 'MKL_CBWR', 'ONEDNN_MAX_CPU_ISA',
-                        'MKL_ENABLE_INSTRUCTIONS')
+LOAD_TIME_ARITHMETIC = ('ATEN_CPU_CAPABILITY', 'MKL_CBWR',
+                        'ONEDNN_MAX_CPU_ISA', 'MKL_ENABLE_INSTRUCTIONS')
 PRELOAD = ('torch', 'mmengine.runner', 'mmdet.apis', 'mmdet.models',
            'mmcalidet', 'mmcalidet.apis', 'mmcalidet.models',
            'mmcalidet.evaluation', 'mmcalidet.calibration')
