@@ -64,6 +64,7 @@ def load_site(path: str, classes: Sequence[str]):
 
     from mmdet.datasets.api_wrappers import COCO
 
+    from ..priors.checks import _loose_name
     from ..utils.file_io import load_json
     path = (path or '').strip()
     if not path:
@@ -91,8 +92,24 @@ def load_site(path: str, classes: Sequence[str]):
         if not data['images']:
             raise ValueError(f'{path}: holds no images')
         root = _image_root(path, data['images'][0]['file_name'])
+    # the model's classes the file does not list (a site's file may list
+    # only its own) are added: categories without ground truth, which COCOeval
+    # leaves out of every mean
+    # names matched as priors are (up to case and '_' vs ' ')
+    spelled = {_loose_name(c): c for c in classes}
+    cats = [
+        dict(c, name=spelled.get(_loose_name(str(c.get('name'))),
+                                 c.get('name')))
+        for c in data.get('categories') or []
+    ]
+    listed = {c.get('name') for c in cats}
+    next_id = max([int(c['id']) for c in cats] + [0]) + 1
+    for name in classes:
+        if name not in listed:
+            cats.append(dict(id=next_id, name=name, supercategory=name))
+            next_id += 1
     coco = COCO()
-    coco.dataset = data
+    coco.dataset = dict(data, categories=cats)
     with contextlib.redirect_stdout(io.StringIO()):
         coco.createIndex()
     if not coco.get_img_ids():
