@@ -35,7 +35,9 @@ def _best_per_box(pred) -> Dict[Tuple[float, ...], Tuple[int, float]]:
     return best
 
 
-def changed_detections(pred, other, classes: Sequence[str],
+def changed_detections(pred,
+                       other,
+                       classes: Sequence[str],
                        score_thr: float,
                        top: int = 10) -> List[List]:
     """The detections whose class or score changed most between two
@@ -64,10 +66,8 @@ def changed_detections(pred, other, classes: Sequence[str],
         if same_class and change == 0:
             continue
         rows.append((not same_class, abs(change), [
-            ', '.join(f'{v:.0f}' for v in box),
-            classes[a[0]] if a else '-',
-            round(a[1], 4) if a else None,
-            classes[b[0]] if b else '-',
+            ', '.join(f'{v:.0f}' for v in box), classes[a[0]] if a else '-',
+            round(a[1], 4) if a else None, classes[b[0]] if b else '-',
             round(b[1], 4) if b else None,
             float(f'{change:.3g}')
         ]))
@@ -92,8 +92,7 @@ class PanelDrawer:
         from mmdet.registry import VISUALIZERS
         from mmengine.config import ConfigDict
         cfg = ConfigDict(
-            model.cfg.get('visualizer',
-                          dict(type='mmdet.DetLocalVisualizer')))
+            model.cfg.get('visualizer', dict(type='mmdet.DetLocalVisualizer')))
         # a name of its own: the visualizers are process-wide instances
         cfg.name = f'prior_app_{id(self)}_{time.time_ns()}'
         cfg.pop('vis_backends', None)  # draws only, never writes
@@ -119,12 +118,18 @@ class PanelDrawer:
         """
         with self._lock:
             self.visualizer.add_datasample(
-                name, img, pred, show=False, draw_gt=False,
+                name,
+                img,
+                pred,
+                show=False,
+                draw_gt=False,
                 pred_score_thr=score_thr)
             return self.visualizer.get_image()
 
 
-def panel_titles(prior_name: str, preds: Sequence, score_thr: float,
+def panel_titles(prior_name: str,
+                 preds: Sequence,
+                 score_thr: float,
                  train_name: Optional[str] = 'E_t') -> List[str]:
     """The two panels' labels: each prior and its number of detections."""
     return [

@@ -42,12 +42,15 @@ def absent_edits(classes: Sequence[str]) -> List[str]:
 
 def read_edits(text: str) -> List[str]:
     """The edits of a text box: one per line (``#`` starts a comment)."""
-    lines = (line.split('#', 1)[0].strip() for line in (text or '').splitlines())
+    lines = (
+        line.split('#', 1)[0].strip() for line in (text or '').splitlines())
     return [line for line in lines if line]
 
 
-def apply_page_edits(base: Prior, edits: Sequence[str],
-                     absent: Sequence[str] = ()) -> Tuple[Prior, str]:
+def apply_page_edits(
+        base: Prior,
+        edits: Sequence[str],
+        absent: Optional[Sequence[str]] = None) -> Tuple[Prior, str]:
     """The base prior with the page's edits, and one line on what it did.
 
     Args:
@@ -63,7 +66,7 @@ def apply_page_edits(base: Prior, edits: Sequence[str],
         ValueError: one line naming a malformed edit or an unknown class
             (with close matches).
     """
-    edits = list(edits) + absent_edits(absent)
+    edits = list(edits) + absent_edits(absent or ())
     if not edits:
         raise ValueError('nothing to do: add an edit "I|J=V" or mark a class '
                          'absent')
@@ -75,16 +78,16 @@ def apply_page_edits(base: Prior, edits: Sequence[str],
     line = f'{len(edits)} edits, {changed} entries changed'
     dropped = [k for k in MEASURED_KEYS if k in base.meta]
     if base.has_support:
-        dropped = ['num_images', 'images_per_class'] + [
-            k for k in dropped if k != 'num_images'
-        ]
+        dropped = ['num_images', 'images_per_class'
+                   ] + [k for k in dropped if k != 'num_images']
     if dropped:
         line += (f'; not kept: {", ".join(dropped)} (the edited matrix was '
                  'not measured on those images)')
     return edited.renamed('edited'), line
 
 
-def write_prior(prior: Prior, folder: str,
+def write_prior(prior: Prior,
+                folder: str,
                 file_name: str = 'edited_prior.json') -> str:
     """Write a prior file as ``edit_prior.py`` writes it.
 
@@ -100,8 +103,7 @@ def write_prior(prior: Prior, folder: str,
     return prior.save(os.path.join(folder, file_name))
 
 
-def difference_figure(prior: Prior, train: Prior,
-                      title: Optional[str] = None):
+def difference_figure(prior: Prior, train: Prior, title: Optional[str] = None):
     """A heatmap of E - E_t (rows i, columns j: P(i | j)).
 
     Args:

@@ -138,7 +138,9 @@ class PageActions:
                   'detections listed')
         return dict(panels=panels, labels=labels, rows=rows, status=status)
 
-    def api_detect(self, image: Optional[str], prior: str,
+    def api_detect(self,
+                   image: Optional[str],
+                   prior: str,
                    prior_file: Optional[str] = None,
                    score_thr: float = 0.0) -> Dict[str, Any]:
         """The ``/detect`` endpoint: detections of one image under one
@@ -196,17 +198,21 @@ class PageActions:
         folder = osp.join(self.out_dir, uuid.uuid4().hex[:8])
         path = write_prior(prior, folder)
         figure = difference_figure(prior, self.session.train_prior)
-        return dict(prior=prior, figure=figure, file=path,
-                    status=f'{line}; wrote {osp.basename(path)}')
+        return dict(
+            prior=prior,
+            figure=figure,
+            file=path,
+            status=f'{line}; wrote {osp.basename(path)}')
 
     # site AP --------------------------------------------------------------
-    def site(self,
-             site: str,
-             choice: str,
-             prior_file: Optional[str],
-             edited: Optional[Prior],
-             progress: Optional[Callable[[float, str], None]] = None
-             ) -> Dict[str, Any]:
+    def site(
+        self,
+        site: str,
+        choice: str,
+        prior_file: Optional[str],
+        edited: Optional[Prior],
+        progress: Optional[Callable[[float, str],
+                                    None]] = None) -> Dict[str, Any]:
         """A site's AP under E_t and under the chosen prior.
 
         Returns:
@@ -224,5 +230,8 @@ class PageActions:
                        f'{report["skipped"][0]})')
         if np.isnan(report['ap_train']):
             status += '; no ground truth of the model\'s classes'
-        return dict(figure=ap_figure(report), rows=ap_rows(report),
-                    status=status, report=report)
+        return dict(
+            figure=ap_figure(report),
+            rows=ap_rows(report),
+            status=status,
+            report=report)

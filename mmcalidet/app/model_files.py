@@ -38,8 +38,8 @@ def demo_model(work_dir: str = DEMO_WORK_DIR) -> Tuple[str, str]:
     if not ckpt or not osp.isfile(ckpt):
         found = sorted(
             glob.glob(osp.join(work_dir, 'iter_*.pth')),
-            key=lambda p: int(osp.basename(p)[5:-4]) if osp.basename(p)[
-                5:-4].isdigit() else -1)
+            key=lambda p: int(osp.basename(p)[5:-4])
+            if osp.basename(p)[5:-4].isdigit() else -1)
         ckpt = found[-1] if found else None
     if not configs or ckpt is None:
         raise ValueError(missing)
@@ -177,9 +177,13 @@ def open_actions(config: str,
     cfg = Config.fromfile(config)
     model = init_detector(cfg, checkpoint, device=device)
     root = data_root(cfg)
-    session = PriorSession(model, max_pixels or MAX_PIXELS,
-                           examples=example_images(cfg))
+    session = PriorSession(
+        model, max_pixels or MAX_PIXELS, examples=example_images(cfg))
     for name, path in offered_priors(session.resolve, root).items():
         session.named[name] = session.resolve(path, name=name)
-    return PageActions(session, PanelDrawer(model), out_dir=out_dir,
-                       max_site_images=max_site_images, data_root=root)
+    return PageActions(
+        session,
+        PanelDrawer(model),
+        out_dir=out_dir,
+        max_site_images=max_site_images,
+        data_root=root)

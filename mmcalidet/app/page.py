@@ -30,9 +30,9 @@ def import_gradio() -> Any:
     try:
         import gradio
     except ImportError:
-        raise ImportError('the prior page needs gradio: pip install '
-                          '"mmcalidet[app]" (or bash tools/setup_env.sh)'
-                          ) from None
+        raise ImportError(
+            'the prior page needs gradio: pip install '
+            '"mmcalidet[app]" (or bash tools/setup_env.sh)') from None
     return gradio
 
 
@@ -57,30 +57,45 @@ def build_page(actions: PageActions):
                     'scores move.')
         with gr.Tab('Detect under a prior'):
             with gr.Row():
-                image = gr.Image(type='filepath', sources=['upload'],
-                                 label='Image', elem_id='image', height=320)
+                image = gr.Image(
+                    type='filepath',
+                    sources=['upload'],
+                    label='Image',
+                    elem_id='image',
+                    height=320)
                 with gr.Column():
-                    choice = gr.Dropdown(actions.choices,
-                                         value=actions.default_choice(),
-                                         label='Prior (right panel)',
-                                         elem_id='prior-choice')
-                    prior_file = gr.File(label='Prior JSON (for "uploaded '
-                                         'JSON")', file_types=['.json'],
-                                         elem_id='prior-file')
-                    thr = gr.Slider(0, 1, value=0.3, step=0.01,
-                                    label='Score threshold')
-                    run = gr.Button('Detect', variant='primary',
-                                    elem_id='detect-button')
-            status = gr.Markdown('Upload an image or pick an example.',
-                                 elem_id='status')
+                    choice = gr.Dropdown(
+                        actions.choices,
+                        value=actions.default_choice(),
+                        label='Prior (right panel)',
+                        elem_id='prior-choice')
+                    prior_file = gr.File(
+                        label='Prior JSON (for "uploaded '
+                        'JSON")',
+                        file_types=['.json'],
+                        elem_id='prior-file')
+                    thr = gr.Slider(
+                        0, 1, value=0.3, step=0.01, label='Score threshold')
+                    run = gr.Button(
+                        'Detect', variant='primary', elem_id='detect-button')
+            status = gr.Markdown(
+                'Upload an image or pick an example.', elem_id='status')
             with gr.Row():
-                left = gr.Image(label='E_t', interactive=False,
-                                elem_id='panel-train', format='png')
-                right = gr.Image(label='the prior', interactive=False,
-                                 elem_id='panel-prior', format='png')
-            table = gr.Dataframe(headers=list(CHANGE_COLUMNS),
-                                 label='Detections that changed most',
-                                 elem_id='changes', interactive=False)
+                left = gr.Image(
+                    label='E_t',
+                    interactive=False,
+                    elem_id='panel-train',
+                    format='png')
+                right = gr.Image(
+                    label='the prior',
+                    interactive=False,
+                    elem_id='panel-prior',
+                    format='png')
+            table = gr.Dataframe(
+                headers=list(CHANGE_COLUMNS),
+                label='Detections that changed most',
+                elem_id='changes',
+                interactive=False)
             if session.examples:
                 gr.Examples(session.examples, inputs=image, label='Examples')
 
@@ -112,12 +127,15 @@ def build_page(actions: PageActions):
                 return gr.skip(), error_text(exc)
             return UPLOADED, line
 
-        run.click(on_detect, [image, choice, prior_file, edited, thr],
-                  [left, right, table, status, shown], api_name=False)
-        thr.release(on_threshold, [shown, thr], [left, right, table, status],
-                    api_name=False)
-        prior_file.upload(on_upload, prior_file, [choice, status],
-                          api_name=False)
+        run.click(
+            on_detect, [image, choice, prior_file, edited, thr],
+            [left, right, table, status, shown],
+            api_name=False)
+        thr.release(
+            on_threshold, [shown, thr], [left, right, table, status],
+            api_name=False)
+        prior_file.upload(
+            on_upload, prior_file, [choice, status], api_name=False)
         _edit_tab(gr, actions, choice, prior_file, edited)
         _site_tab(gr, actions, choice, prior_file, edited)
         _api(gr, actions)
@@ -132,28 +150,35 @@ def _edit_tab(gr, actions, choice, prior_file, edited) -> None:
         gr.Markdown('Edits read as `tools/misc/edit_prior.py --set`: '
                     '`i|j=v` sets P(i present | j present) = v, `*` is '
                     'every class. An absent class is `c|*=0`.')
-        base = gr.Dropdown(actions.choices,
-                           value='E_t', label='Start from',
-                           elem_id='edit-base')
+        base = gr.Dropdown(
+            actions.choices,
+            value='E_t',
+            label='Start from',
+            elem_id='edit-base')
         with gr.Row():
             class_i = gr.Dropdown(classes, value=classes[0], label='i')
-            class_j = gr.Dropdown(classes, value=classes[min(1,
-                                                             len(classes) -
-                                                             1)],
-                                  label='given j')
+            class_j = gr.Dropdown(
+                classes,
+                value=classes[min(1,
+                                  len(classes) - 1)],
+                label='given j')
             value = gr.Slider(0, 1, step=0.01, label='P(i | j)')
             add = gr.Button('Add this edit')
-        absent = gr.Dropdown(classes, multiselect=True,
-                             label='Absent at this site')
-        edits = gr.Textbox(lines=4, label='Edits, one per line',
-                           placeholder='e.g. ' + f'{classes[0]}|*=0.9',
-                           elem_id='edits')
+        absent = gr.Dropdown(
+            classes, multiselect=True, label='Absent at this site')
+        edits = gr.Textbox(
+            lines=4,
+            label='Edits, one per line',
+            placeholder='e.g. ' + f'{classes[0]}|*=0.9',
+            elem_id='edits')
         apply = gr.Button('Apply', variant='primary', elem_id='edit-apply')
         edit_status = gr.Markdown(elem_id='edit-status')
         with gr.Row():
             heatmap = gr.Plot(label='E - E_t')
-            download = gr.File(label='The edited prior (JSON)',
-                               elem_id='edited-file', interactive=False)
+            download = gr.File(
+                label='The edited prior (JSON)',
+                elem_id='edited-file',
+                interactive=False)
 
         def on_pair(b, pf, ed, i, j):
             try:
@@ -178,14 +203,17 @@ def _edit_tab(gr, actions, choice, prior_file, edited) -> None:
             return out['prior'], out['figure'], out['file'], out['status']
 
         for source in (class_i, class_j, base):
-            source.change(on_pair, [base, prior_file, edited, class_i,
-                                    class_j], [value, edit_status],
-                          api_name=False)
-        add.click(on_add, [edits, class_i, class_j, value],
-                  [edits, edit_status], api_name=False)
-        apply.click(on_apply, [base, prior_file, edited, edits, absent],
-                    [edited, heatmap, download, edit_status],
-                    api_name=False)
+            source.change(
+                on_pair, [base, prior_file, edited, class_i, class_j],
+                [value, edit_status],
+                api_name=False)
+        add.click(
+            on_add, [edits, class_i, class_j, value], [edits, edit_status],
+            api_name=False)
+        apply.click(
+            on_apply, [base, prior_file, edited, edits, absent],
+            [edited, heatmap, download, edit_status],
+            api_name=False)
 
 
 def _site_tab(gr, actions, choice, prior_file, edited) -> None:
@@ -197,9 +225,12 @@ def _site_tab(gr, actions, choice, prior_file, edited) -> None:
         gr.Markdown('A COCO annotation file (its images beside it or in '
                     '`images/`), or a folder with one, or a folder of YOLO '
                     'labels. The prior is the Detect tab\'s.')
-        site = gr.Dropdown(sites, value=sites[0] if sites else None,
-                           allow_custom_value=True, label='Site',
-                           elem_id='site')
+        site = gr.Dropdown(
+            sites,
+            value=sites[0] if sites else None,
+            allow_custom_value=True,
+            label='Site',
+            elem_id='site')
         run = gr.Button('Evaluate', variant='primary', elem_id='site-run')
         site_status = gr.Markdown(elem_id='site-status')
         chart = gr.Plot(label='AP(prior) - AP(E_t) per class')
@@ -215,8 +246,10 @@ def _site_tab(gr, actions, choice, prior_file, edited) -> None:
                 return gr.skip(), gr.skip(), error_text(exc)
             return out['figure'], out['rows'], out['status']
 
-        run.click(on_site, [site, choice, prior_file, edited],
-                  [chart, table, site_status], api_name=False)
+        run.click(
+            on_site, [site, choice, prior_file, edited],
+            [chart, table, site_status],
+            api_name=False)
 
 
 def _api(gr, actions) -> None:
@@ -235,12 +268,17 @@ def _api(gr, actions) -> None:
         except Exception as exc:
             raise gr.Error(error_text(exc)[len('Error: '):]) from None
 
-    button.click(detect, [image, prior, prior_file, score_thr], result,
-                 api_name=API_NAME)
+    button.click(
+        detect, [image, prior, prior_file, score_thr],
+        result,
+        api_name=API_NAME)
 
 
-def launch_page(page, host: str = '127.0.0.1', port: int = 7860,
-                max_file_size: str = '20mb', block: bool = True):
+def launch_page(page,
+                host: str = '127.0.0.1',
+                port: int = 7860,
+                max_file_size: str = '20mb',
+                block: bool = True):
     """Serve the page offline: no share link, bound to ``host``.
 
     Args:
@@ -256,8 +294,14 @@ def launch_page(page, host: str = '127.0.0.1', port: int = 7860,
     """
     page.queue(default_concurrency_limit=1)
     _, url, _ = page.launch(
-        server_name=host, server_port=port, share=False, inbrowser=False,
-        max_file_size=max_file_size, prevent_thread_lock=not block,
-        show_error=False, quiet=True, ssr_mode=False,
+        server_name=host,
+        server_port=port,
+        share=False,
+        inbrowser=False,
+        max_file_size=max_file_size,
+        prevent_thread_lock=not block,
+        show_error=False,
+        quiet=True,
+        ssr_mode=False,
         footer_links=['api'])
     return url

@@ -40,8 +40,8 @@ def prior_key(prior: Prior) -> str:
     Returns:
         str: a hex digest.
     """
-    digest = hashlib.sha1(np.ascontiguousarray(prior.matrix,
-                                               np.float64).tobytes())
+    digest = hashlib.sha1(
+        np.ascontiguousarray(prior.matrix, np.float64).tobytes())
     if prior.has_support:
         for values in prior.support_pair():
             digest.update(np.ascontiguousarray(values, np.float64).tobytes())
@@ -62,11 +62,13 @@ class PriorSession:
         examples (Sequence[str]): example image files.
     """
 
-    def __init__(self,
-                 model: nn.Module,
-                 max_pixels: int = MAX_PIXELS,
-                 priors: Optional[Dict[str, Any]] = None,
-                 examples: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        max_pixels: int = MAX_PIXELS,
+        priors: Optional[Dict[str, Any]] = None,
+        examples: Sequence[str] = ()
+    ) -> None:
         from ..apis import is_calibratable
         if not is_calibratable(model):
             raise ValueError('the prior page needs a calibratable detector '
@@ -166,7 +168,9 @@ class PriorSession:
             raise ValueError(f'{osp.basename(path)}: {reason}')
         return path
 
-    def detect(self, images: Sequence[str], prior: Prior,
+    def detect(self,
+               images: Sequence[str],
+               prior: Prior,
                progress=None) -> list:
         """Detections of images under a prior.
 

@@ -98,8 +98,9 @@ def load_site(path: str, classes: Sequence[str]):
     # names matched as priors are (up to case and '_' vs ' ')
     spelled = {_loose_name(c): c for c in classes}
     cats = [
-        dict(c, name=spelled.get(_loose_name(str(c.get('name'))),
-                                 c.get('name')))
+        dict(
+            c,
+            name=spelled.get(_loose_name(str(c.get('name'))), c.get('name')))
         for c in data.get('categories') or []
     ]
     listed = {c.get('name') for c in cats}
@@ -150,8 +151,8 @@ def per_class_ap(coco, classes: Sequence[str], img_ids: Sequence[int],
                     bboxes=res.bboxes[keep],
                     scores=res.scores[keep],
                     labels=res.labels[keep] * 0))
-        per_class[name] = CocoEvaluator(coco, [name]).evaluate_ap(
-            img_ids, alone)
+        per_class[name] = CocoEvaluator(coco,
+                                        [name]).evaluate_ap(img_ids, alone)
     return overall, per_class
 
 
@@ -202,8 +203,8 @@ def site_ap(session,
         results.append([pred.pred_instances for pred in preds])
     if progress is not None:
         progress(1.0, 'evaluating')
-    (ap_t, cls_t), (ap_p, cls_p) = (per_class_ap(coco, session.classes,
-                                                 img_ids, r) for r in results)
+    (ap_t, cls_t), (ap_p, cls_p) = (
+        per_class_ap(coco, session.classes, img_ids, r) for r in results)
     return dict(
         num_images=len(files),
         skipped=skipped,
@@ -235,9 +236,11 @@ def ap_figure(report: Dict):
     ax.axhline(0, color='black', linewidth=0.8)
     ax.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
     ax.set_ylabel(f'AP({prior_name}) - AP(E_t)')
-    ax.set_title(f'{report["num_images"]} site images: AP under E_t '
-                 f'{100 * report["ap_train"]:.1f}, under {prior_name} '
-                 f'{100 * report["ap_prior"]:.1f}', fontsize=9)
+    ax.set_title(
+        f'{report["num_images"]} site images: AP under E_t '
+        f'{100 * report["ap_train"]:.1f}, under {prior_name} '
+        f'{100 * report["ap_prior"]:.1f}',
+        fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -245,7 +248,10 @@ def ap_figure(report: Dict):
 def ap_rows(report: Dict) -> List[List]:
     """The per-class table: class, AP under E_t, under the prior, change
     (AP points)."""
-    return [[c, round(100 * t, 2), round(100 * p, 2), round(100 * (p - t), 2)]
+    return [[c,
+             round(100 * t, 2),
+             round(100 * p, 2),
+             round(100 * (p - t), 2)]
             for c, (t, p) in report['per_class'].items()]
 
 
@@ -255,6 +261,4 @@ def default_sites(data_root: Optional[str]) -> List[str]:
     if not data_root:
         return []
     return sorted(
-        glob.glob(
-            osp.join(data_root, 'annotations', 'instances_val_*.json')))
-
+        glob.glob(osp.join(data_root, 'annotations', 'instances_val_*.json')))

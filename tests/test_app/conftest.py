@@ -16,7 +16,10 @@ def app_actions(app_model_files, tmp_path_factory):
     from mmcalidet.app.model_files import open_actions
     config, ckpt = app_model_files
     return open_actions(
-        config, ckpt, 'cpu', max_pixels=4_000_000,
+        config,
+        ckpt,
+        'cpu',
+        max_pixels=4_000_000,
         out_dir=str(tmp_path_factory.mktemp('app_out')))
 
 

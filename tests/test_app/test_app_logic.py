@@ -35,8 +35,10 @@ def test_vprime_is_computed_once_per_prior(app_actions, edited_prior_file):
     edited = session.resolve(edited_prior_file)
     calls, handle = califormer_calls(session)
     try:
-        first = [session.detect([img], p)[0] for p in (
-            session.train_prior, edited, session.train_prior, edited)]
+        first = [
+            session.detect([img], p)[0]
+            for p in (session.train_prior, edited, session.train_prior, edited)
+        ]
     finally:
         handle.remove()
     # at most one pass per prior (none for one already cached), none per
@@ -47,19 +49,20 @@ def test_vprime_is_computed_once_per_prior(app_actions, edited_prior_file):
     # the cached V' gives what a call's own prior computes afresh
     with torch.no_grad():
         direct = inference_detector(session.model, img, prior=edited)
-    np.testing.assert_allclose(first[1].pred_instances.scores.numpy(),
-                               direct.pred_instances.scores.numpy(),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        first[1].pred_instances.scores.numpy(),
+        direct.pred_instances.scores.numpy(),
+        atol=1e-6)
 
 
-def test_the_changed_detections_keep_the_boxes(app_actions,
-                                               edited_prior_file):
+def test_the_changed_detections_keep_the_boxes(app_actions, edited_prior_file):
     session = app_actions.session
     img = session.check_image(coco_mini_val_image())
-    a, b = (session.detect([img], p)[0]
-            for p in (session.train_prior,
-                      session.resolve(edited_prior_file)))
-    boxes = [{tuple(x) for x in p.pred_instances.bboxes.numpy().round(2)}
+    a, b = (
+        session.detect([img], p)[0]
+        for p in (session.train_prior, session.resolve(edited_prior_file)))
+    boxes = [{tuple(x)
+              for x in p.pred_instances.bboxes.numpy().round(2)}
              for p in (a, b)]
     assert boxes[0] == boxes[1]
     rows = changed_detections(a, b, session.classes, 0.3)
@@ -84,8 +87,7 @@ def test_edits_are_edit_prior_py_s_and_drop_a_changed_support(
     sys.argv = [
         'edit_prior.py',
         osp.join(PROJECT_ROOT, 'mmcalidet/data/priors/coco2017_train.json'),
-        '--set', 'person|bicycle=0.95', '--set',
-        'car|*=0', '--out', ref
+        '--set', 'person|bicycle=0.95', '--set', 'car|*=0', '--out', ref
     ]
     try:
         with pytest.raises(SystemExit) as done:
@@ -108,9 +110,8 @@ def test_edits_are_edit_prior_py_s_and_drop_a_changed_support(
     assert (out['prior'].matrix[car, others] == 0).all()
     assert not out['prior'].has_support
     # edits that change nothing keep the prior, its support too
-    same, line = apply_page_edits(base, [
-        f'person|bicycle={float(base.matrix[0, 1])!r}'
-    ])
+    same, line = apply_page_edits(
+        base, [f'person|bicycle={float(base.matrix[0, 1])!r}'])
     assert same is base and 'kept' in line
 
 
@@ -164,8 +165,7 @@ def test_a_site_ap_is_the_library_s(app_actions, tmp_path):
     site = dict(
         coco,
         images=[i for i in coco['images'] if i['id'] in keep],
-        annotations=[a for a in coco['annotations']
-                     if a['image_id'] in keep])
+        annotations=[a for a in coco['annotations'] if a['image_id'] in keep])
     folder = tmp_path / 'site'
     (folder / 'images').mkdir(parents=True)
     for img in site['images']:
@@ -174,13 +174,17 @@ def test_a_site_ap_is_the_library_s(app_actions, tmp_path):
         (folder / 'images' / img['file_name']).symlink_to(src)
     (folder / 'site.json').write_text(json.dumps(site))
     seen = []
-    out = app_actions.site(str(folder), 'E0', None, None,
-                           lambda f, text: seen.append(f))
+    out = app_actions.site(
+        str(folder), 'E0', None, None, lambda f, text: seen.append(f))
     report = out['report']
     assert report['num_images'] == 3 and seen[-1] == 1.0
     assert seen == sorted(seen)
-    present = {c['name'].replace(' ', '_') for c in site['categories']
-               if c['id'] in {a['category_id'] for a in site['annotations']}}
+    present = {
+        c['name'].replace(' ', '_')
+        for c in site['categories']
+        if c['id'] in {a['category_id']
+                       for a in site['annotations']}
+    }
     assert set(report['per_class']) == present
     # the overall AP is the library's, and the mean of the per-class APs
     preds = session.detect(

@@ -8,7 +8,6 @@ import shutil
 import socket
 import time
 
-import numpy as np
 import pytest
 
 from testing.app_model import coco_mini_val_image
@@ -56,9 +55,11 @@ def outside_connections(monkeypatch):
 
 
 def by_box(result: dict) -> dict:
-    return {(tuple(b), c): s
-            for b, c, s in zip(result['bboxes'], result['classes'],
-                               result['scores'])}
+    return {
+        (tuple(b), c): s
+        for b, c, s in zip(result['bboxes'], result['classes'],
+                           result['scores'])
+    }
 
 
 def test_detect_api(served, edited_prior_file, outside_connections):
@@ -72,10 +73,10 @@ def test_detect_api(served, edited_prior_file, outside_connections):
     assert train['prior'] == 'E_t' and len(train['scores']) > 0
     assert all(len(b) == 4 for b in train['bboxes'])
     # the edited prior, uploaded and as a path on the server
-    edited = client.predict(img, 'E_t', handle_file(edited_prior_file), 0.0,
-                            api_name='/detect')
-    on_server = client.predict(img, edited_prior_file, None, 0.0,
-                               api_name='/detect')
+    edited = client.predict(
+        img, 'E_t', handle_file(edited_prior_file), 0.0, api_name='/detect')
+    on_server = client.predict(
+        img, edited_prior_file, None, 0.0, api_name='/detect')
     assert by_box(on_server).keys() == by_box(edited).keys()
     # a DETR: the same boxes (and classes) under both priors, other scores
     a, b = by_box(train), by_box(edited)
@@ -110,7 +111,10 @@ def test_page_in_chromium(served, tmp_path, edited_prior_file):
             executable_path=CHROMIUM,
             headless=True,
             args=list(CHROMIUM_ARGS),
-            viewport={'width': 1280, 'height': 1300})
+            viewport={
+                'width': 1280,
+                'height': 1300
+            })
         page = browser.new_page()
 
         def only_local(route):
@@ -136,8 +140,9 @@ def test_page_in_chromium(served, tmp_path, edited_prior_file):
         rows = page.locator('#changes tbody tr')
         assert rows.count() > 0
         text = status.inner_text()
-        counts = [int(w) for w in text.replace(';', ' ').split()
-                  if w.isdigit()]
+        counts = [
+            int(w) for w in text.replace(';', ' ').split() if w.isdigit()
+        ]
         assert counts[0] > 0 and counts[1] > 0, text
         page.screenshot(path=shot, full_page=True)
         # a broken prior: one error line, and the page still works

@@ -37,27 +37,36 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         'checkpoint', nargs='?', help='its checkpoint (default: the demo\'s)')
     parser.add_argument(
-        '--host', default='127.0.0.1',
+        '--host',
+        default='127.0.0.1',
         help='address to bind (127.0.0.1: this machine only)')
-    parser.add_argument('--port', type=positive_int, default=7860,
-                        help='port (7860)')
+    parser.add_argument(
+        '--port', type=positive_int, default=7860, help='port (7860)')
     parser.add_argument(
         '--device', default=None, help='e.g. cpu, cuda:0 (default: auto)')
     parser.add_argument(
-        '--max-upload-mb', type=positive_int, default=20,
+        '--max-upload-mb',
+        type=positive_int,
+        default=20,
         help='the upload size limit in MB (20)')
     parser.add_argument(
-        '--max-pixels', type=positive_int, default=MAX_PIXELS,
+        '--max-pixels',
+        type=positive_int,
+        default=MAX_PIXELS,
         help=f'refuse images of more pixels ({MAX_PIXELS}, as Pillow\'s)')
     parser.add_argument(
-        '--max-site-images', type=positive_int, default=500,
+        '--max-site-images',
+        type=positive_int,
+        default=500,
         help='evaluate at most this many site images (500)')
     parser.add_argument(
-        '--log-file', default='work_dirs/prior_app/prior_app.log',
+        '--log-file',
+        default='work_dirs/prior_app/prior_app.log',
         help='where the libraries\' output and warnings go '
         '(work_dirs/prior_app/prior_app.log)')
     parser.add_argument(
-        '--demo-work-dir', default=None,
+        '--demo-work-dir',
+        default=None,
         help='where `make demo` trained its CaliDINO (without CONFIG)')
     return parser.parse_args(argv)
 
@@ -78,16 +87,22 @@ def main(argv=None) -> int:
     from mmcalidet.app.model_files import open_actions
     from mmcalidet.utils.log_level import library_output_to
     device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
-    print(f'loading {args.checkpoint} ({device}; log: {args.log_file})',
-          flush=True)
+    print(
+        f'loading {args.checkpoint} ({device}; log: {args.log_file})',
+        flush=True)
     with library_output_to(args.log_file) as console:
         actions = open_actions(args.config, args.checkpoint, device,
                                args.max_pixels, args.max_site_images)
-        print(f'priors: {", ".join(actions.session.named)}', file=console,
-              flush=True)
+        print(
+            f'priors: {", ".join(actions.session.named)}',
+            file=console,
+            flush=True)
         page = build_page(actions)
-        print(f'serving on http://{args.host}:{args.port} (Ctrl+C stops '
-              'it)', file=console, flush=True)
+        print(
+            f'serving on http://{args.host}:{args.port} (Ctrl+C stops '
+            'it)',
+            file=console,
+            flush=True)
         launch_page(page, args.host, args.port, f'{args.max_upload_mb}mb')
     return 0
 
