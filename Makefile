@@ -9,7 +9,7 @@ DATA ?= $(firstword $(wildcard ../shared/datasets $(if $(ORIGIN),$(ORIGIN)/../sh
 OUT ?= outputs/demo
 export MMCALIDET_DATA := $(abspath $(DATA))
 
-.PHONY: env check-data demo stats-demo benchmark test test-fast
+.PHONY: env check-data demo stats-demo benchmark test test-fast app
 
 env:
 	bash tools/setup_env.sh
@@ -33,6 +33,12 @@ demo: env
 	PYTHONPATH=$(CURDIR) $(PY) projects/context_shift/tools/benchmark.py \
 	    --quick --dino-iters 600 --posthoc reweight --out-dir $(OUT) \
 	    $(DEMO_ARGS)
+
+# the prior page on the model `make demo` trained (tools/demo/prior_app.py;
+# APP_ARGS: e.g. APP_ARGS='--port 7861', or CONFIG CHECKPOINT of another
+# model), served on http://127.0.0.1:7860
+app: env
+	PYTHONPATH=$(CURDIR) $(PY) tools/demo/prior_app.py $(APP_ARGS)
 
 # the full-length benchmark (DINO 3000 iterations, 27-45 min on 2 cores,
 # then 10,000 calibrator updates and every table; 65.5 min in all without

@@ -155,6 +155,7 @@ if __name__ == '__main__':
             extras_require={
                 'tests': parse_requirements('tests.txt'),
                 'deploy': parse_requirements('deploy.txt'),
+                'app': parse_requirements('app.txt'),
                 'build': ['Cython>=3.0', 'numpy'],
             },
             license='Apache License 2.0',

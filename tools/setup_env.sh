@@ -552,6 +552,26 @@ if ! have mmengine 0.10.7 || ! have mmdet 3.3.0 || ! have opencv-python 4.14.0.9
     log "installing mmengine, mmdet and runtime requirements"
     install_q -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
 fi
+# 5b. The app extra (gradio, the prior page) and its browser test's driver
+#     (playwright, which drives Debian's chromium: never `playwright
+#     install`); chromium itself from apt where it is missing and apt is ours.
+if ! importable gradio gradio_client playwright; then
+    log "installing the app extra (gradio) and playwright"
+    install_q -r "$ROOT/requirements/app.txt" -r "$ROOT/requirements/tests.txt"
+fi
+if ! command -v chromium >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        log "installing chromium (apt; the prior page's browser test)"
+        if ! { logged apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+                logged apt-get install -y -q chromium; }; then
+            log "chromium was not installed: the prior page's browser" \
+                "test will fail"
+        fi
+    else
+        log "no chromium: the prior page's browser test needs it" \
+            "(apt-get install chromium)"
+    fi
+fi
 # 6. Bytecode for the installed packages (see compile_bytecode).
 compile_bytecode "$PY" "$SITE" "$VENV/.bytecode-stamp" "$CACHE"
 log "environment ready: $VENV"
