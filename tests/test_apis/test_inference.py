@@ -16,6 +16,7 @@ from mmcalidet.apis import (config_classes, inference_detector, init_detector,
 from mmcalidet.priors import (default_prior_path, load_prior, reorder_prior,
                               save_prior)
 from testing import get_config, random_prior
+from testing.tolerances import assert_same_predictions
 
 K = 80
 CLASSES = list(CocoDataset.METAINFO['classes'])
@@ -91,9 +92,11 @@ def test_a_call_prior_applies_to_that_call_only(model, images):
     np.testing.assert_array_equal(model.get_prior(), before)
     assert_same(inference_detector(model, images[0]), default)
     # set_prior changes the default: the same result as the call prior
+    # (the deployed V' and a call's per-sample V' enter the logits by
+    # other kernels: the scores are the same within the tight tolerance)
     model.set_prior(prior)
     try:
-        assert_same(inference_detector(model, images[0]), injected)
+        assert_same_predictions(inference_detector(model, images[0]), injected)
     finally:
         model.set_prior(before)
 
@@ -178,7 +181,7 @@ def test_predictions_equal_with_and_without_the_cached_v(model, images):
         handle.remove()
         model.set_prior(before)
     assert_same(warm[0], cold)
-    assert_same(fresh, cold)
+    assert_same_predictions(fresh, cold)  # a call's V': other kernels
 
 
 def bad_priors(tmp_path):

@@ -11,6 +11,7 @@ import torch
 from mmcalidet.apis import (CaliDetInferencer, inference_detector,
                             init_detector, prior_changes)
 from mmcalidet.priors import default_prior_path, load_prior
+from testing.tolerances import assert_same_predictions
 
 K = 80
 
@@ -85,7 +86,9 @@ def test_a_prior_at_construction_is_the_models_default(config, checkpoint,
         prior='coco2017_val')
     shipped = load_prior(default_prior_path('coco2017_val'))
     np.testing.assert_allclose(site.model.get_prior(), shipped, atol=1e-6)
-    assert_close(
+    # the deployed V' and a call's per-sample V' reach the logits by other
+    # kernels: the scores are the same within the tight tolerance
+    assert_same_predictions(
         predict(site, images[0])[0],
         predict(site, images[0], prior=shipped)[0])
 
