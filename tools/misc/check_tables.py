@@ -17,7 +17,8 @@ images at 128 x 128 on the CPU) it computes, as the tools do
 * the injection table (flip(E_x), E0, E_t, E_v, E_b, E_x; the baseline
   and its post-hoc corrections);
 * the sites table and the sweep table of two sites (the first and the
-  second half of the images, E_site their own statistics);
+  second half of the images; E_site split-half and in-sample, 20
+  bootstrap resamples);
 * a digest of every prediction set the tables scored (detections, the sum
   of their scores, a SHA-256 of boxes, scores and labels): untrained
   detectors score near zero AP, their detections differ where any
@@ -78,6 +79,8 @@ EXTRA_OPTIONS = {
 }
 #: row keys that are timings, not results
 TIMING_KEYS = ('seconds', )
+#: bootstrap resamples of the sites' and sweep's intervals
+RESAMPLES = 20
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -211,12 +214,24 @@ def setup_tables(setup) -> Dict[str, Any]:
     groups = ['a'] * (num // 2) + ['b'] * (num - num // 2)
     priors = site_priors(setup.cache.gt_label_lists(), groups,
                          len(setup.classes))
-    sites = protocol.sites(methods, evaluate, train, groups, priors)
     partitions = {
         site: np.flatnonzero(np.asarray(groups) == site)
         for site in priors
     }
-    sweep = protocol.sweep(methods, setup.evaluator, train, partitions, priors)
+    sites = protocol.sites(
+        methods,
+        setup.evaluator,
+        train,
+        partitions,
+        priors,
+        resamples=RESAMPLES)
+    sweep = protocol.sweep(
+        methods,
+        setup.evaluator,
+        train,
+        partitions,
+        priors,
+        resamples=RESAMPLES)
     return dict(
         methods=[m.name for m in methods],
         images=num,
