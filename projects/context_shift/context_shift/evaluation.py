@@ -143,7 +143,7 @@ def _timed(timings: Dict, key: str, fn, *args, **kwargs):
 def _tables(ctx: _Context, timings: Dict, *, quick: bool, progress: bool,
             fit_labelled, fit_repeats: int, fit_accept: str,
             self_cal_iters: int, score_thr: float, self_cal_radius,
-            online_radius) -> Dict:
+            online_radius, resamples: int) -> Dict:
     """Every table of the benchmark, each one call of
     :mod:`mmcalidet.evaluation.protocol` (the arguments: see
     :func:`evaluate_all`)."""
@@ -166,12 +166,14 @@ def _tables(ctx: _Context, timings: Dict, *, quick: bool, progress: bool,
         progress=progress,
         orders=dict(orders=STANDARD_PRIORS, content_orders=CONTENT_PRIORS))
     tables['sites'] = _timed(timings, 'sites', P.sites, methods, ctx.evaluator,
-                             e_t, parts, ctx.site_prior, ctx.train_shares)
+                             e_t, parts, ctx.site_prior, ctx.train_shares,
+                             resamples=resamples)
     tables['deployment'] = _timed(timings, 'deployment', P.deployment, methods,
                                   ctx.evaluator, e_t, parts, fit_labelled,
                                   fit_repeats, fit_accept, progress)
     tables['sweep'] = _timed(timings, 'sweep', P.sweep, methods, ctx.evaluator,
-                             e_t, parts, ctx.site_prior)
+                             e_t, parts, ctx.site_prior,
+                             resamples=max(1, resamples // 5))
     tables['subsets'] = P.ProtocolTable([], '') if quick else _timed(
         timings,
         'subsets',
@@ -281,7 +283,8 @@ def evaluate_all(trained: Dict,
                  self_cal_radius: Optional[Sequence] = None,
                  online_radius: Optional[Sequence] = None,
                  progress: bool = True,
-                 log_file: Optional[str] = None) -> Dict:
+                 log_file: Optional[str] = None,
+                 resamples: int = 1000) -> Dict:
     """Every table and plot of the benchmark, from one decoder cache per
     detector (all sites' val images), through
     :mod:`mmcalidet.evaluation.protocol`.
@@ -306,6 +309,8 @@ def evaluate_all(trained: Dict,
         progress (bool): show progress bars.
         log_file (str, optional): where what the libraries print while
             the models load goes (default: nowhere).
+        resamples (int): bootstrap resamples of the site table's
+            intervals (the sweep's: a fifth of them).
 
     Returns:
         dict: the rows and markdown of every table, the self-calibration
@@ -329,7 +334,8 @@ def evaluate_all(trained: Dict,
         score_thr=score_thr,
         self_cal_radius=self_cal_radius,
         online_radius=[DEFAULT_TRUST_RADIUS]
-        if online_radius is None else online_radius)
+        if online_radius is None else online_radius,
+        resamples=resamples)
     ctx.remember(False)
     results = _results(tables)
     return dict(

@@ -217,6 +217,12 @@ def _add_row_options(group: argparse._ArgumentGroup) -> None:
         'the default: the low end of its cross-validated gain\'s bootstrap '
         'interval is above 0; "gain": the gain is)')
     group.add_argument(
+        '--bootstrap-resamples',
+        type=positive_int,
+        default=1000,
+        help='paired bootstrap resamples of each site gain\'s 90 %% interval '
+        '(1000; the sweep\'s: a fifth)')
+    group.add_argument(
         '--posthoc',
         nargs='*',
         choices=CORRECTIONS,
@@ -386,7 +392,8 @@ def _evaluate(args, trained: Dict, out_dir: str, meta: Dict, log: str) -> Dict:
         self_cal_radius=args.self_cal_radius,
         online_radius=args.online_radius,
         progress=not args.no_progress,
-        log_file=log)
+        log_file=log,
+        resamples=args.bootstrap_resamples)
 
 
 def calibrator_seeds(args, argv, sched: Dict, work_dir: str, out_dir: str,
