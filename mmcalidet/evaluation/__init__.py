@@ -14,6 +14,9 @@ docs/user_guides/evaluate.md), one module per step:
 * ``partitions``, ``image_labels``: subsets, sites and self-calibration
   subsets, each under E_t and its own statistics --
   :func:`evaluate_partitions`; their labels and groups read from files;
+* ``split_half``: site tables whose statistics come from the site's other
+  half (each half its own AP, the halves' gains averaged, a paired
+  bootstrap interval each) -- :func:`evaluate_site_halves`;
 * ``site_sweep``: a site's prior swept from E_t past its statistics;
 * ``coco``, ``image_matches``, ``bootstrap`` (on ``fast_cocoeval``,
   ``coco_matches``): COCO metrics, per-image matches, paired bootstrap
@@ -45,7 +48,10 @@ from .partitions import (SUBSET_SIZES, calibration_subsets, check_subset_sizes,
 from .report import format_order_verdict, markdown_table, write_report
 from .scoring import Rescorer, is_calibratable
 from .sensitivity import prior_sensitivity
-from .site_sweep import SWEEP_ALPHAS, shrinkage_sweep
+from .site_sweep import SWEEP_ALPHAS, shrinkage_sweep, split_half_sweep
+from .split_half import (IN_SAMPLE, INTERVAL_LEVEL, SPLIT_HALF,
+                         evaluate_site_halves, relation_classes, site_halves,
+                         split_halves)
 from .sweep import (CONTENT_PRIORS, STANDARD_PRIORS, Method, PriorSpec,
                     build_priors, check_expected_order, evaluate_priors)
 
@@ -58,8 +64,10 @@ __all__ = [
     'split_subsets', 'subset_epsilon', 'calibration_subsets',
     'check_subset_sizes', 'evaluate_partitions', 'evaluate_groups',
     'evaluate_subsets', 'site_priors', 'read_image_groups',
-    'read_evaluation_labels', 'SWEEP_ALPHAS', 'shrinkage_sweep', 'METRICS',
-    'CocoEvaluator', 'cache_evaluator', 'coco_evaluator_from_cfg',
+    'read_evaluation_labels', 'SWEEP_ALPHAS', 'shrinkage_sweep',
+    'split_half_sweep', 'IN_SAMPLE', 'SPLIT_HALF', 'INTERVAL_LEVEL',
+    'evaluate_site_halves', 'site_halves', 'split_halves', 'relation_classes',
+    'METRICS', 'CocoEvaluator', 'cache_evaluator', 'coco_evaluator_from_cfg',
     'ImageMatches', 'paired_bootstrap', 'mean_interval', 'CORRECTIONS',
     'CORRECTION_NAMES', 'PriorReweighting', 'CooccurrenceRescoring',
     'build_correction', 'class_frequencies', 'markdown_table', 'write_report',

@@ -110,6 +110,33 @@ class ImageMatches:
             self._detections.append((where, (hit & ~ignore).astype(np.float64),
                                      (~hit & ~ignore).astype(np.float64)))
 
+    def of_categories(self, cat_ids: Sequence[int]) -> 'ImageMatches':
+        """The same matches over some of the categories only (their AP is
+        the mean over those categories, e.g. the classes whose frequency a
+        site keeps).
+
+        Args:
+            cat_ids (Sequence[int]): categories among :attr:`cat_ids`.
+
+        Returns:
+            ImageMatches: a view sharing this one's arrays.
+        """
+        keep = [int(c) for c in cat_ids]
+        unknown = sorted(set(keep) - set(self.cat_ids))
+        if unknown:
+            raise ValueError(f'categories {unknown} are not matched here')
+        rows = [self.cat_ids.index(c) for c in keep]
+        out = object.__new__(ImageMatches)
+        out.__dict__.update({
+            k: v
+            for k, v in self.__dict__.items() if k != '_hits'
+        })
+        out.cat_ids = keep
+        out._detections = [self._detections[r] for r in rows]
+        out._num_gt = self._num_gt[rows] if rows else \
+            np.zeros((0, len(self.img_ids)), np.int64)
+        return out
+
     def ap(self, positions: Optional[Sequence[int]] = None) -> float:
         """Box AP (a fraction) of the images at ``positions`` (indices into
         ``img_ids``, repeats allowed; default each once); ``nan`` without

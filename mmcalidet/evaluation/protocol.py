@@ -34,10 +34,11 @@ from ..calibration import (DEFAULT_ACCEPT, DEFAULT_ETA, DEFAULT_SCORE_THR,
                            self_calibrate_partitions, stream_site)
 from . import report
 from .coco import CocoEvaluator
-from .partitions import SUBSET_SIZES, evaluate_groups, evaluate_subsets
-from .site_sweep import SWEEP_ALPHAS, shrinkage_sweep
-from .sweep import (STANDARD_PRIORS, Method, build_priors,
-                    check_expected_order, evaluate_priors)
+from .partitions import SUBSET_SIZES, evaluate_subsets
+from .site_sweep import SWEEP_ALPHAS, shrinkage_sweep, split_half_sweep
+from .split_half import RESAMPLES, evaluate_site_halves, site_halves
+from .sweep import (STANDARD_PRIORS, Method, build_priors, evaluate_priors,
+                    expected_orders)
 
 #: image indices of each named partition (a site, a subset), table order
 Partitions = Dict[str, np.ndarray]
@@ -66,27 +67,6 @@ def _takes_prior(methods: Sequence[Method]) -> List[Method]:
 
 def _radii(value: Radii) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def expected_orders(rows: Sequence[Dict],
-                    methods: Sequence[Method],
-                    order: Sequence[str] = STANDARD_PRIORS,
-                    tol: float = 0.0) -> Dict[str, Dict]:
-    """:func:`check_expected_order` of each method that takes a prior.
-
-    Args:
-        rows (Sequence[dict]): :func:`evaluate_priors` rows.
-        methods (Sequence[Method]): the methods.
-        order (Sequence[str]): prior keys from worst to best.
-        tol (float): ties up to ``tol`` (AP in [0, 1]).
-
-    Returns:
-        dict: method name -> the order's verdict.
-    """
-    return {
-        m.name: check_expected_order(rows, m.name, order, tol=tol)
-        for m in _takes_prior(methods)
-    }
 
 
 def injection(methods: Sequence[Method],
@@ -136,25 +116,43 @@ def injection(methods: Sequence[Method],
                          dict(extras, specs=specs))
 
 
-def sites(methods: Sequence[Method], evaluate: Callable,
-          train_prior: np.ndarray, groups: Sequence[str],
-          site_priors: Dict[str, np.ndarray]) -> ProtocolTable:
-    """Per deployment site: E_t against the site's own statistics
-    (:func:`evaluate_groups`).
+def sites(methods: Sequence[Method],
+          evaluator: CocoEvaluator,
+          train_prior: np.ndarray,
+          partitions: Partitions,
+          site_priors: Dict[str, np.ndarray],
+          train_shares: Optional[np.ndarray] = None,
+          in_sample: bool = True,
+          resamples: int = RESAMPLES,
+          seed: int = 0) -> ProtocolTable:
+    """Per deployment site: E_t against the site's statistics, split-half
+    (``E_site``: each half under the other half's, with its support) and
+    in-sample (``E_site(in-sample)``), each gain with a 90 % paired
+    bootstrap interval (:func:`evaluate_site_halves`).
 
     Args:
         methods (Sequence[Method]): the detectors.
-        evaluate (callable): ``evaluate(cache, predictions, indices)``.
+        evaluator (CocoEvaluator): the images' annotations.
         train_prior (np.ndarray): E_t.
-        groups (Sequence[str]): the site of each cached image.
-        site_priors (dict): E_site of each site, in table order.
+        partitions (dict): each site's image indices, in table order.
+        site_priors (dict): E_site of each site (all its images).
+        train_shares (np.ndarray, optional): training's class shares (the
+            relation-only gains); ``None``: none.
+        in_sample (bool): also the in-sample rows.
+        resamples (int): bootstrap resamples; seed: their seed.
 
     Returns:
-        ProtocolTable: the rows of :func:`evaluate_groups`.
+        ProtocolTable: the rows; extras: ``means`` (the mean gain over
+        sites, with its interval) and ``summary_md``.
     """
-    rows = evaluate_groups(methods, evaluate, train_prior, groups,
-                           list(site_priors), site_priors)
-    return ProtocolTable(rows, report.site_table(rows))
+    out = evaluate_site_halves(methods, evaluator, train_prior, partitions,
+                               site_priors, train_shares, in_sample, resamples,
+                               seed)
+    return ProtocolTable(
+        out['rows'], report.site_table(out['rows']),
+        dict(
+            means=out['means'],
+            summary_md=report.site_summary_table(out['means'], out['rows'])))
 
 
 def deployment(methods: Sequence[Method],
@@ -215,30 +213,31 @@ def sweep(methods: Sequence[Method],
           train_prior: np.ndarray,
           partitions: Partitions,
           site_priors: Dict[str, np.ndarray],
-          alphas: Sequence[float] = SWEEP_ALPHAS) -> ProtocolTable:
-    """Per site, the dense sweep ``E_t + alpha (E_site - E_t)``
-    (:func:`shrinkage_sweep`): does the detector read the direction of
-    the site's shift?
-
-    Args:
-        methods (Sequence[Method]): the detectors (those without a prior
-            are left out).
-        evaluator (CocoEvaluator): the images' annotations.
-        train_prior (np.ndarray): E_t.
-        partitions (dict): each site's image indices.
-        site_priors (dict): E_site of each site.
-        alphas (Sequence[float]): the points of the sweep.
+          alphas: Sequence[float] = SWEEP_ALPHAS,
+          in_sample: bool = True,
+          resamples: int = RESAMPLES) -> ProtocolTable:
+    """Per site, the dense sweep ``E_t + alpha (E_site - E_t)``: does the
+    detector read the direction of the site's shift? Split-half
+    (``E_site``, :func:`split_half_sweep`) and, with ``in_sample``, on the
+    images E_site was measured on (``E_site(in-sample)``,
+    :func:`shrinkage_sweep`); each gain with its 90 % interval.
 
     Returns:
-        ProtocolTable: a row per (site, method, alpha); the Markdown is
-        pivoted (:func:`~.report.sweep_table`), a column per alpha.
+        ProtocolTable: a row per (site, method, prior, alpha); the Markdown
+        is pivoted (:func:`~.report.sweep_table`), a column per alpha.
     """
-    rows = [
-        dict(row, site=site, method=m.name)
-        for site, idx in partitions.items()
-        for m in _takes_prior(methods) for row in shrinkage_sweep(
-            m.rescorer, evaluator, train_prior, site_priors[site], idx, alphas)
-    ]
+    labels = methods[0].cache.gt_label_lists() if methods else []
+    rows = []
+    for site, idx in partitions.items():
+        halves = site_halves(labels, idx, len(train_prior))
+        for m in _takes_prior(methods):
+            got = split_half_sweep(m.rescorer, evaluator, train_prior, halves,
+                                   alphas, resamples)
+            if in_sample:
+                got = shrinkage_sweep(m.rescorer, evaluator, train_prior,
+                                      site_priors[site], idx, alphas,
+                                      resamples) + got
+            rows += [dict(r, site=site, method=m.name) for r in got]
     return ProtocolTable(rows, report.sweep_markdown(rows, alphas))
 
 

@@ -94,13 +94,51 @@ def _with_metrics(rows: Sequence[Dict], keys: Sequence[Column]) -> str:
         list(keys) + metric_columns() + [('gain_AP', 'AP gain', 'gain')])
 
 
+def fmt_interval(interval: Optional[Sequence[float]],
+                 spec: str = 'gain') -> str:
+    """``[lo, hi]`` of an interval (``-`` without one)."""
+    if interval is None or any(v is None or v != v for v in interval):
+        return '-'
+    return '[' + ', '.join(fmt_value(v, spec) for v in interval) + ']'
+
+
 def site_table(rows: Sequence[Dict]) -> str:
-    """The per-site table: E_t against each site's own statistics."""
-    return _with_metrics(rows, [('site', 'site', ''),
-                                ('num_images', 'images', ''),
-                                ('epsilon', 'epsilon', '.3f'),
-                                ('method', 'method', ''),
-                                ('prior', 'prior', '')])
+    """The per-site table: E_t against each site's own statistics
+    (``E_site``: split-half; ``E_site(in-sample)``: the images the prior
+    was measured on), each gain with its 90 % interval."""
+    return markdown_table(
+        [dict(r, interval=fmt_interval(r.get('interval')))
+         for r in rows], [('site', 'site', ''), ('num_images', 'images', ''),
+                          ('epsilon', 'epsilon', '.3f'),
+                          ('method', 'method', ''), ('prior', 'prior', '')] +
+        metric_columns() + [('gain_AP', 'AP gain', 'gain'),
+                            ('interval', '90 % interval', '')])
+
+
+def site_summary_table(means: Sequence[Dict], rows: Sequence[Dict]) -> str:
+    """The mean gain over sites per (method, prior) and, per split-half
+    row with relation-only classes, the AP gain over those classes."""
+    lines = markdown_table([
+        dict(
+            m, interval=fmt_interval(m['interval']), num_sites=len(m['sites']))
+        for m in means
+    ], [('method', 'method', ''), ('prior', 'prior', ''),
+        ('num_sites', 'sites', ''), ('gain_AP', 'mean AP gain', 'gain'),
+        ('interval', '90 % interval', '')])
+    rel = [
+        dict(
+            r,
+            interval=fmt_interval(r['relation_interval']),
+            classes=', '.join(r['relation_classes']) or '-') for r in rows
+        if 'relation_classes' in r
+    ]
+    if rel:
+        lines += '\n\n' + markdown_table(
+            rel, [('site', 'site', ''), ('method', 'method', ''),
+                  ('classes', 'relation-only classes', ''),
+                  ('relation_gain_AP', 'AP gain over them', 'gain'),
+                  ('interval', '90 % interval', '')])
+    return lines
 
 
 def subset_table(rows: Sequence[Dict]) -> str:
@@ -161,9 +199,10 @@ def deployment_rows(method: str, site: str, num: int, repeats: int,
 
 
 def sweep_table(rows: Sequence[Dict]) -> List[Dict]:
-    """The sweep's rows pivoted: one per (site, method), the AP gain of
-    each alpha as a column ``alpha <a>``, ``AP_E_t`` and ``peak`` (the
-    alpha of the largest AP).
+    """The sweep's rows pivoted: one per (site, method, prior), the AP
+    gain of each alpha as a column ``alpha <a>`` (its interval as
+    ``interval <a>``), ``AP_E_t`` and ``peak`` (the alpha of the largest
+    AP).
 
     Args:
         rows (Sequence[dict]): :func:`~mmcalidet.evaluation.protocol.sweep`
@@ -174,9 +213,13 @@ def sweep_table(rows: Sequence[Dict]) -> List[Dict]:
     """
     table: Dict = {}
     for r in rows:
-        row = table.setdefault((r['site'], r['method']),
-                               dict(site=r['site'], method=r['method']))
+        prior = r.get('prior', '-')
+        row = table.setdefault(
+            (r['site'], r['method'], prior),
+            dict(site=r['site'], method=r['method'], prior=prior))
         row[f'alpha {r["alpha"]:g}'] = r['gain']
+        if r.get('interval') is not None:
+            row[f'interval {r["alpha"]:g}'] = r['interval']
         if r['alpha'] == 0:
             row['AP_E_t'] = r['AP']
         if 'peak' not in row or r['AP'] > row['_best']:
@@ -188,12 +231,23 @@ def sweep_table(rows: Sequence[Dict]) -> List[Dict]:
 
 
 def sweep_markdown(rows: Sequence[Dict], alphas: Sequence[float]) -> str:
-    """The sweep pivoted (:func:`sweep_table`), a column per alpha."""
-    return markdown_table(
-        sweep_table(rows), [('site', 'site', ''), ('method', 'method', ''),
-                            ('AP_E_t', 'AP(E_t)', '.2f')] +
-        [(f'alpha {a:g}', f'alpha {a:g}', '+.2f')
-         for a in alphas] + [('peak', 'peak at alpha', 'g')])
+    """The sweep pivoted (:func:`sweep_table`), a column per alpha (the
+    gain and its 90 % interval)."""
+    cells = []
+    for r in sweep_table(rows):
+        cell = dict(r)
+        for a in alphas:
+            gain = r.get(f'alpha {a:g}')
+            if gain is not None and a != 0:
+                cell[f'alpha {a:g}'] = f'{gain:+.2f} ' + fmt_interval(
+                    r.get(f'interval {a:g}'), '+.2f')
+        cells.append(cell)
+    return markdown_table(cells, [('site', 'site', ''),
+                                  ('method', 'method', ''),
+                                  ('prior', 'prior', ''),
+                                  ('AP_E_t', 'AP(E_t)', '.2f')] +
+                          [(f'alpha {a:g}', f'alpha {a:g}', '+.2f')
+                           for a in alphas] + [('peak', 'peak at alpha', 'g')])
 
 
 def self_calibration_table(rows: Sequence[Dict]) -> str:

@@ -305,3 +305,24 @@ def check_expected_order(rows: Sequence[Dict],
     result['holds'] = not violations
     result['verdict'] = 'holds' if not violations else 'does not hold'
     return result
+
+
+def expected_orders(rows: Sequence[Dict],
+                    methods: Sequence[Method],
+                    order: Sequence[str] = STANDARD_PRIORS,
+                    tol: float = 0.0) -> Dict[str, Dict]:
+    """:func:`check_expected_order` of each method that takes a prior.
+
+    Args:
+        rows (Sequence[dict]): :func:`evaluate_priors` rows.
+        methods (Sequence[Method]): the methods.
+        order (Sequence[str]): prior keys from worst to best.
+        tol (float): ties up to ``tol`` (AP in [0, 1]).
+
+    Returns:
+        dict: method name -> the order's verdict.
+    """
+    return {
+        m.name: check_expected_order(rows, m.name, order, tol=tol)
+        for m in methods if m.takes_prior
+    }

@@ -12,7 +12,7 @@ from mmcalidet.evaluation import (METRICS, SWEEP_ALPHAS, Rescorer,
 from mmcalidet.evaluation import protocol as P
 from mmcalidet.evaluation import report, site_priors
 from mmcalidet.evaluation.sweep import Method
-from mmcalidet.priors import prior_mae
+from mmcalidet.priors import batch_prior, prior_mae
 from testing import known_scores_setup
 
 K = 80
@@ -82,19 +82,45 @@ def test_injection_builds_evaluates_and_orders(setup):
 
 def test_sites_table(setup):
     model, cache, evaluator, method = setup
-    priors, _ = _sites(cache)
+    priors, parts = _sites(cache)
     e_t = model.get_prior()
-    table = P.sites([method], cache_evaluator(evaluator), e_t, GROUPS, priors)
-    assert [(r['site'], r['prior']) for r in table.rows] == [('a', 'E_t'),
-                                                             ('a', 'E_site'),
-                                                             ('b', 'E_t'),
-                                                             ('b', 'E_site')]
+    table = P.sites([method], evaluator, e_t, parts, priors, resamples=20)
+    assert [(r['site'], r['prior'])
+            for r in table.rows] == [('a', 'E_t'), ('a', 'E_site(in-sample)'),
+                                     ('a', 'E_site'), ('b', 'E_t'),
+                                     ('b', 'E_site(in-sample)'),
+                                     ('b', 'E_site')]
     assert table.rows[0]['epsilon'] == pytest.approx(
         prior_mae(priors['a'], e_t))
+    evaluate = cache_evaluator(evaluator)
+    for r in table.rows:
+        idx = parts[r['site']]
+        if r['prior'] == 'E_site(in-sample)':
+            # the site's own statistics on the images they came from
+            own = evaluate(cache,
+                           method.rescorer.predict(priors[r['site']], idx),
+                           idx)
+            assert r['AP'] == own['AP']
+        if r['prior'] == 'E_site':
+            # each of the site's two images under the other's statistics
+            assert [h['num_images'] for h in r['halves']] == [1, 1]
+            labels = cache.gt_label_lists()
+            other = batch_prior(K, [labels[idx[1]]])
+            one = evaluate(cache, method.rescorer.predict(other, idx[:1]),
+                           idx[:1])
+            assert r['halves'][0]['AP'] == pytest.approx(
+                one['AP'], nan_ok=True)
+        if r['prior'] != 'E_t':
+            assert len(r['interval']) == 2
     header = table.markdown.splitlines()[0]
     assert header.startswith('| site | images | epsilon | method | prior |')
-    assert header.endswith('| AP gain |')
-    assert len(_body(table.markdown)) == 4
+    assert header.endswith('| AP gain | 90 % interval |')
+    assert len(_body(table.markdown)) == 6
+    means = table.extras['means']
+    assert [(m['method'], m['prior'])
+            for m in means] == [('CaliDINO', 'E_site(in-sample)'),
+                                ('CaliDINO', 'E_site')]
+    assert 'mean AP gain' in table.extras['summary_md']
 
 
 def test_deployment_table(setup):
@@ -126,18 +152,31 @@ def test_deployment_table(setup):
 def test_sweep_table(setup):
     model, cache, evaluator, method = setup
     priors, parts = _sites(cache)
-    table = P.sweep([method], evaluator, model.get_prior(), parts, priors)
-    assert len(table.rows) == 2 * len(SWEEP_ALPHAS)
+    table = P.sweep([method],
+                    evaluator,
+                    model.get_prior(),
+                    parts,
+                    priors,
+                    resamples=20)
+    # per site, the in-sample sweep and the split-half one
+    assert len(table.rows) == 2 * 2 * len(SWEEP_ALPHAS)
+    assert {r['prior'] for r in table.rows} == {'E_site(in-sample)', 'E_site'}
     pivot = report.sweep_table(table.rows)
-    assert [(r['site'], r['method']) for r in pivot] == [('a', 'CaliDINO'),
-                                                         ('b', 'CaliDINO')]
+    assert [(r['site'], r['method'], r['prior'])
+            for r in pivot] == [('a', 'CaliDINO', 'E_site(in-sample)'),
+                                ('a', 'CaliDINO', 'E_site'),
+                                ('b', 'CaliDINO', 'E_site(in-sample)'),
+                                ('b', 'CaliDINO', 'E_site')]
     at_0 = [r['AP'] for r in table.rows if r['alpha'] == 0]
     assert [r['AP_E_t'] for r in pivot] == at_0
     for r in pivot:
         assert r['alpha 0'] == 0
+    for r in table.rows:
+        lo, hi = r['interval']
+        assert lo <= hi or lo != lo  # nan: no ground truth to resample
     header = table.markdown.splitlines()[0]
     assert 'alpha 1 |' in header and header.endswith('| peak at alpha |')
-    assert len(_body(table.markdown)) == 2
+    assert len(_body(table.markdown)) == 4
 
 
 def test_subsets_table(setup):

@@ -8,9 +8,10 @@ there (E_t, the identity of every correction):
   ``E_t + alpha (E_site - E_t)`` (:data:`ALPHAS`): the co-occurrence
   rescoring (a class's logit moved by the site's relation evidence,
   weighted by the classes this image shows) and the marginal re-weighting
-  (the site's class marginals, whatever the image shows); the best alpha;
-- two oracles fitted on the site's own labelled images and scored on the
-  same images (upper bounds, not deployable):
+  (the site's class marginals, whatever the image shows); the alpha
+  fitted on one half;
+- two oracles fitted on one half of the site's labelled images and scored
+  on the other half (upper bounds, not deployable):
 
   * *per-class bias*: one logit shift per class, chosen by coordinate
     ascent on the site's AP (what a site's class frequencies can give);
@@ -21,7 +22,12 @@ there (E_t, the identity of every correction):
     scaled by the best of :data:`SCALES` on the site's AP (what weighing a
     site's relations by the image can give at most, in this form).
 
-A gain a recipe makes on a site reads against these.
+Split-half, as the benchmark's site tables: each site splits by image
+parity into two halves; what a figure fits (its alpha, an oracle) is
+fitted on one half, with that half's statistics, and scored on the other;
+each half is its own AP and the two directions' gains are averaged, each
+with a 90 % paired bootstrap interval. A gain a recipe makes on a site
+reads against these.
 """
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -108,7 +114,8 @@ def fit_relation(logits: Tensor,
     off = 1 - torch.eye(k, dtype=torch.float64)
     weights = torch.zeros(k, k, dtype=torch.float64, requires_grad=True)
     bias = torch.zeros(k, dtype=torch.float64, requires_grad=True)
-    optim = torch.optim.LBFGS([weights, bias], max_iter=steps,
+    optim = torch.optim.LBFGS([weights, bias],
+                              max_iter=steps,
                               line_search_fn='strong_wolfe')
 
     def closure():
@@ -124,7 +131,8 @@ def fit_relation(logits: Tensor,
     return (weights * off).detach().numpy(), bias.detach().numpy()
 
 
-def fit_bias(ap: Callable[[np.ndarray], float], num_classes: int,
+def fit_bias(ap: Callable[[np.ndarray], float],
+             num_classes: int,
              passes: int = 2) -> tuple:
     """The per-class bias oracle by coordinate ascent on ``ap(bias)``.
 
@@ -149,81 +157,139 @@ def fit_bias(ap: Callable[[np.ndarray], float], num_classes: int,
     return bias, best
 
 
-def site_headroom(plain, corrections: Dict[str, object], evaluate: Callable,
-                  train_prior: np.ndarray, site_prior: np.ndarray,
-                  indices: np.ndarray,
-                  labels: Sequence[np.ndarray]) -> Dict:
-    """The headroom row of one site (AP in points, gains over E_t).
+def _fitted_gain(evaluator, cache, halves, scored, boot: Dict) -> Dict:
+    """The split-half gain of a fitted correction: ``scored(fit, score)``
+    gives the predictions of half ``score`` under what was fitted on half
+    ``fit`` (``None``: E_t, no fit); each half its own AP, the halves'
+    gains averaged, with the paired bootstrap's interval."""
+    from mmcalidet.evaluation.split_half import gain_of
+    img_ids = cache.img_ids()
+    h0, h1 = halves.halves
+    ids = [img_ids[i] for i in np.concatenate([h0, h1])]
+    strata = [np.arange(len(h0)), len(h0) + np.arange(len(h1))]
+    own = evaluator.image_matches(ids, scored(1, 0) + scored(0, 1))
+    base = evaluator.image_matches(ids, scored(None, 0) + scored(None, 1))
+    return gain_of(own, base, strata, **boot)
+
+
+def site_headroom(plain, corrections: Dict[str, object], evaluator,
+                  train_prior: np.ndarray, halves,
+                  labels: Sequence[np.ndarray], boot: Dict) -> Dict:
+    """The headroom row of one site, split-half: everything a figure
+    fits (a correction's alpha, an oracle) is fitted on one half (with
+    that half's statistics) and scored on the other, each half its own AP,
+    the two directions' gains averaged (AP in points, gains over E_t,
+    90 % paired bootstrap intervals).
 
     Args:
         plain (Rescorer): the plain detector's scorer.
         corrections (dict): name -> the post-hoc correction's scorer
             (``'reweight'``, ``'cooccurrence'``).
-        evaluate (callable): ``evaluate(cache, predictions, indices)``.
+        evaluator (CocoEvaluator): the annotations.
         train_prior (np.ndarray): E_t.
-        site_prior (np.ndarray): E_site, the site's own statistics.
-        indices (np.ndarray): the site's cached images.
-        labels (Sequence[np.ndarray]): the classes of each of them.
+        halves (SiteHalves): the site's halves and their statistics.
+        labels (Sequence[np.ndarray]): the classes of every cached image.
+        boot (dict): ``resamples``, ``seed``, ``level`` of the bootstrap.
 
     Returns:
-        dict: ``base`` (AP at E_t); per correction ``<name>`` (the best
-        sweep gain) and ``<name>_alpha``; ``bias`` and ``relation`` (the
-        oracles' gains) and ``relation_scale``.
+        dict: ``base`` (AP at E_t, the halves' mean); per correction
+        ``<name>`` (gain), ``<name>_interval`` and ``<name>_alpha`` (the
+        alpha fitted on each half); ``bias``, ``relation`` (the oracles'
+        gains) with their intervals and ``relation_scale`` (per half).
     """
     from mmcalidet.evaluation.scoring import Rescorer
     from mmcalidet.priors import shrink
+    img_ids = plain.cache.img_ids()
 
-    def ap_of(scorer, prior=None) -> float:
-        preds = scorer.predict(prior, indices)
-        return 100 * evaluate(plain.cache, preds, indices)['AP']
-
-    row = dict(base=ap_of(plain))
-    for name, scorer in corrections.items():
-        gains = {
-            a: ap_of(scorer, shrink(train_prior, site_prior, a)) - row['base']
-            for a in ALPHAS
-        }
-        alpha = max(gains, key=gains.get)
-        row[name], row[f'{name}_alpha'] = gains[alpha], alpha
+    def ap_of(scorer, prior, half) -> float:
+        idx = halves.halves[half]
+        return 100 * evaluator.evaluate_ap([img_ids[i] for i in idx],
+                                           scorer.predict(prior, idx))
 
     def corrected(fn) -> Rescorer:
         return Rescorer(plain.model, plain.cache, fn, plain.batch_size)
 
+    row = dict(base=float(np.mean([ap_of(plain, None, h) for h in (0, 1)])))
+
+    def base_or(fn):
+        return lambda fit, h: plain.predict(None, halves.halves[h]) \
+            if fit is None else fn(fit, h)
+
+    for name, scorer in corrections.items():
+        # alpha fitted on the half whose statistics it shrinks toward
+        alphas = [
+            max(ALPHAS,
+                key=lambda a: ap_of(
+                    scorer, shrink(train_prior, halves.priors[f], a), f))
+            for f in (0, 1)
+        ]
+        res = _fitted_gain(
+            evaluator, plain.cache, halves,
+            base_or(lambda f, h: scorer.predict(
+                shrink(train_prior, halves.priors[f], alphas[f]), halves.
+                halves[h])), boot)
+        row.update({
+            name: res['gain'],
+            f'{name}_interval': res['interval'],
+            f'{name}_alpha': alphas
+        })
     k = plain.num_classes
-    _, bias_ap = fit_bias(
-        lambda b: ap_of(corrected(BiasCorrection(b)), train_prior), k)
-    row['bias'] = bias_ap - row['base']
-    weights, bias = fit_relation(image_logits(plain, indices), labels)
-    scores = {
-        s: ap_of(corrected(RelationCorrection(weights, bias, s)),
-                 train_prior)
-        for s in SCALES
-    }
-    scale = max(scores, key=scores.get)
-    row['relation'], row['relation_scale'] = scores[scale] - row['base'], \
-        scale
+    biases = [
+        fit_bias(lambda b: ap_of(corrected(BiasCorrection(b)), train_prior, f),
+                 k)[0] for f in (0, 1)
+    ]
+    res = _fitted_gain(
+        evaluator, plain.cache, halves,
+        base_or(lambda f, h: corrected(BiasCorrection(biases[f])).predict(
+            train_prior, halves.halves[h])), boot)
+    row.update(bias=res['gain'], bias_interval=res['interval'])
+    fits, scales = [], []
+    for f in (0, 1):
+        idx = halves.halves[f]
+        weights, bias = fit_relation(
+            image_logits(plain, idx), [labels[i] for i in idx])
+        fits.append((weights, bias))
+        scales.append(
+            max(SCALES,
+                key=lambda s: ap_of(
+                    corrected(RelationCorrection(weights, bias, s)),
+                    train_prior, f)))
+    res = _fitted_gain(
+        evaluator, plain.cache, halves,
+        base_or(
+            lambda f, h: corrected(RelationCorrection(*fits[f], scales[
+                f])).predict(train_prior, halves.halves[h])), boot)
+    row.update(
+        relation=res['gain'],
+        relation_interval=res['interval'],
+        relation_scale=scales)
     return row
 
 
-def headroom_rows(setup, groups: List[str], site_prior: Dict[str,
-                                                             np.ndarray],
+def headroom_rows(setup,
+                  groups: List[str],
+                  site_prior: Dict[str, np.ndarray],
                   parts: Dict[str, np.ndarray],
-                  progress: Optional[Callable[[str], None]] = None
-                  ) -> List[Dict]:
-    """One :func:`site_headroom` row per site.
+                  progress: Optional[Callable[[str], None]] = None,
+                  resamples: int = 1000) -> List[Dict]:
+    """One :func:`site_headroom` row per site (split-half).
 
     Args:
         setup (EvalSetup): the plain detector (its first method) and its
             corrections (``posthoc=['reweight', 'cooccurrence']``).
         groups (list[str]): the site of each cached image.
-        site_prior (dict): site -> E_site.
+        site_prior (dict): site -> E_site (all its images: the epsilon
+            column).
         parts (dict): site -> its image indices.
         progress (callable, optional): called with each site's name.
+        resamples (int): bootstrap resamples of each interval.
 
     Returns:
-        list[dict]: ``site`` and the row's figures.
+        list[dict]: ``site``, ``images``, ``epsilon`` and the row's
+        figures.
     """
-    from mmcalidet.evaluation import cache_evaluator
+    from mmcalidet.evaluation.split_half import INTERVAL_LEVEL, site_halves
+    from mmcalidet.priors import prior_mae
     plain = setup.methods[0].rescorer
     if plain.correction is not None or plain.calibratable:
         raise ValueError('the first method must be the plain detector')
@@ -233,13 +299,19 @@ def headroom_rows(setup, groups: List[str], site_prior: Dict[str,
             'cooccurrence' if 'co-occurrence' in method.name else None
         if name is not None:
             corrections[name] = method.rescorer
-    evaluate = cache_evaluator(setup.evaluator)
     labels = plain.cache.gt_label_lists()
+    boot = dict(resamples=resamples, seed=0, level=INTERVAL_LEVEL)
     rows = []
     for site, idx in parts.items():
         if progress is not None:
             progress(site)
-        row = site_headroom(plain, corrections, evaluate, setup.train_prior,
-                            site_prior[site], idx, [labels[i] for i in idx])
-        rows.append(dict(site=site, images=len(idx), **row))
+        halves = site_halves(labels, idx, len(setup.train_prior))
+        row = site_headroom(plain, corrections, setup.evaluator,
+                            setup.train_prior, halves, labels, boot)
+        rows.append(
+            dict(
+                site=site,
+                images=len(idx),
+                epsilon=prior_mae(site_prior[site], setup.train_prior),
+                **row))
     return rows

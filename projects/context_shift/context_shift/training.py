@@ -52,8 +52,7 @@ CACHED_ONLY = {
         baseline=CONFIGS + 'rtmdet_tiny_context-shift.py',
         # the support-aware prior with 10,000 CaliFormer updates at either
         # budget (the project README, "The one-stage calibrator's updates")
-        cached=CONFIGS +
-        'calidet_rtmdet_tiny_context-shift_cached_support.py',
+        cached=CONFIGS + 'calidet_rtmdet_tiny_context-shift_cached_support.py',
         updates=10000,
         cache_dir='dense_cache_train',
         variants=('digits', ),
@@ -760,7 +759,9 @@ def _schedule_options(iters: int, decay: int, interval: int) -> List[str]:
 
 def train_both(args, sched: Dict, work_dir: str) -> Dict:
     """Train the plain detector (DINO or ``--detector``) and its CaliDet
-    twin (see :func:`schedule`)."""
+    twin (see :func:`schedule`); with ``args.calibrator_seed`` (not
+    ``None``), the calibrator under that seed, in ``<calidet
+    folder>_seed<seed>``."""
     configs = detector_configs(args)
     dino_config, calidet_config = configs['baseline'], configs['calidet']
     cached_config = configs['cached']
@@ -771,6 +772,13 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
     # both trainings seeded (before the user's overrides, which may reset
     # it): the same command trains the same models
     seeded = [f'randomness.seed={args.train_seed}']
+    # another calibrator seed (--calibrator-seeds): its own folder, the
+    # same DINO
+    cali_seed = getattr(args, 'calibrator_seed', None)
+    cali_seeded = seeded
+    if cali_seed is not None:
+        cali_dir += f'_seed{cali_seed}'
+        cali_seeded = [f'randomness.seed={cali_seed}']
 
     def training(*a, **kw) -> Training:
         return Training(*a, progress=not args.no_progress, **kw)
@@ -781,7 +789,7 @@ def train_both(args, sched: Dict, work_dir: str) -> Dict:
         'default_hooks.checkpoint.max_keep_ckpts=-1'
     ] + seeded + common
     cali_opts = _schedule_options(sched['calidet'], sched['calidet_decay'],
-                                  sched['calidet']) + seeded
+                                  sched['calidet']) + cali_seeded
     if sched['init'] == 'scratch':
         # the DINO's lr for every part, side by side with the DINO
         cali_opts += [

@@ -113,20 +113,31 @@ def test_benchmark_writes_every_table(bench):
         assert ('DINO + co-occurrence rescoring', prior) in inj
     assert ('DINO', '-') in inj
     assert res['num_images'] == 3 * len(SITES)
-    # per site: CaliDINO under E_t and E_site, epsilon of the site's labels
+    # per site: CaliDINO under E_t, E_site(in-sample) and the split-half
+    # E_site (each half under the other's statistics), each gain with its
+    # interval; epsilon of the site's labels
     cali = [r for r in res['sites'] if r['method'] == 'CaliDINO']
-    assert [(r['site'], r['prior']) for r in cali
-            ] == [(s, p) for s in SITES for p in ('E_t', 'E_site')]
+    assert [(r['site'], r['prior']) for r in cali] == [
+        (s, p) for s in SITES for p in ('E_t', 'E_site(in-sample)', 'E_site')
+    ]
     assert all(r['num_images'] == 3 for r in cali)
+    for r in cali:
+        if r['prior'] == 'E_site':
+            assert [h['num_images'] for h in r['halves']] == [2, 1]
+        if r['prior'] != 'E_t':
+            assert len(r['interval']) == 2
+    assert {(m['method'], m['prior'])
+            for m in res['site_means']} >= {('CaliDINO', 'E_site'),
+                                            ('CaliDINO', 'E_site(in-sample)')}
     # self-calibration: one curve per site and prior-taking method
     assert len(res['self_calibration']) == len(SITES) * 3
     # the deployment rows: per site and method that takes a prior, the raw
     # and the fitted estimate from 2 of the site's 3 images
     takes_prior = {r['method'] for r in res['self_calibration']}
     assert len(res['deployment']) == len(SITES) * len(takes_prior) * 2
-    assert {r['prior'] for r in res['deployment']} == {
-        'E_site(2) raw', 'E_site(2) fitted'
-    }
+    assert {r['prior']
+            for r in res['deployment']
+            } == {'E_site(2) raw', 'E_site(2) fitted'}
     assert all(len(r['gains']) == r['repeats'] for r in res['deployment'])
     assert all(len(c) == 3 for c in res['curves'].values())
     for r in res['self_calibration']:
@@ -140,14 +151,21 @@ def test_benchmark_writes_every_table(bench):
         assert r['gain'] == pytest.approx(curve[-1]['AP'] - curve[0]['AP'])
     # the sweep: per site and prior-taking method, every alpha; alpha 0 is
     # E_t, whose AP the site table has
-    assert len(res['sweep']) == len(SITES) * len(takes_prior) * 6
-    site_ap = {(r['site'], r['method']): r['AP']
-               for r in res['sites'] if r['prior'] == 'E_t'}
+    # (split-half and in-sample)
+    assert len(res['sweep']) == len(SITES) * len(takes_prior) * 6 * 2
+    site_ap = {
+        (r['site'], r['method']): r['AP']
+        for r in res['sites'] if r['prior'] == 'E_t'
+    }
+    half_ap = {
+        (r['site'], r['method']): r['AP_E_t']
+        for r in res['sites'] if r['prior'] == 'E_site'
+    }
     for r in res['sweep']:
         if r['alpha'] == 0:
             assert r['gain'] == 0
-            assert r['AP'] == pytest.approx(
-                100 * site_ap[(r['site'], r['method'])])
+            ap = site_ap if r['prior'] == 'E_site(in-sample)' else half_ap
+            assert r['AP'] == pytest.approx(100 * ap[(r['site'], r['method'])])
     # online self-calibration: per site and prior-taking method, streamed;
     # 3 images per site are fewer than the warm-up, so E_c never moves and
     # the stream scores as E_t does on the same images
@@ -163,8 +181,8 @@ def test_benchmark_writes_every_table(bench):
     assert res['content_orders']['CaliDINO']['order'] == [
         'filled_flip_E_x', 'E_t', 'filled_E_x'
     ]
-    assert any(c.startswith('reads relations, CaliDINO')
-               for c in res['claims'])
+    assert any(
+        c.startswith('reads relations, CaliDINO') for c in res['claims'])
     # the report shows every table and plot the JSON holds
     md = (out / 'results.md').read_text()
     for site in SITES:

@@ -202,11 +202,12 @@ def test_benchmark_writes_every_table(data, detector, tmp_path, run_benchmark):
     assert ap[(reweight, 'E_t')] == pytest.approx(ap[(plain_name, '-')])
     takes_prior = [cali_name, reweight]
     cali = [r for r in res['sites'] if r['method'] == cali_name]
-    assert [(r['site'], r['prior']) for r in cali
-            ] == [(s, p) for s in SITES for p in ('E_t', 'E_site')]
+    assert [(r['site'], r['prior']) for r in cali] == [
+        (s, p) for s in SITES for p in ('E_t', 'E_site(in-sample)', 'E_site')
+    ]
     assert len(res['deployment']) == len(SITES) * len(takes_prior) * 2
     assert {r['method'] for r in res['deployment']} == set(takes_prior)
-    assert len(res['sweep']) == len(SITES) * len(takes_prior) * 6
+    assert len(res['sweep']) == len(SITES) * len(takes_prior) * 6 * 2
     assert len(res['self_calibration']) == len(SITES) * len(takes_prior)
     assert all(r['radius'] == DEFAULT_TRUST_RADIUS
                for r in res['self_calibration'])

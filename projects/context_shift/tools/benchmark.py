@@ -166,8 +166,18 @@ def _add_calibrator_options(group: argparse._ArgumentGroup) -> None:
         'configs/calidet_dino_tiny_context-shift_cached_support.py; on 40 '
         'calidet_dino_tiny_context-shift_many-class_cached.py), e.g. the '
         'presence-trained recipe, calidet_dino_tiny_context-shift_cached.py'
-        ', or the paper\'s, calidet_dino_tiny_context-shift_cached_paper.py'
-        )
+        ', or the paper\'s, calidet_dino_tiny_context-shift_cached_paper.py')
+    group.add_argument(
+        '--calibrator-seeds',
+        type=seed_int,
+        nargs='+',
+        metavar='SEED',
+        help='--calidet-init cached: train the calibrator once per seed on '
+        'the same cached DINO (folders <calidet>_seed<S>; results in '
+        '<out-dir>/seed_<S>) and write seeds.md / seeds.json: each site, '
+        'mean-over-sites and sweep row\'s gain, its mean and range over the '
+        'seeds (e.g. 0 1 2; the data seed, --seed, is another matter: keep '
+        'data seed 1 held out)')
     group.add_argument(
         '--calidet-options',
         nargs='+',
@@ -206,6 +216,12 @@ def _add_row_options(group: argparse._ArgumentGroup) -> None:
         help='deployment rows: when the fitted prior leaves E_t ("interval", '
         'the default: the low end of its cross-validated gain\'s bootstrap '
         'interval is above 0; "gain": the gain is)')
+    group.add_argument(
+        '--bootstrap-resamples',
+        type=positive_int,
+        default=1000,
+        help='paired bootstrap resamples of each site gain\'s 90 %% interval '
+        '(1000; the sweep\'s: a fifth)')
     group.add_argument(
         '--posthoc',
         nargs='*',
@@ -359,12 +375,78 @@ def write_profile(out_dir: str,
     return path
 
 
+def _evaluate(args, trained: Dict, out_dir: str, meta: Dict, log: str) -> Dict:
+    """:func:`evaluate_all` with the benchmark's options."""
+    return evaluate_all(
+        trained,
+        out_dir,
+        meta,
+        data=args.data,
+        posthoc=args.posthoc,
+        quick=args.quick,
+        fit_labelled=args.fit_labelled,
+        fit_repeats=args.fit_repeats,
+        fit_accept=args.fit_accept,
+        self_cal_iters=args.self_cal_iters,
+        score_thr=args.score_thr,
+        self_cal_radius=args.self_cal_radius,
+        online_radius=args.online_radius,
+        progress=not args.no_progress,
+        log_file=log,
+        resamples=args.bootstrap_resamples)
+
+
+def calibrator_seeds(args, argv, sched: Dict, work_dir: str, out_dir: str,
+                     meta: Dict, log: str, start: float) -> int:
+    """``--calibrator-seeds``: per seed, the calibrator trained on the
+    same cached DINO and every table in ``<out-dir>/seed_<S>``; then
+    ``seeds.md`` / ``seeds.json`` in ``<out-dir>``: each row's gain, mean
+    and range over the seeds."""
+    from mmcalidet.evaluation import write_report
+    from projects.context_shift.context_shift.seeds import (seed_markdown,
+                                                            seed_rows)
+    per_seed = {}
+    for seed in args.calibrator_seeds:
+        args.calibrator_seed = seed
+        print(f'[seeds] calibrator seed {seed}', flush=True)
+        trained = train_both(args, sched, work_dir)
+        if args.train_only:
+            continue
+        folder = osp.join(out_dir, f'seed_{seed}')
+        os.makedirs(folder, exist_ok=True)
+        results = _evaluate(args, trained, folder, meta, log)
+        write_results(folder, results, trained, ran_schedule(sched, trained),
+                      argv,
+                      time.perf_counter() - start)
+        per_seed[seed] = results
+    if args.train_only:
+        return 0
+    rows = seed_rows(per_seed)
+    table = seed_markdown(rows, list(per_seed))
+    cmd = ('python projects/context_shift/tools/benchmark.py ' +
+           ' '.join(argv)).strip()
+    paths = write_report(
+        out_dir, 'seeds', 'Calibrator seeds: mean and range of each gain',
+        [(None, f'Command: `{cmd}`; {time.strftime("%Y-%m-%d")}, '
+          f'{os.cpu_count()} CPU cores'), (None, table),
+         (None, 'AP gains (points) of each row under each calibrator seed, '
+          'the same cached DINO and data; per seed, every table in '
+          'seed_<S>/results.md.')],
+        dict(rows=rows, seeds=list(per_seed), command=cmd))
+    print('\n' + table)
+    print(f'\nwrote {paths[0]}')
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     start = time.perf_counter()
     sched = schedule(args)
     detector_configs(args)  # a detector without the asked-for recipe
+    if args.calibrator_seeds and args.calidet_init != 'cached':
+        raise ValueError('--calibrator-seeds: only with --calidet-init cached '
+                         '(the calibrators share the cached DINO)')
     if args.calibrator_config:
         problem = None
         if args.calidet_init != 'cached':
@@ -385,6 +467,9 @@ def main(argv=None) -> int:
     os.makedirs(work_dir, exist_ok=True)
     log = log_to_file(osp.join(work_dir, 'benchmark.log'))
     meta = ensure_data(args)
+    if args.calibrator_seeds:
+        return calibrator_seeds(args, argv, sched, work_dir, out_dir, meta,
+                                log, start)
     started_training = time.perf_counter()
     trained = train_both(args, sched, work_dir)
     if args.train_only:
@@ -397,22 +482,7 @@ def main(argv=None) -> int:
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
         profiler.enable()
-    results = evaluate_all(
-        trained,
-        out_dir,
-        meta,
-        data=args.data,
-        posthoc=args.posthoc,
-        quick=args.quick,
-        fit_labelled=args.fit_labelled,
-        fit_repeats=args.fit_repeats,
-        fit_accept=args.fit_accept,
-        self_cal_iters=args.self_cal_iters,
-        score_thr=args.score_thr,
-        self_cal_radius=args.self_cal_radius,
-        online_radius=args.online_radius,
-        progress=not args.no_progress,
-        log_file=log)
+    results = _evaluate(args, trained, out_dir, meta, log)
     if profiler:
         profiler.disable()
         stages = dict(
@@ -429,6 +499,7 @@ def main(argv=None) -> int:
                          time.perf_counter() - start)
     print('\n' + results['injection_md'] + '\n')
     print(results['sites_md'] + '\n')
+    print(results['site_summary_md'] + '\n')
     if results['deployment_md']:
         print(results['deployment_md'] + '\n')
     print(results['self_calibration_md'] + '\n')

@@ -3,7 +3,9 @@
 predictive value of (prior, what the image shows) pairs
 (:mod:`projects.context_shift.context_shift.evidence_signal`), measured
 with a trained plain DINO's scores on the train images and on the folder's
-val sites. Run from the repository root::
+val sites (split-half: each half's images with the other half's
+statistics; and in-sample, the site's statistics with its own images).
+Run from the repository root::
 
     export PYTHONPATH=$PWD:$PYTHONPATH
     python projects/context_shift/tools/evidence_signal.py \\
@@ -20,8 +22,8 @@ import time
 
 import numpy as np
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__)))))
+ROOT = osp.dirname(
+    osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
@@ -39,13 +41,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='keep the decoder caches here (reused by a later run of this '
         'tool or of the other measurement tool on the same checkpoint)')
     parser.add_argument('--out', required=True, help='the Markdown table')
-    parser.add_argument('--draws', type=int, default=256,
-                        help='pairs drawn per mode')
+    parser.add_argument(
+        '--draws', type=int, default=256, help='pairs drawn per mode')
     parser.add_argument('--seed', type=int, default=0)
     return parser.parse_args(argv)
 
 
-def scores_of(config: str, checkpoint: str, data: str, split_options: dict,
+def scores_of(config: str,
+              checkpoint: str,
+              data: str,
+              split_options: dict,
               cache_dir=None):
     """(best logits (N, K), best scores (N, K), label lists, groups of the
     val split or None) of a split, from the DINO's cached outputs."""
@@ -87,19 +92,24 @@ def training_pairs(labels, num_classes: int, draws: int,
     modes['E_x, its image'] = [(sample_prior(num_classes, labels[k]), [k])
                                for k in picked]
     for n in (4, 32, 256):
-        batches = [rng.choice(num, size=n, replace=False)
-                   for _ in range(draws)]
-        modes[f'E_b({n}), its batch'] = [
-            (batch_prior(num_classes, [labels[k] for k in b]), b)
-            for b in batches
+        batches = [
+            rng.choice(num, size=n, replace=False) for _ in range(draws)
         ]
+        modes[f'E_b({n}), its batch'] = [(batch_prior(num_classes,
+                                                      [labels[k]
+                                                       for k in b]), b)
+                                         for b in batches]
     noisy = add_noise(np.repeat(e_t[None], draws, 0), 0.16, rng)
     modes['E_t + noise, a batch of 4'] = [
         (p, rng.choice(num, size=4, replace=False)) for p in noisy
     ]
-    sites = SimulatedSites(labels, num_classes, kinds=('tilt', 'pairs'),
-                           min_images=1, tilt_fraction=0.15,
-                           pair_strength=16.0)
+    sites = SimulatedSites(
+        labels,
+        num_classes,
+        kinds=('tilt', 'pairs'),
+        min_images=1,
+        tilt_fraction=0.15,
+        pair_strength=16.0)
     tilted = [('tilt', int(s)) for s in rng.integers(2**31, size=draws)]
     modes['tilted site, a random batch of 4 (sim_site)'] = [
         (sites.statistics(key), rng.choice(num, size=4, replace=False))
@@ -125,6 +135,7 @@ def main(argv=None) -> int:
     os.environ.setdefault('MMCALIDET_CS_DATA', osp.abspath(args.data))
     from mmcalidet.evaluation import markdown_table, read_image_groups
     from mmcalidet.evaluation.partitions import group_partitions
+    from mmcalidet.evaluation.split_half import site_halves
     from mmcalidet.priors import batch_prior
     from projects.context_shift.context_shift.evidence_signal import (
         fit_presence, mode_value)
@@ -147,12 +158,15 @@ def main(argv=None) -> int:
     fit = fit_presence(best, present)
     e_t, modes = training_pairs(labels, k, args.draws, rng)
     rows = [
-        dict(mode=name, **mode_value(pairs, best, evidence, present, e_t,
-                                     fit)) for name, pairs in modes.items()
+        dict(
+            mode=name, **mode_value(pairs, best, evidence, present, e_t, fit))
+        for name, pairs in modes.items()
     ]
     print('scoring the val sites ...', flush=True)
-    v_best, v_evidence, v_labels, v_setup = scores_of(
-        args.config, args.checkpoint, args.data, {}, args.cache_dir)
+    v_best, v_evidence, v_labels, v_setup = scores_of(args.config,
+                                                      args.checkpoint,
+                                                      args.data, {},
+                                                      args.cache_dir)
     v_present = np.zeros_like(v_best, dtype=bool)
     for i, lab in enumerate(v_labels):
         v_present[i, np.asarray(lab, dtype=np.int64)] = True
@@ -161,12 +175,24 @@ def main(argv=None) -> int:
         v_setup.cache.img_ids())
     v_fit = fit_presence(v_best, v_present)
     for site, idx in group_partitions(groups).items():
+        # split-half: each half's images, in batches of 4, with the other
+        # half's statistics; in-sample: with the site's own
+        halves = site_halves(v_labels, idx, k)
+        pairs = [(halves.priors[1 - h], part[i:i + 4])
+                 for h, part in enumerate(halves.halves)
+                 for i in range(0, len(part), 4)]
+        rows.append(
+            dict(
+                mode=f'val site {site}, split-half',
+                **mode_value(pairs, v_best, v_evidence, v_present, e_t,
+                             v_fit)))
         prior = batch_prior(k, [v_labels[i] for i in idx])
-        # the site's statistics with its images, in batches of 4
         pairs = [(prior, idx[i:i + 4]) for i in range(0, len(idx), 4)]
-        rows.append(dict(mode=f'val site {site}, its images',
-                         **mode_value(pairs, v_best, v_evidence, v_present,
-                                      e_t, v_fit)))
+        rows.append(
+            dict(
+                mode=f'val site {site}, its images (in-sample)',
+                **mode_value(pairs, v_best, v_evidence, v_present, e_t,
+                             v_fit)))
     table = markdown_table(
         rows, [('mode', 'mode (prior, the images it calibrates)', ''),
                ('pairs', 'pairs', ''), ('beta', 'fitted beta', '.1f'),

@@ -1,8 +1,9 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """The headroom table: per site, what its statistics can pay the plain
 detector (:mod:`projects.context_shift.context_shift.headroom`): the
-co-occurrence rescoring's and the re-weighting's best sweep points and two
-oracles fitted on the site's own labelled images. Run from the repository
+co-occurrence rescoring's and the re-weighting's sweep points and two
+oracles, each fitted on one half of the site's labelled images and scored
+on the other (split-half, with 90 % intervals). Run from the repository
 root, on a benchmark's trained DINO::
 
     export PYTHONPATH=$PWD:$PYTHONPATH
@@ -23,8 +24,8 @@ import platform
 import sys
 import time
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__)))))
+ROOT = osp.dirname(
+    osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
@@ -36,26 +37,47 @@ def parse_args(argv=None) -> argparse.Namespace:
         description='Per-site headroom of the plain detector')
     parser.add_argument('config', help='the plain detector\'s config')
     parser.add_argument('checkpoint', help='its checkpoint')
-    parser.add_argument('--data', required=True,
-                        help='the benchmark data folder (its val sites)')
+    parser.add_argument(
+        '--data',
+        required=True,
+        help='the benchmark data folder (its val sites)')
     parser.add_argument(
         '--cache-dir',
         help='keep the decoder caches here (reused by a later run of this '
         'tool or of the other measurement tool on the same checkpoint)')
-    parser.add_argument('--out', required=True,
-                        help='the Markdown table to write (and .json)')
+    parser.add_argument(
+        '--out', required=True, help='the Markdown table to write (and .json)')
     parser.add_argument('--no-progress', action='store_true')
     return parser.parse_args(argv)
 
 
 COLUMNS = (('site', 'site', ''), ('images', 'images', ''),
-           ('base', 'AP at E_t', '.2f'),
-           ('cooccurrence', 'co-occurrence rescoring, best', '+.2f'),
-           ('cooccurrence_alpha', 'at alpha', '.2f'),
-           ('reweight', 're-weighting, best', '+.2f'),
-           ('reweight_alpha', 'at alpha', '.2f'),
-           ('bias', 'oracle: per-class bias', '+.2f'),
-           ('relation', 'oracle: relation term', '+.2f'))
+           ('epsilon', 'epsilon', '.3f'), ('base', 'AP at E_t', '.2f'),
+           ('cooccurrence', 'co-occurrence rescoring',
+            '+.2f'), ('cooccurrence_interval', '90 % interval',
+                      ''), ('cooccurrence_alpha', 'alpha (fitted per half)',
+                            ''), ('reweight', 're-weighting', '+.2f'),
+           ('reweight_interval', '90 % interval',
+            ''), ('reweight_alpha', 'alpha (fitted per half)',
+                  ''), ('bias', 'oracle: per-class bias',
+                        '+.2f'), ('bias_interval', '90 % interval', ''),
+           ('relation', 'oracle: relation term',
+            '+.2f'), ('relation_interval', '90 % interval', ''))
+
+
+def display_rows(rows):
+    """The rows with their intervals and per-half alphas as text."""
+    from mmcalidet.evaluation.report import fmt_interval
+    out = []
+    for r in rows:
+        d = dict(r)
+        for key, value in r.items():
+            if key.endswith('_interval'):
+                d[key] = fmt_interval(value, '+.2f')
+            elif key.endswith('_alpha'):
+                d[key] = ' / '.join(f'{a:g}' for a in value)
+        out.append(d)
+    return out
 
 
 def main(argv=None) -> int:
@@ -81,15 +103,22 @@ def main(argv=None) -> int:
     groups = read_image_groups(
         osp.join(args.data, 'annotations', 'instances_val.json'),
         cache.img_ids())
-    order = [s for s in SITES if s in set(groups)] + sorted(
-        set(groups) - set(SITES))
+    order = [s for s in SITES if s in set(groups)
+             ] + sorted(set(groups) - set(SITES))
     parts = group_partitions(groups, order)
     priors = site_priors(cache.gt_label_lists(), groups,
                          len(setup.train_prior), order)
     rows = headroom_rows(
-        setup, groups, priors, parts,
+        setup,
+        groups,
+        priors,
+        parts,
         progress=lambda site: print(f'  {site} ...', flush=True))
-    table = markdown_table(rows, COLUMNS)
+    table = markdown_table(display_rows(rows), COLUMNS) + (
+        '\n\nSplit-half: each site split by image parity; what a figure '
+        'fits (alpha, an oracle) is fitted on one half with its statistics '
+        'and scored on the other, each half its own AP, the two gains '
+        'averaged; 90 % paired bootstrap intervals over images.')
     command = 'python projects/context_shift/tools/headroom.py ' + ' '.join(
         sys.argv[1:] if argv is None else argv)
     header = (f'{time.strftime("%Y-%m-%d")}, {platform.machine()} '
