@@ -55,91 +55,104 @@ def build_page(actions: PageActions):
                     'checkpoint\'s prior. A prior reaches only the '
                     'classification: the boxes stay, their classes and '
                     'scores move.')
-        with gr.Tab('Detect under a prior'):
-            with gr.Row():
-                image = gr.Image(
-                    type='filepath',
-                    sources=['upload'],
-                    label='Image',
-                    elem_id='image',
-                    height=320)
-                with gr.Column():
-                    choice = gr.Dropdown(
-                        actions.choices,
-                        value=actions.default_choice(),
-                        label='Prior (right panel)',
-                        elem_id='prior-choice')
-                    prior_file = gr.File(
-                        label='Prior JSON (for "uploaded '
-                        'JSON")',
-                        file_types=['.json'],
-                        elem_id='prior-file')
-                    thr = gr.Slider(
-                        0, 1, value=0.3, step=0.01, label='Score threshold')
-                    run = gr.Button(
-                        'Detect', variant='primary', elem_id='detect-button')
-            status = gr.Markdown(
-                'Upload an image or pick an example.', elem_id='status')
-            with gr.Row():
-                left = gr.Image(
-                    label='E_t',
-                    interactive=False,
-                    elem_id='panel-train',
-                    format='png')
-                right = gr.Image(
-                    label='the prior',
-                    interactive=False,
-                    elem_id='panel-prior',
-                    format='png')
-            table = gr.Dataframe(
-                headers=list(CHANGE_COLUMNS),
-                label='Detections that changed most',
-                elem_id='changes',
-                interactive=False)
-            if session.examples:
-                gr.Examples(session.examples, inputs=image, label='Examples')
-
-        def on_detect(img, ch, pf, ed, t):
-            try:
-                out = actions.detect(img, ch, pf, ed, t)
-            except Exception as exc:  # shown in the page, never raised
-                return gr.skip(), gr.skip(), gr.skip(), error_text(exc), \
-                    gr.skip()
-            return (gr.Image(out['panels'][0], label=out['labels'][0]),
-                    gr.Image(out['panels'][1], label=out['labels'][1]),
-                    out['rows'], out['status'], out)
-
-        def on_threshold(sh, t):
-            if not sh:
-                return gr.skip(), gr.skip(), gr.skip(), gr.skip()
-            try:
-                out = actions.draw(sh, t)
-            except Exception as exc:
-                return gr.skip(), gr.skip(), gr.skip(), error_text(exc)
-            return (gr.Image(out['panels'][0], label=out['labels'][0]),
-                    gr.Image(out['panels'][1], label=out['labels'][1]),
-                    out['rows'], out['status'])
-
-        def on_upload(pf):
-            try:
-                line = actions.check_upload(pf)
-            except Exception as exc:
-                return gr.skip(), error_text(exc)
-            return UPLOADED, line
-
-        run.click(
-            on_detect, [image, choice, prior_file, edited, thr],
-            [left, right, table, status, shown],
-            api_name=False)
-        thr.release(
-            on_threshold, [shown, thr], [left, right, table, status],
-            api_name=False)
-        prior_file.upload(
-            on_upload, prior_file, [choice, status], api_name=False)
+        choice, prior_file = _detect_tab(gr, actions, edited, shown)
         _edit_tab(gr, actions, choice, prior_file, edited)
         _site_tab(gr, actions, choice, prior_file, edited)
         _api(gr, actions)
     return page
+
+
+def _detect_tab(gr, actions, edited, shown):
+    """The Detect tab: an image, a prior, the two panels (E_t and the
+    prior), the score slider and the table of the detections that changed
+    most.
+
+    Returns:
+        tuple: the prior's dropdown and its upload, which the other tabs
+        fill.
+    """
+    session = actions.session
+    with gr.Tab('Detect under a prior'):
+        with gr.Row():
+            image = gr.Image(
+                type='filepath',
+                sources=['upload'],
+                label='Image',
+                elem_id='image',
+                height=320)
+            with gr.Column():
+                choice = gr.Dropdown(
+                    actions.choices,
+                    value=actions.default_choice(),
+                    label='Prior (right panel)',
+                    elem_id='prior-choice')
+                prior_file = gr.File(
+                    label='Prior JSON (for "uploaded '
+                    'JSON")',
+                    file_types=['.json'],
+                    elem_id='prior-file')
+                thr = gr.Slider(
+                    0, 1, value=0.3, step=0.01, label='Score threshold')
+                run = gr.Button(
+                    'Detect', variant='primary', elem_id='detect-button')
+        status = gr.Markdown(
+            'Upload an image or pick an example.', elem_id='status')
+        with gr.Row():
+            left = gr.Image(
+                label='E_t',
+                interactive=False,
+                elem_id='panel-train',
+                format='png')
+            right = gr.Image(
+                label='the prior',
+                interactive=False,
+                elem_id='panel-prior',
+                format='png')
+        table = gr.Dataframe(
+            headers=list(CHANGE_COLUMNS),
+            label='Detections that changed most',
+            elem_id='changes',
+            interactive=False)
+        if session.examples:
+            gr.Examples(session.examples, inputs=image, label='Examples')
+
+    def on_detect(img, ch, pf, ed, t):
+        try:
+            out = actions.detect(img, ch, pf, ed, t)
+        except Exception as exc:  # shown in the page, never raised
+            return gr.skip(), gr.skip(), gr.skip(), error_text(exc), \
+                gr.skip()
+        return (gr.Image(out['panels'][0], label=out['labels'][0]),
+                gr.Image(out['panels'][1], label=out['labels'][1]),
+                out['rows'], out['status'], out)
+
+    def on_threshold(sh, t):
+        if not sh:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        try:
+            out = actions.draw(sh, t)
+        except Exception as exc:
+            return gr.skip(), gr.skip(), gr.skip(), error_text(exc)
+        return (gr.Image(out['panels'][0], label=out['labels'][0]),
+                gr.Image(out['panels'][1],
+                         label=out['labels'][1]), out['rows'], out['status'])
+
+    def on_upload(pf):
+        try:
+            line = actions.check_upload(pf)
+        except Exception as exc:
+            return gr.skip(), error_text(exc)
+        return UPLOADED, line
+
+    run.click(
+        on_detect, [image, choice, prior_file, edited, thr],
+        [left, right, table, status, shown],
+        api_name=False)
+    thr.release(
+        on_threshold, [shown, thr], [left, right, table, status],
+        api_name=False)
+    prior_file.upload(on_upload, prior_file, [choice, status], api_name=False)
+    return choice, prior_file
 
 
 def _edit_tab(gr, actions, choice, prior_file, edited) -> None:
