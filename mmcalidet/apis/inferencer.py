@@ -2,7 +2,7 @@
 """``CaliDetInferencer``: mmdet's ``DetInferencer`` with a prior."""
 import copy
 import os.path as osp
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import mmcv
 import numpy as np
@@ -15,8 +15,8 @@ from ..utils.checkpoint import build_with_checked_checkpoint
 from ..utils.validation import check_float
 from .inference import (attach_call_prior, call_prior_fields, is_calibratable,
                         per_image_priors, resolve_call_priors)
-from .prior_comparison import (count_by_class, describe_changes,
-                               prior_changes, threshold_text)
+from .prior_comparison import (count_by_class, describe_changes, prior_changes,
+                               threshold_text)
 
 
 def fit_text(text: str,

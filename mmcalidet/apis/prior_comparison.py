@@ -52,8 +52,8 @@ def _kept(pred: DetDataSample, score_thr: float) -> tuple:
 
 def box_iou(boxes: np.ndarray, others: np.ndarray) -> np.ndarray:
     """(N, M) IoU of x1 y1 x2 y2 boxes (0 for boxes of no area)."""
-    boxes, others = (np.asarray(b, np.float64).reshape(-1, 4)
-                     for b in (boxes, others))
+    boxes, others = (
+        np.asarray(b, np.float64).reshape(-1, 4) for b in (boxes, others))
     low = np.maximum(boxes[:, None, :2], others[None, :, :2])
     high = np.minimum(boxes[:, None, 2:], others[None, :, 2:])
     inter = np.clip(high - low, 0, None).prod(-1)

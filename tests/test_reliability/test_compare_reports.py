@@ -49,8 +49,10 @@ def test_same_counts_with_another_box_are_a_change():
     assert change['class_name'] == 'bicycle' and change['paired'] == 0
     # a label that moves to another class is two changes
     relabelled = sample([0, 2], [0.9, 0.8])
-    names = {c['class_name'] for c in prior_changes(first, relabelled,
-                                                    CLASSES, 0.3)}
+    names = {
+        c['class_name']
+        for c in prior_changes(first, relabelled, CLASSES, 0.3)
+    }
     assert names == {'bicycle', 'car'}
 
 
