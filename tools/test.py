@@ -80,9 +80,9 @@ def main(argv=None) -> None:
         check_checkpoint_readable(args.checkpoint)
     if args.prior is not None:
         # a bad prior file is refused before the runner makes work_dir
-        from mmcalidet.priors.prior_source import load_prior_source
+        from mmcalidet.priors.prior import Prior
         try:
-            load_prior_source(args.prior)
+            Prior.load(args.prior)
         except ValueError as exc:
             raise tool_error(f'--prior: {exc}')
     cfg = Config.fromfile(args.config)
