@@ -106,9 +106,9 @@ def prior_changes(pred: DetDataSample,
         of one box), ``rescored`` (the pairs whose score moved) and
         ``max_score_change``; the largest change first.
     """
-    check_float('score_thr', score_thr, 0, 1)
     check_float('iou_thr', iou_thr, 0, 1)
     check_float('score_tol', score_tol, 0)
+    check_float('score_thr', score_thr, 0, 1)
     boxes, scores, labels = _kept(pred, score_thr)
     o_boxes, o_scores, o_labels = _kept(other, score_thr)
     changes = []
