@@ -47,7 +47,7 @@ from mmcalidet.decoder_cache import (CacheError, TrunkMismatchError,
                                      check_cache, match_baseline)
 from mmcalidet.engine.run_seed import restore_run_seed
 from mmcalidet.models import NonFiniteError
-from mmcalidet.priors.prior_source import load_prior_source
+from mmcalidet.priors.prior import Prior
 from mmcalidet.utils.checkpoint import name_checkpoint
 from mmcalidet.utils.checkpoint_compat import CheckpointError
 from mmcalidet.utils.cli import run_tool, tool_error
@@ -174,8 +174,7 @@ def check_config_priors(cfg: Config) -> None:
         if classes is None:
             classes = train_classes(cfg) or []
         try:
-            load_prior_source(
-                src, classes=classes or None, num_classes=num_classes)
+            Prior.load(src, classes=classes or None, num_classes=num_classes)
         except ValueError as exc:
             raise ConfigPriorError(f'{where}: {exc}') from exc
 

@@ -2,7 +2,7 @@
 """``CaliDetInferencer``: mmdet's ``DetInferencer`` with a prior."""
 import copy
 import os.path as osp
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import mmcv
 import numpy as np
@@ -15,61 +15,8 @@ from ..utils.checkpoint import build_with_checked_checkpoint
 from ..utils.validation import check_device, check_float
 from .inference import (attach_call_prior, call_prior_fields, is_calibratable,
                         per_image_priors, resolve_call_priors)
-
-
-def count_by_class(pred: DetDataSample, score_thr: float) -> Dict[int, int]:
-    """Detections at or above ``score_thr`` per class index.
-
-    Args:
-        pred (DetDataSample): a prediction with ``pred_instances``.
-        score_thr (float): the score threshold.
-
-    Returns:
-        dict[int, int]: class index -> count (classes with none left out).
-    """
-    instances = pred.pred_instances
-    labels = instances.labels[instances.scores >= score_thr]
-    found, counts = np.unique(labels.cpu().numpy(), return_counts=True)
-    return {int(k): int(n) for k, n in zip(found, counts)}
-
-
-def prior_changes(pred: DetDataSample, other: DetDataSample,
-                  classes: Sequence[str],
-                  score_thr: float) -> List[Dict[str, Any]]:
-    """The classes whose number of detections differs between two
-    predictions of the same image (e.g. under two priors).
-
-    Args:
-        pred (DetDataSample): the first prediction.
-        other (DetDataSample): the second one.
-        classes (Sequence[str]): the class names.
-        score_thr (float): count detections at or above this score.
-
-    Returns:
-        list[dict]: ``dict(class_name, count, other_count)`` for each class
-        whose count differs, the largest change first.
-    """
-    check_float('score_thr', score_thr, 0, 1)
-    first = count_by_class(pred, score_thr)
-    second = count_by_class(other, score_thr)
-    changes = [
-        dict(
-            class_name=classes[k] if k < len(classes) else str(k),
-            count=first.get(k, 0),
-            other_count=second.get(k, 0)) for k in sorted({*first, *second})
-        if first.get(k, 0) != second.get(k, 0)
-    ]
-    changes.sort(key=lambda c: -abs(c['other_count'] - c['count']))
-    return changes
-
-
-def describe_changes(changes: List[Dict[str, Any]], score_thr: float) -> str:
-    """One line for :func:`prior_changes`, e.g. ``'person 3 -> 1'``."""
-    if not changes:
-        return f'same detections per class at score >= {score_thr:.2f}'
-    items = ', '.join(f'{c["class_name"]} {c["count"]} -> '
-                      f'{c["other_count"]}' for c in changes)
-    return f'changed at score >= {score_thr:.2f}: {items}'
+from .prior_comparison import (count_by_class, describe_changes, prior_changes,
+                               threshold_text)
 
 
 def fit_text(text: str,
@@ -139,7 +86,8 @@ def draw_comparison(visualizer, img: np.ndarray, name: str,
     texts, positions, widths = [], [], []
     for k, (title, pred) in enumerate(zip(titles, preds)):
         count = sum(count_by_class(pred, score_thr).values())
-        texts.append(f'{title}: {count} detections >= {score_thr:.2f}')
+        texts.append(f'{title}: {count} detections >= '
+                     f'{threshold_text(score_thr)}')
         positions.append([k * (width + gap) + 4, strip // 2])
         widths.append(width - 8)
     texts.append(footer)
@@ -322,7 +270,8 @@ class CaliDetInferencer(DetInferencer):
             dict: ``inputs`` (the list of inputs, a folder expanded),
             ``predictions`` (a ``(first, second)`` pair of DetDataSample
             per input), ``visualization`` (the side-by-side RGB images),
-            ``changes`` (:func:`prior_changes` per input) and ``files``
+            ``changes`` (:func:`prior_changes` per input: the detections
+            matched by label and box, their scores compared) and ``files``
             (the images written).
         """
         check_float('pred_score_thr', pred_score_thr, 0, 1)
@@ -349,9 +298,11 @@ class CaliDetInferencer(DetInferencer):
                     other) in enumerate(zip(inputs, *preds)):
             img, name = self._load_for_drawing(single_input, index)
             changes = prior_changes(pred, other, classes, pred_score_thr)
+            compared = sum(count_by_class(pred, pred_score_thr).values())
             canvas = self._draw_comparison(
                 img, name, (pred, other), titles,
-                describe_changes(changes, pred_score_thr), pred_score_thr)
+                describe_changes(changes, pred_score_thr, compared),
+                pred_score_thr)
             results['predictions'].append((pred, other))
             results['visualization'].append(canvas)
             results['changes'].append(changes)

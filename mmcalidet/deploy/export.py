@@ -26,7 +26,7 @@ import json
 import os
 import os.path as osp
 import warnings
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -78,6 +78,45 @@ def fold_prior(model: nn.Module, prior) -> nn.Module:
     return folded
 
 
+def pad_size_divisor(model: nn.Module) -> int:
+    """The multiple mmdet's data preprocessor pads a batch to (its
+    ``pad_size_divisor``; 1: no padding)."""
+    preprocessor = getattr(model, 'data_preprocessor', None)
+    return max(int(getattr(preprocessor, 'pad_size_divisor', 1) or 1), 1)
+
+
+def padded_shape(shape: Tuple[int, int], divisor: int) -> Tuple[int, int]:
+    """``(H, W)`` rounded up to multiples of ``divisor``, as mmdet pads."""
+    return tuple(-(-int(v) // divisor) * divisor for v in shape)
+
+
+def padding_problem(model: nn.Module,
+                    input_shape: Tuple[int, int]) -> Optional[str]:
+    """Why a graph of ``input_shape`` would not give what PyTorch gives
+    on the same resized image, or ``None``: mmdet's data preprocessor pads
+    an H x W input to multiples of its ``pad_size_divisor`` (the padding
+    reaches the features, the anchors and a DETR's mask), the graph takes
+    H x W as it is.
+
+    Args:
+        model (nn.Module): the detector.
+        input_shape (tuple[int, int]): ``(H, W)``.
+
+    Returns:
+        str | None: one line naming the shape, the divisor and a shape
+        that works; ``None`` when the divisor divides both.
+    """
+    divisor = pad_size_divisor(model)
+    height, width = (int(v) for v in input_shape)
+    if height % divisor == 0 and width % divisor == 0:
+        return None
+    good = padded_shape((height, width), divisor)
+    return (f'an input of {height} x {width} is not what the model sees: '
+            f'its data_preprocessor pads to multiples of {divisor} '
+            f'(pad_size_divisor), so the graph would differ from PyTorch; '
+            f'export at {good[0]} x {good[1]} (multiples of {divisor})')
+
+
 def export_wrapper(model: nn.Module, input_shape: Tuple[int, int],
                    prior_input: bool, support_input: bool) -> nn.Module:
     """The module :func:`export_onnx` traces for ``model``'s kind of head
@@ -110,7 +149,9 @@ def export_onnx(model: nn.Module,
         str: ``out``.
 
     Raises:
-        ValueError: a prior input asked of a detector without a prior.
+        ValueError: a prior input asked of a detector without a prior, or
+            an ``input_shape`` the model's ``pad_size_divisor`` does not
+            divide (:func:`padding_problem`).
     """
     import onnx
     if prior_input and not hasattr(model, 'resolve_prior'):
@@ -119,6 +160,9 @@ def export_onnx(model: nn.Module,
     if prior_input and getattr(model, 'folded_prior', None) is not None:
         raise ValueError('a folded model has its prior in its weights: '
                          'export it without a prior input')
+    problem = padding_problem(model, input_shape)
+    if problem:
+        raise ValueError(problem)
     model = model.eval()
     height, width = (int(v) for v in input_shape)
     support_input = export_support_input(model, prior_input)

@@ -100,10 +100,12 @@ class OnnxDetector:
         #: the graph also takes the prior's support (experimental)
         self.support_input = bool(self.meta.get('support_input', False))
         self.default_prior = self.default_support = None
+        #: the deployment prior the file stores (``None``: none)
+        self.stored_prior = None
         if self.meta.get('prior') is not None:
             # the deployment prior the file stores, validated as any prior
             from ..priors.prior import Prior
-            stored = Prior(
+            self.stored_prior = stored = Prior(
                 self.meta['prior'],
                 self.classes,
                 self.meta.get('prior_support'),
@@ -115,6 +117,32 @@ class OnnxDetector:
                 self.default_support = tuple(
                     np.asarray(t, dtype=np.float32)
                     for t in stored.support_pair())
+
+    def as_prior(self, prior: Any = None):
+        """A run-time prior as the :class:`~mmcalidet.priors.Prior` that
+        ``set_prior`` takes (matrix, class names and support, in the
+        graph's class order), checked for this graph: what a tool resolves
+        once and passes to every call, so that the support travels.
+
+        Args:
+            prior: see :meth:`resolve`; ``None``: the stored deployment
+                prior (its support included).
+
+        Returns:
+            Prior | None: the prior; ``None`` for a graph that takes no
+            prior (folded, or a plain detector's) given none.
+
+        Raises:
+            ValueError: as :meth:`resolve`.
+        """
+        if not self.prior_input:
+            self.resolve(prior)  # refuses a prior, names why
+            return None
+        if prior is None:
+            return self.stored_prior
+        from ..priors.prior import Prior
+        return Prior.load(
+            prior, classes=self.classes, num_classes=self.num_classes)
 
     def resolve(self, prior: Any = None
                 ) -> Tuple[Optional[np.ndarray], Optional[tuple]]:
@@ -152,12 +180,10 @@ class OnnxDetector:
                     f'{self.meta.get("model", "detector")}, which takes no '
                     'prior: give no --prior (or export a CaliDet detector)')
             return None, None
-        if prior is None:
+        value = self.as_prior(prior)
+        if value is None:  # a graph with a prior input stores one
             return self.default_prior, self.default_support \
                 if self.support_input else None
-        from ..priors.prior import Prior
-        value = Prior.load(
-            prior, classes=self.classes, num_classes=self.num_classes)
         matrix = np.ascontiguousarray(value.matrix, dtype=np.float32)
         support = None
         if self.support_input and value.has_support:
@@ -166,7 +192,10 @@ class OnnxDetector:
         return matrix, support
 
     def resolve_prior(self, prior: Any = None) -> Optional[np.ndarray]:
-        """The matrix of :meth:`resolve`."""
+        """The matrix of :meth:`resolve`, for checks only: a bare matrix
+        given back to the graph carries no support (a tool resolves with
+        :meth:`as_prior`, tests/test_reliability/
+        test_runtime_prior_path.py keeps tools off this)."""
         return self.resolve(prior)[0]
 
     def resolve_support(
@@ -279,14 +308,7 @@ class OnnxDetector:
              support: Optional[tuple] = None) -> tuple:
         """:meth:`run_input` on a checked input and resolved prior (and
         support: ``None`` feeds zeros, no support)."""
-        feeds = {'input': tensor}
-        if self.prior_input:
-            feeds['prior'] = self.default_prior if prior is None else prior
-        if self.support_input:
-            zeros = np.zeros(self.num_classes, dtype=np.float32)
-            feeds['prior_support'], feeds['prior_marginals'] = \
-                support if support is not None else (zeros, zeros)
-        outputs = self.session.run(None, feeds)
+        outputs = self.run_graph(tensor, prior, support)
         if self.meta.get('head') == 'roi':  # a two-stage detector's
             return roi_detections(*outputs, self.meta['postprocess'])
         if self.meta.get('postprocess'):  # a one-stage detector's
@@ -297,6 +319,23 @@ class OnnxDetector:
                 self.meta['postprocess'],
                 score_factors=outputs[2] if len(outputs) > 2 else None)
         return tuple(outputs)
+
+    def run_graph(self,
+                  tensor: np.ndarray,
+                  prior: Optional[np.ndarray] = None,
+                  support: Optional[tuple] = None) -> list:
+        """The graph's outputs as ONNX Runtime gives them, before the
+        runtime's post-processing (a one- or two-stage graph's boxes and
+        scores), for a checked input and a resolved prior (:meth:`resolve`;
+        ``None`` feeds the stored one, no support zeros)."""
+        feeds = {'input': tensor}
+        if self.prior_input:
+            feeds['prior'] = self.default_prior if prior is None else prior
+        if self.support_input:
+            zeros = np.zeros(self.num_classes, dtype=np.float32)
+            feeds['prior_support'], feeds['prior_marginals'] = \
+                support if support is not None else (zeros, zeros)
+        return self.session.run(None, feeds)
 
     def __call__(self,
                  images: Union[ImageLike, Sequence[ImageLike]],

@@ -1,6 +1,7 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """Check an export against PyTorch: the same detections on real images
-under two priors, and priors that move scores, never boxes."""
+under two priors, and priors that move scores, never boxes; a check that
+paired too few detections tries further inputs, then fails."""
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -9,10 +10,16 @@ from mmdet.structures.bbox import bbox_cxcywh_to_xyxy
 from torch import nn
 
 from ..utils.validation import check_float
-from .export import export_wrapper
+from .export import export_wrapper, padding_problem
 from .export_meta import head_kind
 from .export_wrappers import ExportWrapper, input_sample
 from .runtime import OnnxDetector
+from .verify_pairs import (MIN_PAIRED, compare_detections,
+                           pair_dense_detections, pair_rois, report_failures)
+
+#: stands for the trace's own input (all zeros after the normalisation)
+#: among the inputs of :func:`verify_onnx`
+TRACE_INPUT = object()
 
 #: the grey of the images without objects (:func:`synthetic_images`)
 GREY = 128
@@ -113,76 +120,14 @@ def synthetic_images(input_shape: Sequence[int],
     return [grey.astype(np.uint8), noise.astype(np.uint8)]
 
 
-def match_detections(dets: np.ndarray, labels: np.ndarray,
-                     ref_dets: np.ndarray, ref_labels: np.ndarray,
-                     atol: float) -> np.ndarray:
-    """The order of the reference detections that pairs each with an
-    exported one: same label, score and box within ``atol`` (the nearest
-    box first). Detections whose scores tie (a one-stage head scores many
-    locations alike) may come in any order from two sorts; a detection
-    without a partner keeps its place, so the comparison then fails.
-
-    Args:
-        dets (np.ndarray): (N, 5) the export's detections.
-        labels (np.ndarray): (N,) their labels.
-        ref_dets (np.ndarray): (M, 5) PyTorch's.
-        ref_labels (np.ndarray): (M,) their labels.
-        atol (float): the largest box or score difference of a pair.
-
-    Returns:
-        np.ndarray: indices into the reference, one per reference
-        detection.
-    """
-    free = list(range(len(ref_dets)))
-    order = []
-    for det, label in zip(dets, labels):
-        best, best_diff = None, np.inf
-        for j in free:
-            if ref_labels[j] != label or \
-                    abs(ref_dets[j, 4] - det[4]) > atol:
-                continue
-            diff = float(np.abs(ref_dets[j, :4] - det[:4]).max())
-            if diff < best_diff:
-                best, best_diff = j, diff
-        if best is None or best_diff > atol:
-            return np.arange(len(ref_dets))
-        order.append(best)
-        free.remove(best)
-    return np.asarray(order + free, dtype=np.int64)
-
-
-def pair_dense_detections(dets: np.ndarray, labels: np.ndarray,
-                          ref_dets: np.ndarray, ref_labels: np.ndarray,
-                          atol: float, max_per_img: Optional[int]
-                          ) -> Optional[Tuple[np.ndarray, ...]]:
-    """A one-stage detector's detections from the export and PyTorch,
-    paired (:func:`match_detections`). A full list (``max_per_img``)
-    ends among tied scores that either side may have cut differently:
-    the detections scoring within ``atol`` of the lower of the two lists'
-    last scores are left out.
-
-    Returns:
-        tuple | None: ``(dets, labels, ref_dets, ref_labels)`` in paired
-        order, or ``None`` if the numbers of detections differ.
-    """
-    if max_per_img and len(dets) and len(ref_dets) and \
-            max(len(dets), len(ref_dets)) >= max_per_img:
-        floor = max(dets[:, 4].min(), ref_dets[:, 4].min()) + atol
-        keep, ref_keep = dets[:, 4] > floor, ref_dets[:, 4] > floor
-        dets, labels = dets[keep], labels[keep]
-        ref_dets, ref_labels = ref_dets[ref_keep], ref_labels[ref_keep]
-    if len(dets) != len(ref_dets):
-        return None
-    order = match_detections(dets, labels, ref_dets, ref_labels, atol)
-    return dets, labels, ref_dets[order], ref_labels[order]
-
-
 def verify_onnx(onnx_file: str,
                 model: nn.Module,
                 images: Sequence[Any],
                 priors: Sequence[Any] = (None, ),
                 atol: float = 1e-4,
-                synthetic: Optional[bool] = None) -> Dict:
+                synthetic: Optional[bool] = None,
+                min_paired: int = MIN_PAIRED,
+                fallback: Sequence[Any] = ()) -> Dict:
     """Compare an exported graph in ONNX Runtime with the PyTorch model on
     the same inputs.
 
@@ -201,18 +146,34 @@ def verify_onnx(onnx_file: str,
             image without objects and noise) under the first prior, and
             run the graph on a :func:`blank_image`. ``None`` (default):
             for a two-stage graph, whose number of RoIs is the input's.
+        min_paired (int): the fewest detections (over every input and
+            prior) that must be paired with PyTorch's; fewer fails.
+        fallback (Sequence): further images, compared one at a time under
+            every prior while fewer than ``min_paired`` are paired, then
+            the trace's own input (:data:`TRACE_INPUT`).
 
     Returns:
         dict: ``images`` (how many inputs were compared, the synthetic
-        ones included), ``max_box_diff``, ``max_score_diff``,
-        ``labels_equal``, ``boxes_fixed`` (every detection's box is a
-        decoder query's box, whatever the prior), ``score_shift`` (how
-        much the priors moved the scores), ``ok`` and ``failures`` (one
+        and fallback ones included), ``paired`` (the detections paired
+        with PyTorch's, every input and prior), ``paired_per_input``,
+        ``retried`` (the fallback inputs used), ``max_box_diff``,
+        ``max_score_diff``, ``labels_equal``, ``boxes_fixed`` (every
+        detection's box is a decoder query's box, whatever the prior),
+        ``score_shift`` (how much the priors moved the scores),
+        ``padding`` (why the graph's size is not what the model's
+        preprocessor gives, or ``None``), ``ok`` and ``failures`` (one
         line each); a two-stage graph's also ``rois`` (the RoIs its RPN
-        kept on each input compared); with ``synthetic``, ``blank_error``
-        (``None``, or why ONNX Runtime failed on the blank image).
+        kept on each input compared but the trace's, whose constant
+        anchor scores tie) and ``rois_paired`` (those whose boxes ONNX
+        Runtime and PyTorch agree on); with ``synthetic``,
+        ``blank_error`` (``None``, or why ONNX Runtime failed on the blank
+        image).
     """
     check_float('atol', atol, 0)
+    if isinstance(min_paired, bool) or not isinstance(min_paired, int) \
+            or min_paired < 0:
+        raise ValueError(f'min_paired must be an integer >= 0, got '
+                         f'{min_paired!r}')
     detector = OnnxDetector(onnx_file)
     kind = head_kind(model)
     if synthetic is None:
@@ -230,44 +191,77 @@ def verify_onnx(onnx_file: str,
     # input gets zeros (none) for a bare matrix
     resolved = [detector.resolve(p) for p in priors]
     report = dict(
-        images=len(inputs),
+        images=0,
         priors=len(resolved),
+        paired=0,
+        paired_per_input=[],
+        retried=0,
         max_box_diff=0.0,
         max_score_diff=0.0,
         labels_equal=True,
         boxes_fixed=True,
-        score_shift=0.0)
-    device = next(model.parameters()).device
+        score_shift=0.0,
+        padding=padding_problem(model, detector.meta['input_shape']))
     # a one- or two-stage graph: the runtime runs the last NMS, with the
     # head's settings stored in the file
     if kind != 'detr':
         report['counts_equal'] = True
     if kind == 'roi':
-        report['rois'] = []
+        report['rois'], report['rois_paired'] = [], 0
     if synthetic:  # runs and gives well-formed detections, or fails
         report['blank_error'] = run_blank(detector, *resolved[0])
     for image, num_priors in inputs:
-        array, _, _ = detector.preprocess(image)
-        queries = query_boxes(model, torch.from_numpy(array).to(device))
-        if kind == 'roi':  # every RoI's box for each class
-            report['rois'].append(len(queries) // detector.num_classes)
-        scores: List[np.ndarray] = []
-        for matrix, support in resolved[:num_priors]:
-            found = compare_under(report, detector, wrapper, array, queries,
-                                  matrix, support, atol)
-            if found is not None:
-                scores.append(found)
-        for other in scores[1:]:
-            # the best n of each (a one-stage detector keeps as many
-            # detections as pass its thresholds under each prior)
-            n = min(len(other), len(scores[0]))
-            if n:
-                report['score_shift'] = max(
-                    report['score_shift'],
-                    float(np.abs(other[-n:] - scores[0][-n:]).max()))
-    report['failures'] = report_failures(report, atol)
+        compare_input(report, detector, wrapper, image, resolved[:num_priors],
+                      atol)
+    for image in [*fallback, TRACE_INPUT]:
+        if report['paired'] >= min_paired:
+            break
+        report['retried'] += 1
+        compare_input(report, detector, wrapper, image, resolved, atol)
+    report['failures'] = report_failures(report, atol, min_paired)
     report['ok'] = not report['failures']
     return report
+
+
+def compare_input(report: Dict, detector: OnnxDetector,
+                  wrapper: ExportWrapper, image: Any, resolved: Sequence,
+                  atol: float) -> None:
+    """Compare one input (an image, or :data:`TRACE_INPUT`) under each of
+    the ``resolved`` priors ((matrix, support) pairs) and fold it into
+    ``report`` (:func:`verify_onnx`'s)."""
+    model = wrapper.model
+    device = next(model.parameters()).device
+    if image is TRACE_INPUT:
+        array = np.zeros((1, 3, *detector.meta['input_shape']), np.float32)
+    else:
+        array = detector.preprocess(image)[0]
+    queries = query_boxes(model, torch.from_numpy(array).to(device))
+    report['images'] += 1
+    before = report['paired']
+    # every RoI's box for each class; not on the trace's constant input,
+    # whose anchors score alike (two sorts may keep different RoIs)
+    if 'rois' in report and image is not TRACE_INPUT:
+        k = detector.num_classes
+        report['rois'].append(len(queries) // k)
+        boxes = detector.run_graph(array, *resolved[0])[0]
+        report['rois_paired'] += pair_rois(
+            np.asarray(boxes).reshape(-1, k, 4), queries.reshape(-1, k, 4),
+            atol)
+    scores: List[np.ndarray] = []
+    for matrix, support in resolved:
+        found = compare_under(report, detector, wrapper, array, queries,
+                              matrix, support, atol)
+        if found is not None:
+            scores.append(found)
+    report['paired_per_input'].append(report['paired'] - before)
+    for other in scores[1:]:
+        # the best n of each (a one-stage detector keeps as many
+        # detections as pass its thresholds under each prior)
+        n = min(len(other), len(scores[0]))
+        if n:
+            report['score_shift'] = max(
+                report['score_shift'],
+                float(np.abs(other[-n:] - scores[0][-n:]).max()))
 
 
 def compare_under(report: Dict, detector: OnnxDetector,
@@ -291,7 +285,8 @@ def compare_under(report: Dict, detector: OnnxDetector,
 
     Returns:
         np.ndarray | None: the graph's sorted scores, ``None`` when a one-
-        or two-stage graph's detections could not be paired.
+        or two-stage graph's detections could not be paired, or there
+        were none (``report['paired']`` counts the pairs).
     """
     device = next(wrapper.model.parameters()).device
     dets, labels = detector.run_input(array, matrix, support)
@@ -314,8 +309,11 @@ def compare_under(report: Dict, detector: OnnxDetector,
         if paired is None or not len(paired[0]):
             return None
         dets, labels, ref_dets, ref_labels = paired
+    if not len(dets):
+        return None
     compare_detections(report, dets, labels, ref_dets, ref_labels, queries,
                        atol)
+    report['paired'] += len(dets)
     return np.sort(dets[:, 4])
 
 
@@ -343,43 +341,3 @@ def run_blank(detector: OnnxDetector,
         return (f'detections of the shape {dets.shape} with '
                 f'{len(labels)} labels')
     return None
-
-
-def compare_detections(report: Dict, dets: np.ndarray, labels: np.ndarray,
-                       ref_dets: np.ndarray, ref_labels: np.ndarray,
-                       queries: np.ndarray, atol: float) -> None:
-    """Fold one comparison of the export's detections with PyTorch's
-    (paired in order) into ``report``: the largest box and score
-    differences, whether the labels are equal and every box is one of
-    ``queries``."""
-    report['max_box_diff'] = max(
-        report['max_box_diff'],
-        float(np.abs(dets[:, :4] - ref_dets[:, :4]).max()))
-    report['max_score_diff'] = max(
-        report['max_score_diff'],
-        float(np.abs(dets[:, 4] - ref_dets[:, 4]).max()))
-    report['labels_equal'] &= bool(np.array_equal(labels, ref_labels))
-    nearest = np.abs(dets[:, None, :4] - queries[None]).max(-1).min(1)
-    report['boxes_fixed'] &= bool((nearest <= atol).all())
-
-
-def report_failures(report: Dict, atol: float) -> List[str]:
-    """What a verification ``report`` found wrong, one line each."""
-    failures = []
-    if report.get('blank_error'):
-        failures.append('ONNX Runtime fails on a blank image: '
-                        f'{report["blank_error"]}')
-    if not report.get('counts_equal', True):
-        failures.append('the number of detections differs from PyTorch')
-    if report['max_box_diff'] > atol:
-        failures.append(f'boxes differ from PyTorch by up to '
-                        f'{report["max_box_diff"]:.2e} (> {atol:g})')
-    if report['max_score_diff'] > atol:
-        failures.append(f'scores differ from PyTorch by up to '
-                        f'{report["max_score_diff"]:.2e} (> {atol:g})')
-    if not report['labels_equal']:
-        failures.append('labels differ from PyTorch')
-    if not report['boxes_fixed']:
-        failures.append('a prior moved a box (a detection is not a '
-                        'decoder query\'s box)')
-    return failures

@@ -140,7 +140,8 @@ def test_compare_priors_draws_the_two_priors_side_by_side(
     ]
     written = mmcv.imread(result['files'][0], channel_order='rgb')
     np.testing.assert_array_equal(written, canvas)
-    # the classes whose count of detections >= 0.3 differs, counted here
+    # the classes whose count of detections >= 0.3 differs, counted here,
+    # are listed
     changes, = result['changes']
     classes = inferencer.model.dataset_meta['classes']
 
@@ -151,7 +152,11 @@ def test_compare_priors_draws_the_two_priors_side_by_side(
     a, b = counts(first), counts(second)
     expected = [(classes[k], a[k], b[k]) for k in {*a, *b} if a[k] != b[k]]
     assert sorted((c['class_name'], c['count'], c['other_count'])
-                  for c in changes) == sorted(expected)
+                  for c in changes
+                  if c['count'] != c['other_count']) == sorted(expected)
+    # a class of the same count is listed for a box or a score that moved
+    assert all(c['count'] != c['other_count'] or c['paired'] < c['count']
+               or c['rescored'] for c in changes)
     moves = [abs(c['other_count'] - c['count']) for c in changes]
     assert moves == sorted(moves, reverse=True)  # the largest change first
 
@@ -164,21 +169,26 @@ def test_prior_changes_counts_detections_per_class():
 
     def sample(labels, scores):
         pred = DetDataSample()
+        # one box per detection, none overlapping: each is its own
+        boxes = torch.tensor([[10. * i, 0, 10. * i + 5, 5]
+                              for i in range(len(labels))])
         pred.pred_instances = InstanceData(
-            labels=torch.tensor(labels), scores=torch.tensor(scores))
+            labels=torch.tensor(labels),
+            scores=torch.tensor(scores),
+            bboxes=boxes)
         return pred
 
     first = sample([0, 0, 1, 2], [0.9, 0.5, 0.8, 0.1])
     second = sample([0, 1, 1, 2], [0.9, 0.8, 0.4, 0.2])
     changes = prior_changes(first, second, ['person', 'bicycle', 'car'], 0.3)
-    assert changes == [
-        dict(class_name='person', count=2, other_count=1),
-        dict(class_name='bicycle', count=1, other_count=2)
-    ]
+    assert [(c['class_name'], c['count'], c['other_count'], c['paired'])
+            for c in changes] == [('bicycle', 1, 2, 1), ('person', 2, 1, 1)]
+    # the third box is a bicycle in both, its score moved 0.8 -> 0.4
     assert describe_changes(changes, 0.3) == \
-        'changed at score >= 0.30: person 2 -> 1, bicycle 1 -> 2'
+        'changed at score >= 0.3: bicycle 1 -> 2 (1 paired; 1 rescored ' \
+        'by up to 0.4), person 2 -> 1 (1 paired)'
     assert prior_changes(first, first, ['a', 'b', 'c'], 0.3) == []
-    assert 'same detections' in describe_changes([], 0.3)
+    assert 'same 3 detections' in describe_changes([], 0.3, 3)
 
 
 def test_fit_text_shrinks_then_shortens():

@@ -64,7 +64,7 @@ def test_demo_draws_detections_and_a_comparison(checkpoint, tmp_path,
                    site, '--compare-prior', 'coco2017_train', '--out-dir',
                    str(out), '--score-thr', '0.4'))
     assert res.returncode == 0, res.stderr
-    assert f'{IMAGE}: ' in res.stdout and 'detections >= 0.40' in \
+    assert f'{IMAGE}: ' in res.stdout and 'detections >= 0.4;' in \
         res.stdout and 'under --compare-prior' in res.stdout
     image = mmcv.imread(demo_args(checkpoint)[0])
     vis = mmcv.imread(str(out / 'vis' / IMAGE))

@@ -80,11 +80,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def epsilon_only(args) -> int:
-    from mmcalidet.priors.prior_source import load_prior_source
+    import numpy as np
+
+    from mmcalidet.priors.prior import Prior
     label_lists, names, classes = read_evaluation_labels(
         args.labels, args.classes, args.image_list)
     src = args.train_prior or 'coco2017_train'
-    train_prior = load_prior_source(src, classes, len(classes))
+    train_prior = np.array(Prior.load(src, classes, len(classes)).matrix)
     rows = subset_epsilon(
         label_lists,
         train_prior,

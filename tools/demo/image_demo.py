@@ -87,7 +87,8 @@ def main(argv=None) -> int:
     check_device(args.device, '--device')
 
     from mmcalidet.apis import CaliDetInferencer
-    from mmcalidet.apis.inferencer import describe_changes
+    from mmcalidet.apis.prior_comparison import (describe_changes,
+                                                 threshold_text)
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
@@ -123,10 +124,11 @@ def main(argv=None) -> int:
     for k, pred in enumerate(preds):
         name = osp.basename(pred.metainfo.get('img_path') or f'{k:08d}.jpg')
         num = int((pred.pred_instances.scores >= args.score_thr).sum())
-        line = f'{name}: {num} detections >= {args.score_thr:.2f}'
+        line = f'{name}: {num} detections >= ' + threshold_text(
+            args.score_thr)
         if args.compare_prior is not None:
             line += '; under --compare-prior: ' + describe_changes(
-                result['changes'][k], args.score_thr)
+                result['changes'][k], args.score_thr, num)
         print(line)
     written = ['vis', 'preds'] + (['compare'] if args.compare_prior else [])
     return report_written(args.out_dir, written, len(images), skipped)

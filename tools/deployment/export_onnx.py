@@ -17,13 +17,23 @@ input's pixels) and ``labels`` (N), as mmdeploy's detectors do.
 weights: the graph then has ``input`` only and the plain detector's cost.
 A plain DINO or Deformable DETR exports without a prior.
 
+``--shape`` must be a multiple of the model's ``pad_size_divisor`` (mmdet's
+data preprocessor pads its input to one; a graph of another size would not
+give PyTorch's detections): another is refused in one line before anything
+is built; the default, the config's test scale, is rounded up to one.
+
 ``--verify`` runs ONNX Runtime and PyTorch on the same real images (the
-first ``--verify-images`` of the config's test set) under two priors (the
+first ``--verify-images`` of the config's test set, resized to the graph's
+input as ``OnnxDetector`` resizes a user's image) under two priors (the
 deployment prior and ``--verify-prior``, E0 by default): boxes and scores
 must agree within ``--atol`` and every box must be a decoder query's box
-under either prior. A folded graph is compared with the model under the
-prior it folds, as ``set_prior`` gives it (its support included). A failed
-check exits with 1 and keeps the file.
+under either prior. At least ``--min-paired`` detections must be paired
+with PyTorch's (10): while fewer are, it compares on up to
+``EXTRA_IMAGES`` more test images, then on the trace's own input, and
+fails if still fewer (a model that detects nothing compared nothing). A
+folded graph is compared with the model under the prior it folds, as
+``set_prior`` gives it (its support included). A failed check exits with 1
+and keeps the file.
 """
 import argparse
 import contextlib
@@ -37,6 +47,9 @@ from mmengine.config import Config, DictAction
 
 from mmcalidet.utils.cli import (bounded_int, finite_float, positive_int,
                                  run_tool, tool_error)
+
+#: the test images --verify adds while too few detections are paired
+EXTRA_IMAGES = 8
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -52,7 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=bounded_int(32, 4096),
         default=None,
         metavar=('H', 'W'),
-        help='input height and width (default: the config\'s test scale)')
+        help='input height and width, multiples of the model\'s '
+        'pad_size_divisor (default: the config\'s test scale, rounded up '
+        'to them)')
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         '--prior-input',
@@ -77,6 +92,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         '--verify-prior',
         default=None,
         help='the second prior of the check (default: E0, the flat prior)')
+    parser.add_argument(
+        '--min-paired',
+        type=positive_int,
+        default=10,
+        help='fewest detections --verify must pair with PyTorch\'s (10); '
+        f'while fewer are, it adds up to {EXTRA_IMAGES} test images, then '
+        'the trace\'s own input, then fails')
     parser.add_argument(
         '--atol',
         type=finite_float(0.0),
@@ -105,8 +127,37 @@ def test_scale(cfg: Config) -> List[int]:
                      'give --shape H W')
 
 
+def export_shape(cfg: Config, shape) -> List[int]:
+    """``[H, W]`` to export at: ``--shape``, which the model's
+    ``pad_size_divisor`` must divide, or the config's test scale rounded
+    up to its multiples (as mmdet pads).
+
+    Raises:
+        ValueError: a ``--shape`` that is not such a multiple, in one line.
+    """
+    preprocessor = cfg.model.get('data_preprocessor') or {}
+    divisor = max(int(preprocessor.get('pad_size_divisor', 1) or 1), 1)
+    if shape is None:
+        scale = test_scale(cfg)
+        shape = [-(-v // divisor) * divisor for v in scale]
+        if shape != scale:
+            print(f'the test scale {scale[0]} x {scale[1]} rounded up to '
+                  f'{shape[0]} x {shape[1]}, multiples of the model\'s '
+                  f'pad_size_divisor {divisor}')
+        return shape
+    if shape[0] % divisor or shape[1] % divisor:
+        good = [-(-v // divisor) * divisor for v in shape]
+        raise ValueError(
+            f'--shape {shape[0]} {shape[1]}: the model\'s data_preprocessor '
+            f'pads its input to multiples of {divisor} (pad_size_divisor), '
+            'so a graph of this size would not give PyTorch\'s detections; '
+            f'give --shape {good[0]} {good[1]}')
+    return list(shape)
+
+
 def test_images(cfg: Config, num: int) -> List[str]:
-    """The first ``num`` image files of the config's test set."""
+    """The first ``num`` image files of the config's test set (fewer if it
+    has fewer)."""
     from mmdet.registry import DATASETS
     from mmengine.registry import init_default_scope
     init_default_scope(cfg.get('default_scope', 'mmdet'))
@@ -177,7 +228,7 @@ def main(argv=None) -> int:
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
-    shape = list(args.shape) if args.shape else test_scale(cfg)
+    shape = export_shape(cfg, args.shape)
 
     model, reference, second = load_models(cfg, args)
     prior_input = hasattr(model, 'resolve_prior') and args.fold_prior is None
@@ -201,14 +252,28 @@ def main(argv=None) -> int:
         flush=True)
     if not args.verify:
         return 0
-    images = test_images(cfg, args.verify_images)
+    found = test_images(cfg, args.verify_images + EXTRA_IMAGES)
+    images, extra = found[:args.verify_images], found[args.verify_images:]
     priors = [None, second] if prior_input else [None]
     print(
         f'verifying on {len(images)} test image(s) under {len(priors)} '
         'prior(s) ...',
         flush=True)
     report = verify_onnx(
-        args.out, reference, images, priors, atol=args.atol)
+        args.out,
+        reference,
+        images,
+        priors,
+        atol=args.atol,
+        min_paired=args.min_paired,
+        fallback=extra)
+    print(f'  {report["paired"]} detection(s) paired with PyTorch\'s on '
+          f'{report["images"]} input(s)' +
+          (f' ({report["retried"]} added while fewer than '
+           f'{args.min_paired} were paired)' if report['retried'] else ''))
+    if 'rois' in report:
+        print(f'  RoIs: {report["rois_paired"]} of {sum(report["rois"])} '
+              'paired (same box for every class)')
     print(f'  boxes: max |ONNX - PyTorch| {report["max_box_diff"]:.2e} px; '
           f'scores: {report["max_score_diff"]:.2e}; labels equal: '
           f'{report["labels_equal"]}')
@@ -219,7 +284,8 @@ def main(argv=None) -> int:
     if not report['ok']:
         raise tool_error('verification failed: ' +
                          '; '.join(report['failures']) + f' ({args.out} kept)')
-    print('verified: ONNX Runtime agrees with PyTorch')
+    print('verified: ONNX Runtime agrees with PyTorch '
+          f'({report["paired"]} detections paired)')
     return 0
 
 

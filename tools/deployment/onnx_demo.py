@@ -12,8 +12,10 @@ tools/deployment/export_onnx.py (its metadata names the classes, the input
 size and the normalisation: no config is needed). Writes
 ``vis/<image>`` and ``preds/<image>.json`` under ``--out-dir``; with
 ``--compare-prior`` also ``compare/<image>.png``, the two priors side by
-side. Both priors are checked before ONNX Runtime runs; without
-``--prior`` the exported deployment prior applies. Images are checked
+side. Both priors are checked before ONNX Runtime runs, each read once as
+the ``Prior`` that ``set_prior`` takes (a graph with a support input gets
+the support the file records); without ``--prior`` the exported deployment
+prior applies, with its support. Images are checked
 from their header first, as image_demo.py does.
 """
 import argparse
@@ -82,14 +84,17 @@ def main(argv=None) -> int:
     import mmcv
     from mmdet.visualization import DetLocalVisualizer
 
-    from mmcalidet.apis.inferencer import (describe_changes, draw_comparison,
-                                           prior_changes)
+    from mmcalidet.apis.inferencer import draw_comparison
+    from mmcalidet.apis.prior_comparison import (describe_changes,
+                                                 prior_changes, threshold_text)
     from mmcalidet.deploy import OnnxDetector
     detector = OnnxDetector(args.onnx, threads=args.threads)
-    # both priors are checked before anything runs
-    priors = [detector.resolve_prior(args.prior)]
+    # both priors are checked before anything runs, each read once as the
+    # Prior set_prior takes: its support travels to a graph that reads it
+    # (None: the export's stored prior, its support included)
+    priors = [detector.as_prior(args.prior)]
     if args.compare_prior is not None:
-        priors.append(detector.resolve_prior(args.compare_prior))
+        priors.append(detector.as_prior(args.compare_prior))
     classes = detector.classes or [str(k) for k in range(detector.num_classes)]
     visualizer = DetLocalVisualizer(name=f'onnx_demo-{os.getpid()}')
     visualizer.dataset_meta = dict(classes=classes)
@@ -120,11 +125,12 @@ def main(argv=None) -> int:
                          osp.splitext(name)[0] + '.json'), 'w') as f:
             json.dump(detector.to_json(results[0]), f)
         num = int((results[0]['scores'] >= args.score_thr).sum())
-        line = f'{name}: {num} detections >= {args.score_thr:.2f}'
+        line = f'{name}: {num} detections >= ' + threshold_text(
+            args.score_thr)
         if len(samples) == 2:
             changes = prior_changes(samples[0], samples[1], classes,
                                     args.score_thr)
-            footer = describe_changes(changes, args.score_thr)
+            footer = describe_changes(changes, args.score_thr, num)
             canvas = draw_comparison(visualizer, img, name, samples, titles,
                                      footer, args.score_thr)
             mmcv.imwrite(
