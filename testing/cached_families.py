@@ -6,7 +6,6 @@ how to make a small cache of demo images."""
 from types import SimpleNamespace
 from typing import Dict, Optional, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -105,8 +104,8 @@ def small_cache(family: SimpleNamespace,
     Returns:
         DecoderCache: the cache.
     """
-    from mmcalidet.decoder_cache import (DecoderCacheWriter,
-                                         fill_dense_cache, fill_roi_cache)
+    from mmcalidet.decoder_cache import (DecoderCacheWriter, fill_dense_cache,
+                                         fill_roi_cache)
     writer = DecoderCacheWriter(target, fingerprint=dict(test=1))
     if family.kind == 'roi':
         torch.manual_seed(seed)

@@ -138,10 +138,10 @@ def test_the_store_refuses_torn_missing_or_impossible_targets(
     num = 128 if family.kind == 'roi' else 40
     assert item['inputs']['targets'].shape == (num, 4)
     good = np.array(made.targets)
-    for column, value, problem in ((0, family.num_levels, 'a level'),
-                                   (1, K + 1, 'a label'), (2, 2, 'outside'),
-                                   (3, -1, 'negative'),
-                                   (3, np.nan, 'not finite')):
+    problems = [(0, family.num_levels, 'a level'), (1, K + 1, 'a label'),
+                (2, 2, 'outside'), (3, -1, 'negative'),
+                (3, np.nan, 'not finite')]
+    for column, value, problem in problems:
         bad = good.copy()
         bad[1, 3, column] = value
         np.save(osp.join(folder, 'targets.npy'), bad)
@@ -181,10 +181,10 @@ def test_cached_loss_is_the_head_loss_on_all_locations(family, answering):
     if family.name == 'rtmdet':
         with torch.no_grad():  # 16 x 16 px boxes: quality targets past 1
             for reg, stride in zip(head.rtm_reg, (8, 16, 32)):
+                size = 8 / stride
                 reg.weight.zero_()
                 reg.bias.fill_(
-                    float(np.log(8 /
-                                 stride)) if head.exp_on_reg else 8 / stride)
+                    float(np.log(size)) if head.exp_on_reg else size)
     model.set_prior(random_prior(3))
     labels = LABELS[2:]
     made = small_cache(
@@ -235,8 +235,7 @@ def test_zero_v_prime_gives_the_baselines_logits(family, model, baseline):
     with torch.no_grad(), DENSE.recording_calls(plain) as calls:
         scores = forward(plain, baseline.extract_feat(data['inputs']))[0]
         scores = torch.cat([s.flatten(2) for s in scores], 2)[0].t()
-        flat = torch.cat([location_features(conv, x) for x, _ in calls],
-                         1)[0]
+        flat = torch.cat([location_features(conv, x) for x, _ in calls], 1)[0]
         inputs = batch_inputs(made)
         cali = head.get_cali_vectors(
             torch.as_tensor(random_prior(4), dtype=torch.float32))
@@ -272,9 +271,9 @@ def test_gradients_reach_the_calibrator_only(family, cache, train_cls):
     califormer = f'{family.head}.califormer'
     assert with_grad == ({califormer, f'{family.head}.{family.cls}'}
                          if train_cls else {califormer})
+    cls_modules = {f'{family.head}.{m}' for m in family.cls_modules}
     assert set(model.calibrator_modules()) == {califormer} | (
-        {f'{family.head}.{m}'
-         for m in family.cls_modules} if train_cls else set())
+        cls_modules if train_cls else set())
 
 
 @families()
@@ -313,8 +312,8 @@ def test_the_calibrator_config_builds_the_written_out_twin(family, model):
     assert type(model).__name__ == family.detector
     assert type(model).__qualname__ == f'Cached{family.detector}'
     assert model.cache_kind() == family.kind
-    assert model.cache_width() == feature_width(
-        family, calibrated_head(model, family))
+    assert model.cache_width() == feature_width(family,
+                                                calibrated_head(model, family))
     assert cfg.model.data_preprocessor.type == 'DecoderCachePreprocessor'
     dataset = cfg.train_dataloader.dataset
     assert dataset.type == 'DecoderCacheDataset'
@@ -378,9 +377,8 @@ def test_tools_train_runs_the_cached_config(family, checkpoint, tmp_path):
 
 @pytest.mark.slow
 @families(*TOOL_FAMILIES)
-def test_the_cache_tool_makes_and_checks_a_cache(family, checkpoint,
-                                                 tmp_path, capsys,
-                                                 monkeypatch):
+def test_the_cache_tool_makes_and_checks_a_cache(family, checkpoint, tmp_path,
+                                                 capsys, monkeypatch):
     monkeypatch.setenv('MMCALIDET_DATA', data_root())
     main = runpy.run_path(
         osp.join(PROJECT_ROOT,
@@ -449,8 +447,8 @@ def test_the_cache_holds_the_sampled_rois(family, baseline):
 
 
 @families('faster_rcnn')
-def test_a_roi_cache_needs_its_counts_and_a_known_kind(
-        family, baseline, tmp_path):
+def test_a_roi_cache_needs_its_counts_and_a_known_kind(family, baseline,
+                                                       tmp_path):
     folder = str(tmp_path / 'cache')
     small_cache(family, baseline, labels=LABELS[:1], target=folder)
     path = osp.join(folder, 'meta.json')
