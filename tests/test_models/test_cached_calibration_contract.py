@@ -138,14 +138,16 @@ def test_the_store_refuses_torn_missing_or_impossible_targets(
     num = 128 if family.kind == 'roi' else 40
     assert item['inputs']['targets'].shape == (num, 4)
     good = np.array(made.targets)
-    problems = [(0, family.num_levels, 'a level'), (1, K + 1, 'a label'),
-                (2, 2, 'outside'), (3, -1, 'negative'),
-                (3, np.nan, 'not finite')]
+    problems = [(0, family.num_levels, 'a level is not an integer'),
+                (1, K + 1, 'a label is not an integer'),
+                (2, 2, r'a quality score is outside \[0, 1\]'),
+                (3, -1, 'a loss weight is negative'),
+                (3, np.nan, 'holds values that are not finite')]
     for column, value, problem in problems:
         bad = good.copy()
         bad[1, 3, column] = value
         np.save(osp.join(folder, 'targets.npy'), bad)
-        with pytest.raises(CacheError, match=f'targets.npy: .*{problem}'):
+        with pytest.raises(CacheError, match=f'targets.npy: {problem}'):
             DecoderCache.open(folder)
     np.save(osp.join(folder, 'targets.npy'), good)
     assert DecoderCache.open(folder).meta['head'] == family.kind
@@ -332,6 +334,8 @@ def test_the_calibrator_config_builds_the_written_out_twin(family, model):
         califormer = califormer[key]
     califormer.califormer.zero_init_output = True
     assert cfg.model[top] == expected
+    if family.kind == 'roi':  # the CaliFasterRCNN's starts at V' = 0 too
+        assert cfg.model[top] == parent.model[top]
     # the baseline is the CaliDet model without its CaliDet parts
     assert 'backbone' in cfg.model
     for key in ('backbone', 'neck', 'train_cfg', 'test_cfg', 'rpn_head'):
