@@ -258,9 +258,14 @@ def test_zero_v_prime_gives_the_baselines_logits(family, model, baseline):
 
 @families()
 @pytest.mark.parametrize('train_cls', [False, True])
-def test_gradients_reach_the_calibrator_only(family, cache, train_cls):
-    model = build_detector(
-        family.config, seed=0, cache_train_cls_branches=train_cls)
+def test_gradients_reach_the_calibrator_only(family, model, cache, train_cls):
+    if train_cls:
+        model = build_detector(
+            family.config, seed=0, cache_train_cls_branches=True)
+    else:  # the config's default: the module's model, copied
+        model = copy.deepcopy(model).train()
+        assert model.cache_train_cls_branches is False
+        assert all(p.grad is None for p in model.parameters())
     losses = model.loss(batch_inputs(cache), copy.deepcopy(cache.data_samples))
     assert set(losses) == set(family.loss_keys)
     sum(losses[k] for k in family.loss_keys if k != 'acc').backward()
