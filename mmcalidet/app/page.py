@@ -116,6 +116,17 @@ def _detect_tab(gr, actions, edited, shown):
         if session.examples:
             gr.Examples(session.examples, inputs=image, label='Examples')
 
+    _wire_detect(gr, actions, run, (image, choice, prior_file, edited, thr),
+                 (left, right, table, status, shown))
+    return choice, prior_file
+
+
+def _wire_detect(gr, actions, run, inputs, outputs) -> None:
+    """The Detect tab's events: the button, the slider's release and
+    a prior's upload; an error shows as the status line."""
+    image, choice, prior_file, edited, thr = inputs
+    left, right, table, status, shown = outputs
+
     def on_detect(img, ch, pf, ed, t):
         try:
             out = actions.detect(img, ch, pf, ed, t)
@@ -152,7 +163,6 @@ def _detect_tab(gr, actions, edited, shown):
         on_threshold, [shown, thr], [left, right, table, status],
         api_name=False)
     prior_file.upload(on_upload, prior_file, [choice, status], api_name=False)
-    return choice, prior_file
 
 
 def _edit_tab(gr, actions, choice, prior_file, edited) -> None:

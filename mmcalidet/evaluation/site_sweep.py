@@ -8,6 +8,7 @@ from typing import Callable, Dict, List, Sequence
 import numpy as np
 
 from ..priors.shrinkage import check_alphas, shrink
+from ..utils.validation import check_float
 from .coco import CocoEvaluator
 from .scoring import Rescorer
 from .split_half import (IN_SAMPLE, INTERVAL_LEVEL, RESAMPLES, SPLIT_HALF,
@@ -91,6 +92,8 @@ def shrinkage_sweep(rescorer: Rescorer,
         ``AP`` (points), ``gain`` over alpha 0 (E_t) in points and its
         ``interval``.
     """
+    check_alphas(alphas, positive=False)
+    check_float('level', level, 0, 1, low_open=True, high_open=True)
     indices = np.asarray(indices, dtype=np.int64)
     train_prior = np.asarray(train_prior, dtype=np.float64)
     return _sweep_points(
@@ -117,6 +120,8 @@ def split_half_sweep(rescorer: Rescorer,
         list[dict]: per alpha, as :func:`shrinkage_sweep` with ``prior``
         ``E_site``.
     """
+    check_alphas(alphas, positive=False)
+    check_float('level', level, 0, 1, low_open=True, high_open=True)
     train_prior = np.asarray(train_prior, dtype=np.float64)
     register_half_supports(rescorer, halves)
     train_support = rescorer.support_of(train_prior) if getattr(

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..models.layers.support_ops import label_support
 from ..priors import batch_prior, prior_mae
+from ..utils.validation import check_float
 from .bootstrap import paired_bootstrap, percentile_interval
 from .coco import METRICS, CocoEvaluator, cache_evaluator
 from .sweep import Method
@@ -162,6 +163,7 @@ def relation_classes(shares: np.ndarray,
     Returns:
         list[int]: the class indices.
     """
+    check_float('tolerance', tolerance, 0)
     shares = np.asarray(shares, np.float64)
     train = np.asarray(train_shares, np.float64)
     if shares.shape != train.shape:
@@ -343,6 +345,7 @@ def evaluate_site_halves(methods: Sequence[Method],
         ``prior``, the metrics, ``gain_<metric>`` and ``interval``) and
         ``means`` (:func:`mean_over_sites`).
     """
+    check_float('level', level, 0, 1, low_open=True, high_open=True)
     missing = [s for s in parts if s not in site_priors]
     if missing:
         raise ValueError(f'no prior for site {missing[0]!r}')
