@@ -14,6 +14,7 @@ from mmcalidet.calibration import fit_site_prior
 from mmcalidet.evaluation import CocoEvaluator, paired_bootstrap
 from mmcalidet.priors import batch_prior, flat_prior, shrink, site_estimate
 from testing import data_root
+from testing.fake_cache import FakeCache
 
 CLASSES = list(CocoDataset.METAINFO['classes'])
 K = len(CLASSES)
@@ -79,21 +80,6 @@ def paired_site(tmp_path_factory):
                     dict(id=k + 1, name=name) for k, name in enumerate(classes)
                 ]), f)
     return CocoEvaluator(str(path), classes), site
-
-
-class FakeCache:
-
-    def __init__(self, images):
-        self.images = images
-
-    def __len__(self):
-        return len(self.images)
-
-    def gt_label_lists(self):
-        return [np.unique(labels) for _, _, labels in self.images]
-
-    def img_ids(self):
-        return [img_id for img_id, _, _ in self.images]
 
 
 class PriorScoredRescorer:

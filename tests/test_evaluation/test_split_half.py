@@ -16,6 +16,7 @@ from mmcalidet.evaluation import (IN_SAMPLE, SPLIT_HALF, CocoEvaluator,
 from mmcalidet.evaluation.split_half import mean_over_sites, scored_matches
 from mmcalidet.evaluation.sweep import Method
 from mmcalidet.priors import batch_prior, flat_prior
+from testing.fake_cache import FakeCache
 
 K = 4
 
@@ -56,21 +57,6 @@ def planted_site(tmp_path, num, kind, name='site'):
                 categories=[dict(id=k + 1, name=f'c{k}') for k in range(K)]),
             f)
     return CocoEvaluator(str(path), [f'c{k}' for k in range(K)]), site
-
-
-class FakeCache:
-
-    def __init__(self, images):
-        self.images = images
-
-    def __len__(self):
-        return len(self.images)
-
-    def gt_label_lists(self):
-        return [np.unique(labels) for _, _, labels in self.images]
-
-    def img_ids(self):
-        return [img_id for img_id, _, _ in self.images]
 
 
 class RecordingRescorer:
