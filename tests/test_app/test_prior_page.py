@@ -98,7 +98,7 @@ def test_detect_api(served, edited_prior_file, outside_connections):
     assert outside_connections == []
 
 
-def test_page_in_chromium(served, tmp_path, edited_prior_file):
+def test_page_in_chromium(served, tmp_path, page_inputs):
     from playwright.sync_api import expect, sync_playwright
     _, url = served
     start = time.perf_counter()
@@ -126,9 +126,9 @@ def test_page_in_chromium(served, tmp_path, edited_prior_file):
 
         browser.route('**/*', only_local)
         page.goto(url)
-        page.locator('#image input[type=file]').set_input_files(
-            coco_mini_val_image())
-        page.locator('#prior-choice input').fill('coco2017_val')
+        image, prior_name = page_inputs
+        page.locator('#image input[type=file]').set_input_files(image)
+        page.locator('#prior-choice input').fill(prior_name)
         page.keyboard.press('Enter')
         page.locator('#detect-button').click()
         status = page.locator('#status')
