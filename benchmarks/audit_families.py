@@ -755,25 +755,20 @@ def prior_moving_model(config: str):
     off saturation: route comparisons then compare something (the DETR's
     classifier shrunk and rho lowered, as the random V' is large; the
     FCOS as tests/test_deploy/test_onnx_fcos.py makes it)."""
+    from mmcalidet.deploy.export_meta import model_head_kind
     from testing import build_detector
     model = build_detector(config, seed=0).eval()
     head = model.bbox_head
+    decoder = hasattr(head, 'num_pred_layer')  # a DETR's head
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        if hasattr(head, 'cls_branches'):
-            for branch in head.cls_branches:
-                branch.weight.mul_(0.01)
-                branch.bias.fill_(-2.0)
-            head.rho = 0.05
-        else:
-            for p in [
-                    *head.califormer.parameters(),
-                    *head.cls_convs.parameters(), *head.conv_cls.parameters(),
-                    *head.conv_centerness.parameters()
-            ]:
+        if not decoder:
+            for p in head.califormer.parameters():
                 p.add_(torch.randn(p.shape, generator=gen) * 0.1)
-            head.conv_cls.bias.fill_(-3.0)
-            head.rho = 5.0
+        for layer in model_head_kind(model).cls_layers(head).values():
+            layer.weight.mul_(0.01 if decoder else 1.0)
+            layer.bias.fill_(-2.0 if decoder else -3.0)
+    head.rho = 0.05 if decoder else 5.0
     model._cali_cache = None
     return model
 

@@ -313,7 +313,7 @@ def checkpoint_family(audit, tmp):
     nan_prior = saved_prior.clone()
     nan_prior[0, 1] = NAN
     missing = dict(state)
-    missing.pop(next(k for k in state if 'cls_branches' in k))
+    missing.pop(next(k for k in state if 'bbox_head' in k))
     cases = [
         ('a missing file', osp.join(tmp, 'missing.pth'), r'not found|no '
          r'such|missing'),
@@ -333,7 +333,7 @@ def checkpoint_family(audit, tmp):
          save('over.pth', dict(state, prior=torch.full(
              (K, K), 1.5))), r'\[0, 1\]|diagonal'),
         ('a missing tensor', save('missing_key.pth',
-                                  missing), r'missing|cls_branches'),
+                                  missing), r'missing|bbox_head'),
         ('a text file', save('text.pth', None,
                              b'hello world'), r'read|load|checkpoint'),
         ('a folder', tmp, r'folder|directory|not a (regular )?file'),
