@@ -33,8 +33,10 @@ Each try is one of:
 * ``unclear refusal``: a clean refusal whose message does not name the
   problem; ``refused valid``: a valid input refused.
 
-Prints a line per try and a table of outcomes per family; writes every
-try (input, expected, outcome, message) as JSON to ``--out``; exits 1 if
+The tries are in ``benchmarks/audit_tries/`` (the API's families, the
+models', the tools'). Prints a line per try and a table of outcomes per
+family; writes every try (input, expected, outcome, message) as JSON to
+``--out``; exits 1 if
 any try is silently wrong or a crash, or more than ``--max-tracebacks``
 are tracebacks.
 """
@@ -53,7 +55,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 os.environ.setdefault('MKL_NUM_THREADS', '1')
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+HERE = osp.dirname(osp.abspath(__file__))
+sys.path.insert(0, osp.join(HERE, 'audit_tries'))
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 OUTCOMES = ('clean refusal', 'correct', 'silently wrong', 'crash', 'traceback',

@@ -2,7 +2,7 @@
 """The tries of ``benchmarks/audit_hostile_inputs.py`` through the library's
 public API: each family is a function ``run(audit, tmp)`` that makes its
 inputs under ``tmp`` and calls :meth:`Audit.api` once per try. The tools'
-families are in ``audit_tool_tries.py``."""
+families are in ``audit_tool_tries.py`` (this folder)."""
 import glob
 import json
 import os
