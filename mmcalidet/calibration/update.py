@@ -83,19 +83,28 @@ def prediction_statistics(
 
     Raises:
         ValueError: ``score_thr`` is not in [0, 1], or a prediction without
-            numeric ``scores`` and ``labels`` of one length (one line naming
-            it).
+            numeric ``scores`` and ``labels`` of one length, with a finite
+            score outside [0, 1] or a label that is not an integer (one
+            line naming it).
     """
     check_float('score_thr', score_thr, 0, 1)
     label_lists = []
     z = np.zeros((len(predictions), num_classes))
     for n, pred in enumerate(predictions):
         scores = _field(pred, 'scores', n).astype(np.float64).reshape(-1)
-        labels = _field(pred, 'labels', n).astype(np.int64).reshape(-1)
+        given = _field(pred, 'labels', n).reshape(-1)
+        labels = given.astype(np.int64)
         if scores.shape != labels.shape:
             raise ValueError(f'prediction {n} has {scores.size} scores and '
                              f'{labels.size} labels')
+        if labels.size and not np.array_equal(labels, given):
+            raise ValueError(f'prediction {n} has labels that are not '
+                             f'integers, e.g. {given[labels != given][0]!r}')
         scores = np.where(np.isfinite(scores), scores, 0.0)
+        if scores.size and (scores.min() < 0 or scores.max() > 1):
+            bad = scores[(scores < 0) | (scores > 1)][0]
+            raise ValueError(f'prediction {n} has a score of {bad:.6g}: '
+                             'scores must lie in [0, 1]')
         keep = scores >= score_thr
         labels, scores = labels[keep], scores[keep]
         if labels.size and (labels.min() < 0 or labels.max() >= num_classes):

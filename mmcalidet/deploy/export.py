@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..utils.validation import check_int
 from .export_meta import (META_KEY, deployment_support, export_support_input,
                           model_export_meta, model_head_kind)
 
@@ -88,6 +89,21 @@ def pad_size_divisor(model: nn.Module) -> int:
 def padded_shape(shape: Tuple[int, int], divisor: int) -> Tuple[int, int]:
     """``(H, W)`` rounded up to multiples of ``divisor``, as mmdet pads."""
     return tuple(-(-int(v) // divisor) * divisor for v in shape)
+
+
+def check_input_shape(input_shape) -> Tuple[int, int]:
+    """``(H, W)`` of an export: two integers >= 1.
+
+    Raises:
+        ValueError: one line naming the shape given.
+    """
+    try:
+        height, width = input_shape
+        height = check_int('input_shape H', height, 1)
+        return height, check_int('input_shape W', width, 1)
+    except (TypeError, ValueError):
+        raise ValueError('input_shape must be (H, W), two integers >= 1, '
+                         f'got {input_shape!r}') from None
 
 
 def padding_problem(model: nn.Module,
@@ -149,11 +165,14 @@ def export_onnx(model: nn.Module,
         str: ``out``.
 
     Raises:
-        ValueError: a prior input asked of a detector without a prior, or
-            an ``input_shape`` the model's ``pad_size_divisor`` does not
-            divide (:func:`padding_problem`).
+        ValueError: a prior input asked of a detector without a prior, an
+            ``input_shape`` that is not two integers >= 1 or that the
+            model's ``pad_size_divisor`` does not divide
+            (:func:`padding_problem`), an ``opset`` below 16.
     """
     import onnx
+    input_shape = check_input_shape(input_shape)
+    check_int('opset', opset, 16)
     if prior_input and not hasattr(model, 'resolve_prior'):
         raise ValueError(f'{type(model).__name__} takes no prior: export it '
                          'without a prior input')

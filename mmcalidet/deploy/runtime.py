@@ -229,6 +229,11 @@ class OnnxDetector:
         if array.size == 0:
             raise ValueError(f'an image must not be empty, got '
                              f'{tuple(array.shape)}')
+        if array.dtype.kind not in 'biuf':
+            raise ValueError('an image must be an array of numbers, got '
+                             f'dtype {array.dtype}')
+        # a NaN pixel would give no detections, not an error
+        check_finite_array(array, 'the image')
         height, width = self.meta['input_shape']
         orig_h, orig_w = array.shape[:2]
         resized = mmcv.imresize(array, (width, height)).astype(np.float32)

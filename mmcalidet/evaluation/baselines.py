@@ -50,6 +50,7 @@ def _logit(p: Tensor, eps: float) -> Tensor:
 
 
 def _as_tensor(x, like: Tensor) -> Tensor:
+    x = getattr(x, 'matrix', x)  # a Prior is taken as its matrix
     return torch.as_tensor(
         np.asarray(x) if not isinstance(x, Tensor) else x,
         dtype=like.dtype,
@@ -71,14 +72,22 @@ def _ref_prior(ref_prior, owner: str) -> np.ndarray:
         raise ValueError(f'{owner}: ref_prior (E_ref): {exc}') from None
 
 
-def _check_priors(priors: Tensor, num_classes: int, owner: str) -> None:
+def _check_priors(priors: Tensor,
+                  num_classes: int,
+                  owner: str,
+                  batch: Optional[int] = None) -> None:
     """The priors a correction is called with: (K, K) or (B, K, K) of
-    this K, finite, in [0, 1] (a NaN would make every logit NaN)."""
+    this K and (``batch`` given) the logits' B, finite, in [0, 1] (a
+    NaN would make every logit NaN)."""
     k = num_classes
     if priors.dim() not in (2, 3) or tuple(priors.shape[-2:]) != (k, k):
         raise ValueError(f'{owner}: priors must be (K, K) or (B, K, K) '
                          f'with K={k} (the reference prior\'s), got shape '
                          f'{tuple(priors.shape)}')
+    if batch is not None and priors.dim() == 3 and \
+            priors.shape[0] != batch:
+        raise ValueError(f'{owner}: {priors.shape[0]} priors for a batch of '
+                         f'{batch} images (logits of B={batch})')
     check_finite_array(priors, f'{owner}: the priors')
     if priors.numel() and (priors.min() < -1e-6 or priors.max() > 1 + 1e-6):
         bad = ((priors < -1e-6) | (priors > 1 + 1e-6)).nonzero()[0].tolist()
@@ -187,7 +196,8 @@ class PriorReweighting:
         """
         _check_logits(logits, self.ref_prior.shape[0])
         priors = _as_tensor(priors, logits)
-        _check_priors(priors, self.ref_prior.shape[0], 'PriorReweighting')
+        _check_priors(priors, self.ref_prior.shape[0], 'PriorReweighting',
+                      logits.shape[0])
         freq = _as_tensor(self.class_freq, logits)
         shift = _logit(self.target_marginals(priors), self.eps) - _logit(
             freq, self.eps)
@@ -226,7 +236,7 @@ class CooccurrenceRescoring:
         k = self.ref_prior.shape[0]
         _check_logits(logits, k)
         priors = _as_tensor(priors, logits)
-        _check_priors(priors, k, 'CooccurrenceRescoring')
+        _check_priors(priors, k, 'CooccurrenceRescoring', logits.shape[0])
         if priors.dim() == 2:
             priors = priors.expand(logits.shape[0], k, k)
         ref = _as_tensor(self.ref_prior, logits)

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..utils.file_io import atomic_write, check_readable_file, load_json
+from ..utils.validation import check_int
 from .checks import check_class_names, class_name_list, validate_prior
 
 PriorSource = Union[str, os.PathLike, np.ndarray, Sequence, Dict[str, Any]]
@@ -137,13 +138,15 @@ def save_prior(path: Union[str, os.PathLike],
         matrix (array-like): the K x K matrix.
         classes (Sequence[str], optional): the K class names (required for
             ``.json``).
-        decimals (int, optional): round the stored values.
+        decimals (int, optional): round the stored values (an integer
+            >= 0: fewer places would round the diagonal away).
         **meta: extra JSON keys (source, num_images, ...).
 
     Returns:
         str: the path written.
     """
     path = os.fspath(path)
+    decimals = check_int('save_prior: decimals', decimals, 0, allow_none=True)
     arr = validate_prior(matrix)
     if path.endswith('.npy'):
         with atomic_write(path, 'wb') as f:

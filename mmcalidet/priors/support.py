@@ -110,7 +110,8 @@ def support_from_keys(
 
     Raises:
         ValueError: one line naming the key: ``images_per_class`` that is
-            not a count per class name, a class without a count, a
+            not a count per class name, a class without a count, a count
+            of a name that is no class, a
             missing or bad ``num_images`` / ``support_images``, a count
             above the images counted, or a support in a file without class
             names.
@@ -143,6 +144,12 @@ def support_from_keys(
         raise ValueError(f'{where}: {what} has no count for {c!r}')
 
     values = [lookup(counts, c, 'images_per_class') for c in classes]
+    # a count of no class (a typo, another dataset's file) is not dropped
+    known = {_loose_name(str(c)) for c in classes}
+    extra = [c for c in counts if _loose_name(str(c)) not in known]
+    if extra:
+        raise ValueError(f'{where}: images_per_class counts {extra[0]!r}, '
+                         'which is not one of the prior\'s classes')
     bad = [v for v in values if not _is_count(v)]
     if bad:
         raise ValueError(f'{where}: images_per_class must be numbers (image '
