@@ -4,8 +4,7 @@ mmcv's own CPU function: the same outputs and gradients, its switch, its
 fallbacks."""
 import os.path as osp
 import platform
-import subprocess
-import sys
+import tempfile
 from typing import Tuple
 
 import pytest
@@ -14,12 +13,11 @@ from mmcv.ops import MultiScaleDeformableAttention
 from mmcv.ops import multi_scale_deform_attn as mmcv_msda
 
 from mmcalidet.models.layers import cpu_deform_attn as kernel
+from testing import run_tool
 
 #: (h, w) of the demo DINO's four levels on 128-px images, and of a
 #: non-square single level as the tiny Deformable DETR has
 SHAPES = ([(16, 16), (8, 8), (4, 4), (2, 2)], [(5, 7)])
-
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
 def inputs(shapes, num_queries=23, bs=2, heads=4, dims=8, points=3, seed=0):
@@ -222,11 +220,13 @@ def run_in_subprocess(call: str, num_levels: int) -> Tuple[int, str]:
             f'weights = torch.rand(2, 23, 4, {num_levels}, 3, '
             'generator=gen)\n'
             f'{call}\n')
-    proc = subprocess.run([sys.executable, '-c', code],
-                          capture_output=True,
-                          text=True,
-                          cwd=ROOT,
-                          timeout=300)
+    # a process of its own, forked from the tool server's interpreter that
+    # has imported mmcalidet already (testing.run_tool)
+    with tempfile.TemporaryDirectory() as folder:
+        script = osp.join(folder, 'kernel_call.py')
+        with open(script, 'w') as f:
+            f.write(code)
+        proc = run_tool(script, timeout=300)
     return proc.returncode, proc.stderr
 
 
