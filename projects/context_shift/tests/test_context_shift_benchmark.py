@@ -2,10 +2,7 @@
 """projects/context_shift/tools/benchmark.py end to end on a tiny generated
 set (a few iterations: the contract, not the accuracy)."""
 import json
-import os
 import os.path as osp
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -14,6 +11,7 @@ from mmengine.config import Config
 from mmcalidet.calibration import DEFAULT_TRUST_RADIUS
 from projects.context_shift.context_shift import make_context_shift
 from projects.context_shift.context_shift import training as training_module
+from testing import run_tool
 
 pytestmark = pytest.mark.slow
 
@@ -26,15 +24,11 @@ SITES = ['like_train', 'left_only', 'crossed', 'swapped']
 
 
 def _run(args, timeout=900):
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    env.pop('MMCALIDET_LIGHT', None)
-    res = subprocess.run(
-        [sys.executable, TOOL] + args,
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout)
+    """The benchmark's command line in a process of its own, forked from the
+    tool server (:func:`testing.run_tool`: no new interpreter's imports),
+    from the repository root; its trainings are new interpreters, as a
+    user's."""
+    res = run_tool(TOOL, *args, timeout=timeout, cwd=ROOT)
     return res.returncode, res.stdout + res.stderr
 
 
