@@ -148,23 +148,53 @@ class Audit:
                 tb = ''.join(traceback.format_exception(exc)[-6:])
                 return self.record(family, name, expect, 'traceback', tb,
                                    seconds)
-            if before is not None and _listing(folder) != before:
-                return self.record(family, name, expect, 'leftover',
-                                   f'{message} (left {_new(folder, before)})',
-                                   seconds)
-            if expect == 'accept':
-                return self.record(family, name, expect, 'refused valid',
-                                   message, seconds)
-            if match and not re.search(match, str(exc), re.I):
-                return self.record(family, name, expect, 'unclear refusal',
-                                   f'{message} (expected /{match}/)', seconds)
-            return self.record(family, name, expect, 'clean refusal', message,
-                               seconds)
+            left = _new(folder, before) if before is not None and \
+                _listing(folder) != before else None
+            return self.refusal(family, name, expect, message, str(exc), match,
+                                left, seconds)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
         seconds = time.perf_counter() - start
         return self.judge(family, name, expect, result, check, seconds)
+
+    def refusal(self,
+                family: str,
+                name: str,
+                expect: str,
+                message: str,
+                text: str,
+                match: Optional[str],
+                left: Optional[str],
+                seconds: float,
+                late: bool = False) -> str:
+        """Classify a refused try (an API's exception, a tool's exit
+        status): a leftover, a late failure, a valid input refused, a
+        refusal that does not name the problem, or a clean refusal.
+
+        Args:
+            family, name, expect, match: as :meth:`api`.
+            message (str): the refusal as recorded.
+            text (str): what ``match`` must be found in.
+            left (str, optional): what the refusal left behind (None:
+                nothing).
+            seconds (float): the try's time.
+            late (bool): refused only after the expensive work.
+        """
+        if left is not None:
+            return self.record(family, name, expect, 'leftover',
+                               f'{message} (left {left})', seconds)
+        if late:
+            return self.record(family, name, expect, 'late failure',
+                               f'{message} (after {seconds:.0f} s)', seconds)
+        if expect == 'accept':
+            return self.record(family, name, expect, 'refused valid', message,
+                               seconds)
+        if match and not re.search(match, text, re.I):
+            return self.record(family, name, expect, 'unclear refusal',
+                               f'{message} (expected /{match}/)', seconds)
+        return self.record(family, name, expect, 'clean refusal', message,
+                           seconds)
 
     def judge(self, family: str, name: str, expect: str, result: Any,
               check: Optional[Callable[[Any], Any]], seconds: float) -> str:
@@ -241,22 +271,18 @@ class Audit:
                                (res.stderr or out)[-1500:], seconds)
         if res.returncode != 0:
             message = f'exit {res.returncode}: {last[0]}'
-            if _listing(cwd, keep) != before:
-                return self.record(
-                    family, name, expect, 'leftover',
-                    f'{message} (left {_new(cwd, before, keep)})', seconds)
-            if seconds > LATE_S:
-                return self.record(family, name, expect, 'late failure',
-                                   f'{message} (after {seconds:.0f} s)',
-                                   seconds)
-            if expect == 'accept':
-                return self.record(family, name, expect, 'refused valid',
-                                   message, seconds)
-            if match and not re.search(match, last[0], re.I):
-                return self.record(family, name, expect, 'unclear refusal',
-                                   f'{message} (expected /{match}/)', seconds)
-            return self.record(family, name, expect, 'clean refusal', message,
-                               seconds)
+            left = _new(cwd, before, keep) \
+                if _listing(cwd, keep) != before else None
+            return self.refusal(
+                family,
+                name,
+                expect,
+                message,
+                last[0],
+                match,
+                left,
+                seconds,
+                late=seconds > LATE_S)
         return self.judge(family, name, expect, res, check, seconds)
 
     # ------------------------------------------------------------------

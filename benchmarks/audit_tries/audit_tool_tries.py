@@ -267,63 +267,42 @@ def tools_family(audit, tmp):
 
     # --- fit_site_prior.py (refusals before the checkpoint is read)
     fit = TOOLS + 'fit_site_prior.py'
-    for name, data, match in bad_anns[:3] + [
-        ('an empty list of images', coco(images=(), boxes=()), 'no images')
-    ]:
-        put('site_ann.json', data)
-        run(f'fit_site_prior.py {name}',
+
+    def fit_site(name,
+                 match,
+                 ann='site_ann.json',
+                 images='images',
+                 out='fitted.json'):
+        return run(
+            name,
             fit,
             dino,
             'x.pth',
             '--site-ann',
-            'site_ann.json',
+            ann,
             '--site-img-dir',
-            'images',
+            images,
             '--out',
-            'fitted.json',
+            out,
             '--out-dir',
             'out',
             match=match)
-    run('fit_site_prior.py an empty file',
-        fit,
-        dino,
-        'x.pth',
-        '--site-ann',
-        'empty.json',
-        '--site-img-dir',
-        'images',
-        '--out',
-        'fitted.json',
-        '--out-dir',
-        'out',
-        match='empty')
+
+    for name, data, match in bad_anns[:3] + [
+        ('an empty list of images', coco(images=(), boxes=()), 'no images')
+    ]:
+        put('site_ann.json', data)
+        fit_site(f'fit_site_prior.py {name}', match)
+    fit_site('fit_site_prior.py an empty file', 'empty', ann='empty.json')
     put('site_ann.json', coco())
-    run('fit_site_prior.py --out /proc/x.json',
-        fit,
-        dino,
-        'x.pth',
-        '--site-ann',
-        'site_ann.json',
-        '--site-img-dir',
-        'images',
-        '--out',
-        f'{UNWRITABLE}/x.json',
-        '--out-dir',
-        'out',
-        match='cannot')
-    run('fit_site_prior.py a missing image folder',
-        fit,
-        dino,
-        'x.pth',
-        '--site-ann',
-        'site_ann.json',
-        '--site-img-dir',
+    fit_site(
+        'fit_site_prior.py --out /proc/x.json',
+        'cannot',
+        out=f'{UNWRITABLE}/x.json')
+    fit_site(
+        'fit_site_prior.py a missing image folder',
         'no_images',
-        '--out',
-        'fitted.json',
-        '--out-dir',
-        'out',
-        match='no_images')
+        images='no_images')
     run('fit_site_prior.py --seed -1',
         fit,
         dino,
