@@ -44,6 +44,23 @@ def prior_family(audit, tmp):
     os.makedirs(tmp, exist_ok=True)
     fam = 'Prior'
     good = random_prior(0, 3)
+    _prior_bad_matrix_tries(audit, fam, good)
+    _prior_valid_matrix_tries(audit, fam, good)
+    _prior_class_name_tries(audit, fam, good)
+    ok_support, ok_shares = np.array([10., 4., 7.]), np.array([.1, .5, .9])
+    _prior_support_tries(audit, fam, good, ok_support, ok_shares)
+    named = Prior(good, K3, ok_support, ok_shares)
+    perm = ['person', 'cat', 'dog']
+    idx = [K3.index(c) for c in perm]
+    _prior_reorder_tries(audit, fam, good, named, perm, idx, ok_support)
+    npy3 = _prior_file_tries(audit, fam, tmp, good)
+    _prior_valid_file_tries(audit, fam, tmp, good, named, perm, idx,
+                            ok_support, ok_shares, npy3)
+
+
+def _prior_bad_matrix_tries(audit, fam, good):
+    """Prior and Prior.load refuse the matrices that are not a prior."""
+    from mmcalidet.priors import Prior
     bad_matrices = [
         ('1-D (3,)', np.full(3, 0.5), r'square|K x K|shape'),
         ('3-D (2, 3, 3)', np.stack([good, good]), r'square|K x K|shape'),
@@ -85,6 +102,11 @@ def prior_family(audit, tmp):
             lambda m=matrix: Prior.load(m),
             match=match)
 
+
+def _prior_valid_matrix_tries(audit, fam, good):
+    """Prior keeps the valid matrices of every type and layout."""
+    from mmcalidet.priors import Prior
+
     def keeps(matrix):
         return lambda p: same(p.matrix, matrix) and p.num_classes == len(
             matrix) or 'wrong: the matrix changed'
@@ -119,7 +141,10 @@ def prior_family(audit, tmp):
         lambda: Prior(good, num_classes=4),
         match=r'K|4')
 
-    # class names
+
+def _prior_class_name_tries(audit, fam, good):
+    """Prior refuses the bad class names and keeps the valid ones."""
+    from mmcalidet.priors import Prior
     bad_names = [
         ('a set', {'cat', 'dog', 'person'}, 'ordered'),
         ('a frozenset', frozenset(K3), 'ordered'),
@@ -154,8 +179,10 @@ def prior_family(audit, tmp):
             'accept',
             check=lambda p, e=expected: p.classes == e or 'wrong order')
 
-    # supports
-    ok_support, ok_shares = np.array([10., 4., 7.]), np.array([.1, .5, .9])
+
+def _prior_support_tries(audit, fam, good, ok_support, ok_shares):
+    """Prior refuses the bad supports and marginals, keeps the valid."""
+    from mmcalidet.priors import Prior
     bad_supports = [
         ('support without marginals', (ok_support, None), 'marginals|both'),
         ('marginals without support', (None, ok_shares), 'support|both'),
@@ -191,10 +218,10 @@ def prior_family(audit, tmp):
         'accept',
         check=lambda p: same(p.support, np.full(3, 12.0)) or 'wrong')
 
-    # reorder
-    named = Prior(good, K3, ok_support, ok_shares)
-    perm = ['person', 'cat', 'dog']
-    idx = [K3.index(c) for c in perm]
+
+def _prior_reorder_tries(audit, fam, good, named, perm, idx, ok_support):
+    """reorder permutes by name and refuses the names that do not match."""
+    from mmcalidet.priors import Prior
     audit.api(
         fam,
         'reorder(a permutation)',
@@ -234,7 +261,11 @@ def prior_family(audit, tmp):
         lambda: Prior(good).reorder(['a', 'b']),
         match='K=3')
 
-    # files
+
+def _prior_file_tries(audit, fam, tmp, good):
+    """Prior.load refuses the bad files; returns the written K=3 .npy."""
+    from mmcalidet.priors import Prior
+
     def write(name, text, mode='w'):
         path = osp.join(tmp, name)
         with open(path, mode) as f:
@@ -242,7 +273,37 @@ def prior_family(audit, tmp):
         return path
 
     entry = dict(matrix=good.tolist(), classes=K3)
-    files = [
+    files = _prior_broken_files(tmp, write, entry, good) + _prior_count_files(
+        tmp, write, entry)
+    npy3 = osp.join(tmp, 'k3.npy')
+    np.save(npy3, good)
+    np.save(osp.join(tmp, 'vec.npy'), np.ones(3))
+    files.append(('a 1-D .npy', osp.join(tmp, 'vec.npy'), r'square|K x K'))
+    files.append(('a corrupt .npy', write('bad.npy',
+                                          'not npy'), r'npy|read|load|format'))
+    for name, path, match in files:
+        audit.api(
+            fam,
+            f'Prior.load({name})',
+            lambda p=path: Prior.load(p),
+            match=match)
+    audit.api(
+        fam,
+        'Prior.load(K=3 .npy, num_classes=4)',
+        lambda: Prior.load(npy3, num_classes=4),
+        match=r'K=3|4')
+    audit.api(
+        fam,
+        'Prior.load(names, classes with an unknown one)',
+        lambda: Prior.load(entry, classes=['cat', 'dog', 'cow']),
+        match='cow')
+
+    return npy3
+
+
+def _prior_broken_files(tmp, write, entry, good):
+    """(name, path, match) of the files of bad JSON, matrix or names."""
+    return [
         ('a missing file', osp.join(tmp, 'missing.json'), r'not found|no '
          r'such|missing'),
         ('an empty file', write('empty.json', ''), r'empty|json'),
@@ -266,6 +327,12 @@ def prior_family(audit, tmp):
          write('dup.json',
                json.dumps(dict(entry, classes=['cat', 'cat',
                                                'dog']))), r'duplicate|twice'),
+    ]
+
+
+def _prior_count_files(tmp, write, entry):
+    """(name, path, match) of the files of bad counts, formats or names."""
+    return [
         ('images_per_class of an unknown class',
          write(
              'ipc.json',
@@ -309,30 +376,12 @@ def prior_family(audit, tmp):
         ('unknown shipped name', 'coco2099_train', r'coco2099|not found|'
          r'unknown'),
     ]
-    npy3 = osp.join(tmp, 'k3.npy')
-    np.save(npy3, good)
-    np.save(osp.join(tmp, 'vec.npy'), np.ones(3))
-    files.append(('a 1-D .npy', osp.join(tmp, 'vec.npy'), r'square|K x K'))
-    files.append(('a corrupt .npy', write('bad.npy',
-                                          'not npy'), r'npy|read|load|format'))
-    for name, path, match in files:
-        audit.api(
-            fam,
-            f'Prior.load({name})',
-            lambda p=path: Prior.load(p),
-            match=match)
-    audit.api(
-        fam,
-        'Prior.load(K=3 .npy, num_classes=4)',
-        lambda: Prior.load(npy3, num_classes=4),
-        match=r'K=3|4')
-    audit.api(
-        fam,
-        'Prior.load(names, classes with an unknown one)',
-        lambda: Prior.load(entry, classes=['cat', 'dog', 'cow']),
-        match='cow')
 
-    # valid files: round trips checked against the written values
+
+def _prior_valid_file_tries(audit, fam, tmp, good, named, perm, idx,
+                            ok_support, ok_shares, npy3):
+    """The valid files: round trips checked against the written values."""
+    from mmcalidet.priors import Prior
     saved = osp.join(tmp, 'saved.json')
     audit.api(
         fam,
@@ -395,13 +444,19 @@ def prior_family(audit, tmp):
 
 
 def corrections_family(audit, tmp):
-    from mmcalidet.evaluation.baselines import (CooccurrenceRescoring,
-                                                PriorReweighting,
-                                                build_correction)
-    from mmcalidet.priors import Prior, flat_prior
     fam = 'corrections'
     ref = random_prior(1, 3)
     freq = [0.1, 0.2, 0.3]
+    _correction_e_ref_tries(audit, fam, ref, freq)
+    _correction_argument_tries(audit, fam, ref, freq)
+    _correction_call_tries(audit, fam, ref, freq)
+
+
+def _correction_e_ref_tries(audit, fam, ref, freq):
+    """The corrections refuse the E_ref that are not a prior."""
+    from mmcalidet.evaluation.baselines import (CooccurrenceRescoring,
+                                                PriorReweighting,
+                                                build_correction)
     bad_refs = [
         ('NaN E_ref', with_nan(ref), 'non-finite'),
         ('inf E_ref', with_nan(ref, (1, 2), INF), 'non-finite'),
@@ -428,6 +483,13 @@ def corrections_family(audit, tmp):
             f"build_correction('cooccurrence', {name})",
             lambda b=bad: build_correction('cooccurrence', b),
             match=match)
+
+
+def _correction_argument_tries(audit, fam, ref, freq):
+    """The corrections refuse bad class frequencies, names and options."""
+    from mmcalidet.evaluation.baselines import (CooccurrenceRescoring,
+                                                PriorReweighting,
+                                                build_correction)
     for name, bad, match in (
         ('NaN', [NAN, .2, .3], 'non-finite'),
         ('0', [0., .2, .3], r'\(0, 1\)'),
@@ -470,6 +532,13 @@ def corrections_family(audit, tmp):
         'PriorReweighting(eps NaN)',
         lambda: PriorReweighting(ref, freq, eps=NAN),
         match='eps')
+
+
+def _correction_call_tries(audit, fam, ref, freq):
+    """The corrections refuse bad logits and priors, move as they should."""
+    from mmcalidet.evaluation.baselines import (CooccurrenceRescoring,
+                                                PriorReweighting)
+    from mmcalidet.priors import Prior, flat_prior
     logits = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(0))
     corrs = dict(
         reweight=PriorReweighting(ref, freq),
@@ -657,6 +726,32 @@ def online_family(audit, tmp):
     fam = 'online'
     k = 3
     make = lambda: OnlineSelfCalibrator(init_prior=flat_prior(k))  # noqa
+    _online_update_tries(audit, fam, make)
+    _online_state_tries(audit, fam, make, k)
+
+    def round_trip():
+        cal = make()
+        cal.update([dict(scores=[0.9, 0.8], labels=[1, 2])])
+        other = make()
+        other.load_state_dict(cal.state_dict())
+        return cal, other
+
+    audit.api(
+        fam,
+        'state_dict round trip',
+        round_trip,
+        'accept',
+        check=lambda r: r[1].num_images == 1 and same(r[0].counts, r[1].counts)
+        or 'wrong')
+    audit.api(
+        fam,
+        'fold_prior(nn.Linear)',
+        lambda: fold_prior(nn.Linear(2, 2), flat_prior(k)),
+        match='calibratable')
+
+
+def _online_update_tries(audit, fam, make):
+    """update refuses the bad predictions, counts the odd valid ones."""
     for name, preds, match in (
         ("['junk']", ['junk'], 'scores'),
         ('[None]', [None], r'prediction 0|scores'),
@@ -691,6 +786,12 @@ def online_family(audit, tmp):
             'accept',
             check=lambda c, n=count: c.num_images == 1 and same(
                 c.counts.sum(), n) or 'wrong counts')
+
+
+def _online_state_tries(audit, fam, make, k):
+    """load_state_dict and the constructor refuse bad states, options."""
+    from mmcalidet.calibration import OnlineSelfCalibrator
+    from mmcalidet.priors import flat_prior
     state = make().state_dict()
     for name, bad, match in (
         ("{'bogus': 1}", {
@@ -724,26 +825,6 @@ def online_family(audit, tmp):
             f'OnlineSelfCalibrator({name})',
             lambda a=args: OnlineSelfCalibrator(**a),
             match=match)
-
-    def round_trip():
-        cal = make()
-        cal.update([dict(scores=[0.9, 0.8], labels=[1, 2])])
-        other = make()
-        other.load_state_dict(cal.state_dict())
-        return cal, other
-
-    audit.api(
-        fam,
-        'state_dict round trip',
-        round_trip,
-        'accept',
-        check=lambda r: r[1].num_images == 1 and same(r[0].counts, r[1].counts)
-        or 'wrong')
-    audit.api(
-        fam,
-        'fold_prior(nn.Linear)',
-        lambda: fold_prior(nn.Linear(2, 2), flat_prior(k)),
-        match='calibratable')
 
 
 # --- the model families (set_prior, inference, checkpoints, ONNX) -------

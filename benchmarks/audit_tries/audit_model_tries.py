@@ -39,10 +39,8 @@ def _files(tmp):
 
 
 def inference_family(audit, tmp):
+    """Images and priors given to ``inference_detector`` and ``set_prior``."""
     from mmdet.datasets import CocoDataset
-
-    from mmcalidet.apis import inference_detector
-    from mmcalidet.priors import Prior, flat_prior, save_prior
     fam = 'inference'
     files = _files(tmp)
     model = prior_moving_model(DINO)
@@ -51,6 +49,18 @@ def inference_family(audit, tmp):
     img = IMAGES[0]
     import mmcv
     array = mmcv.imread(img)
+    _inference_images(audit, fam, model, tmp, files, img, array)
+    base = _inference_valid_images(audit, fam, model, img, array)
+    _inference_call_priors(audit, fam, model, tmp, img, base, e_a, e_b,
+                           classes)
+    _inference_bad_priors(audit, fam, model, tmp, img, e_a, classes)
+    _inference_bad_prior_lists(audit, fam, model, tmp, e_a, e_b)
+    model.set_prior(model.current_prior())
+
+
+def _inference_images(audit, fam, model, tmp, files, img, array):
+    """Images that ``inference_detector`` must refuse."""
+    from mmcalidet.apis import inference_detector
 
     # images
     bad_images = [
@@ -94,6 +104,13 @@ def inference_family(audit, tmp):
             f'inference_detector({name})',
             lambda i=imgs: inference_detector(model, i),
             match=match)
+
+
+def _inference_valid_images(audit, fam, model, img, array):
+    """Valid images by routes that must agree; returns the plain result."""
+    import mmcv
+
+    from mmcalidet.apis import inference_detector
 
     # images that are valid: routes that must agree
     base = inference_detector(model, img)
@@ -141,6 +158,14 @@ def inference_family(audit, tmp):
         check=lambda r: bool(
             np.isfinite(r.pred_instances.scores.numpy()).all()) or
         'wrong: non-finite scores')
+    return base
+
+
+def _inference_call_priors(audit, fam, model, tmp, img, base, e_a, e_b,
+                           classes):
+    """Priors given to the call, by routes that must agree."""
+    from mmcalidet.apis import inference_detector
+    from mmcalidet.priors import Prior, flat_prior, save_prior
 
     # priors given to the call
     named = osp.join(tmp, 'site.json')
@@ -206,6 +231,12 @@ def inference_family(audit, tmp):
             'accept',
             check=lambda r, w=want: same_dets(r, w()))
 
+
+def _inference_bad_priors(audit, fam, model, tmp, img, e_a, classes):
+    """Bad priors to the call and to ``set_prior``, one image."""
+    from mmcalidet.apis import inference_detector
+    from mmcalidet.priors import save_prior
+
     # bad priors (to the call and to set_prior); set_prior keeps the old one
     unknown = osp.join(tmp, 'unknown_names.json')
     save_prior(unknown, e_a[:3, :3], ['cat', 'dog', 'zebra_crossing'])
@@ -249,6 +280,13 @@ def inference_family(audit, tmp):
                     raise AssertionError('a refused prior changed the model')
 
         audit.api(fam, f'set_prior({name})', set_and_keep, match=match)
+
+
+def _inference_bad_prior_lists(audit, fam, model, tmp, e_a, e_b):
+    """Bad priors for a batch of images, and bad ``set_prior`` options."""
+    from mmcalidet.apis import inference_detector
+
+    # bad priors for two images, and bad options of set_prior
     for name, prior, match in (
         ('3 priors for 2 images', [e_a] * 3, r'3|2'),
         ('a (3, K, K) stack for 2 images', np.stack([e_a] * 3), r'3|2'),
@@ -277,7 +315,6 @@ def inference_family(audit, tmp):
             f'set_prior(E, {name})',
             lambda k=kwargs: model.set_prior(e_a, **k),
             match=match)
-    model.set_prior(model.current_prior())
 
 
 def scores_or(result):
@@ -288,6 +325,7 @@ def scores_or(result):
 
 
 def checkpoint_family(audit, tmp):
+    """Hostile checkpoints and options given to ``init_detector``."""
     from mmcalidet.apis import init_detector
     fam = 'checkpoints'
     os.makedirs(tmp, exist_ok=True)
@@ -344,6 +382,14 @@ def checkpoint_family(audit, tmp):
             f'init_detector(checkpoint {name})',
             lambda p=path: init_detector(cfg, p, device='cpu'),
             match=match)
+    _checkpoint_good(audit, fam, cfg, good, state, saved_prior)
+
+
+def _checkpoint_good(audit, fam, cfg, good, state, saved_prior):
+    """Bad options with a good checkpoint, and what it must give back."""
+    from mmcalidet.apis import init_detector
+
+    # a good checkpoint: bad options, then what comes back
     for name, kwargs, match in (
         ("device 'cuda:0' on a CPU torch", dict(device='cuda:0'), r'cuda|cpu'),
         ("device 'gpu0'", dict(device='gpu0'), r'gpu0|device'),
@@ -386,16 +432,29 @@ def checkpoint_family(audit, tmp):
 
 
 def onnx_family(audit, tmp):
-    import copy
-
-    from mmcalidet.apis import inference_detector
-    from mmcalidet.deploy import OnnxDetector, export_onnx, verify_onnx
-    from mmcalidet.priors import Prior, save_prior
+    """The ONNX export, ``OnnxDetector`` and ``verify_onnx``."""
+    from mmcalidet.deploy import OnnxDetector, export_onnx
     fam = 'onnx'
     os.makedirs(tmp, exist_ok=True)
     model = prior_moving_model(FCOS)
     out = osp.join(tmp, 'fcos.onnx')
     shape = (64, 64)
+    _onnx_export_refusals(audit, fam, model, tmp, shape)
+    export_onnx(model, out, shape, prior_input=True)
+    detector = OnnxDetector(out)
+    img = IMAGES[0]
+    e_a = random_prior(3)
+    _onnx_detector_refusals(audit, fam, detector, out, tmp, img, e_a)
+    _onnx_routes(audit, fam, model, detector, tmp, img, e_a, shape)
+    _onnx_verify(audit, fam, model, out, e_a)
+    return out
+
+
+def _onnx_export_refusals(audit, fam, model, tmp, shape):
+    """Bad shapes, opsets and paths that ``export_onnx`` must refuse."""
+    from mmcalidet.deploy import export_onnx
+
+    # bad exports
     for name, args, match in (
         ('shape 33 x 47 (pad divisor 32)', ((33, 47), ), r'pad_size_divisor'),
         ('shape 100 x 100', ((100, 100), ), 'pad_size_divisor'),
@@ -417,10 +476,13 @@ def onnx_family(audit, tmp):
         lambda: export_onnx(model, '/proc/mmcalidet-x.onnx', shape),
         match=r'/proc|cannot|write',
         folder=tmp)
-    export_onnx(model, out, shape, prior_input=True)
-    detector = OnnxDetector(out)
-    img = IMAGES[0]
-    e_a = random_prior(3)
+
+
+def _onnx_detector_refusals(audit, fam, detector, out, tmp, img, e_a):
+    """Files, images and priors that ``OnnxDetector`` must refuse."""
+    from mmcalidet.deploy import OnnxDetector
+
+    # bad models, images and priors
     for name, fn, match in (
         ('a missing file', lambda: OnnxDetector(osp.join(tmp, 'no.onnx')),
          'not found'),
@@ -461,6 +523,15 @@ def onnx_family(audit, tmp):
              (3, 64, 64), np.float32), e_a), r'shape|1, 3'),
     ):
         audit.api(fam, f'OnnxDetector: {name}', fn, match=match)
+
+
+def _onnx_routes(audit, fam, model, detector, tmp, img, e_a, shape):
+    """ONNX against PyTorch and other routes that must agree."""
+    import copy
+
+    from mmcalidet.apis import inference_detector
+    from mmcalidet.priors import Prior, save_prior
+
     # routes that must agree
     named = osp.join(tmp, 'site.json')
     from mmdet.datasets import CocoDataset
@@ -514,6 +585,13 @@ def onnx_family(audit, tmp):
                  detector(__import__('mmcv').imread(img), prior=e_a)),
         'accept',
         check=lambda r: same(r[0]['scores'], r[1]['scores']) or 'wrong')
+
+
+def _onnx_verify(audit, fam, model, out, e_a):
+    """``verify_onnx`` must pair detections and refuse what it cannot."""
+    from mmcalidet.deploy import verify_onnx
+
+    # verify_onnx
     audit.api(
         fam,
         'verify_onnx pairs detections',
@@ -533,7 +611,6 @@ def onnx_family(audit, tmp):
         'verify_onnx(a K=3 prior)',
         lambda: verify_onnx(out, model, IMAGES[:1], (random_prior(0, 3), )),
         match=r'3|80')
-    return out
 
 
 def _text(tmp, name, text):

@@ -40,19 +40,49 @@ def coco(images=(1, 2), boxes=([1, 2, 3, 4], [0, 0, 5, 5]), cats=(1, )):
         categories=[dict(id=c, name=f'class{c}') for c in sorted(set(cats))])
 
 
-def tools_family(audit, tmp):
-    from mmdet.datasets import CocoDataset
+def bad_annotations():
+    """The malformed annotation files that must be refused, as
+    ``(name, data, match)``."""
+    return [
+        ('duplicated image ids', coco(images=(1, 1)), 'duplicated image id'),
+        ('a NaN bbox', coco(boxes=([1, 2, NAN, 4], )), 'non-finite'),
+        ('a negative bbox', coco(boxes=([1, 2, -3, 4], )), 'negative'),
+        ('a bbox of 3 numbers', coco(boxes=([1, 2, 3], )), '4 numbers'),
+        ('no images', coco(images=(), boxes=()), 'no images'),
+        ('an unknown image_id',
+         dict(
+             coco(),
+             annotations=[
+                 dict(id=1, image_id=99, category_id=1, bbox=[0, 0, 1, 1])
+             ]), r'image_id|99'),
+        ('an unknown category_id',
+         dict(
+             coco(),
+             annotations=[
+                 dict(id=1, image_id=1, category_id=42, bbox=[0, 0, 1, 1])
+             ]), r'category|42'),
+        ('no categories key', {
+            'images': [],
+            'annotations': []
+        }, r'categories|COCO'),
+    ]
 
-    from mmcalidet.deploy import export_onnx
-    from mmcalidet.priors import Prior, save_prior
-    fam = 'tools'
-    work = osp.join(tmp, 'work')
-    os.makedirs(osp.join(work, 'images'))
-    os.makedirs(osp.join(work, 'empty_dir'))
-    classes = list(CocoDataset.METAINFO['classes'])
 
-    def put(name, data):
-        path = osp.join(work, name)
+class _Site:
+    """The audit, its working folder and the configs the tries share."""
+
+    def __init__(self, audit, tmp):
+        from mmdet.datasets import CocoDataset
+        self.audit = audit
+        self.tmp = tmp
+        self.work = osp.join(tmp, 'work')
+        self.classes = list(CocoDataset.METAINFO['classes'])
+        self.dino = osp.join(PROJECT_ROOT, 'configs', DINO)
+        self.fcos = osp.join(PROJECT_ROOT, 'configs', FCOS)
+
+    def put(self, name, data):
+        """Write ``data`` (bytes, text or JSON) as ``name`` in the folder."""
+        path = osp.join(self.work, name)
         if isinstance(data, bytes):
             with open(path, 'wb') as f:
                 f.write(data)
@@ -64,6 +94,24 @@ def tools_family(audit, tmp):
                 json.dump(data, f)
         return name
 
+    def run(self,
+            name,
+            script,
+            *args,
+            expect='refuse',
+            match=None,
+            check=None):
+        """One try of ``script`` run with ``args`` in the folder."""
+        return self.audit.tool('tools', name, script, list(args), self.work,
+                               expect, match, check)
+
+
+def _set_up(site):
+    """Make the folder and the files the tries read."""
+    from mmcalidet.priors import save_prior
+    put, work, classes = site.put, site.work, site.classes
+    os.makedirs(osp.join(work, 'images'))
+    os.makedirs(osp.join(work, 'empty_dir'))
     shutil.copy(
         osp.join(PROJECT_ROOT, 'mmcalidet/data/priors/coco2017_train.json'),
         osp.join(work, 'base.json'))
@@ -80,13 +128,11 @@ def tools_family(audit, tmp):
         jpg = f.read()
     put('truncated.jpg', jpg[:len(jpg) // 3])
     shutil.copy(IMAGES[0], osp.join(work, 'images', 'a.jpg'))
-    dino = osp.join(PROJECT_ROOT, 'configs', DINO)
-    fcos = osp.join(PROJECT_ROOT, 'configs', FCOS)
 
-    def run(name, script, *args, expect='refuse', match=None, check=None):
-        return audit.tool(fam, name, script, list(args), work, expect, match,
-                          check)
 
+def _edit_prior_refusals(site):
+    """edit_prior.py: the refusals."""
+    run = site.run
     # --- edit_prior.py
     edit = 'tools/misc/edit_prior.py'
     for name, args, match in (
@@ -139,6 +185,13 @@ def tools_family(audit, tmp):
         '--out',
         'images',
         match='folder')
+
+
+def _edit_prior_accepted(site):
+    """edit_prior.py: two valid edits, checked."""
+    from mmcalidet.priors import Prior
+    run, work = site.run, site.work
+    edit = 'tools/misc/edit_prior.py'
     base = Prior.load(osp.join(work, 'base.json'))
     p, b, c = (base.classes.index(n) for n in ('person', 'bicycle', 'cat'))
 
@@ -166,31 +219,13 @@ def tools_family(audit, tmp):
         expect='accept',
         check=edited)
 
+
+def _compute_prior_refusals(site):
+    """compute_prior.py: the refusals."""
+    run, put = site.run, site.put
     # --- compute_prior.py
     compute = TOOLS + 'compute_prior.py'
-    bad_anns = [
-        ('duplicated image ids', coco(images=(1, 1)), 'duplicated image id'),
-        ('a NaN bbox', coco(boxes=([1, 2, NAN, 4], )), 'non-finite'),
-        ('a negative bbox', coco(boxes=([1, 2, -3, 4], )), 'negative'),
-        ('a bbox of 3 numbers', coco(boxes=([1, 2, 3], )), '4 numbers'),
-        ('no images', coco(images=(), boxes=()), 'no images'),
-        ('an unknown image_id',
-         dict(
-             coco(),
-             annotations=[
-                 dict(id=1, image_id=99, category_id=1, bbox=[0, 0, 1, 1])
-             ]), r'image_id|99'),
-        ('an unknown category_id',
-         dict(
-             coco(),
-             annotations=[
-                 dict(id=1, image_id=1, category_id=42, bbox=[0, 0, 1, 1])
-             ]), r'category|42'),
-        ('no categories key', {
-            'images': [],
-            'annotations': []
-        }, r'categories|COCO'),
-    ]
+    bad_anns = bad_annotations()
     for name, data, match in bad_anns:
         put('ann.json', data)
         run(f'compute_prior.py {name}',
@@ -232,6 +267,13 @@ def tools_family(audit, tmp):
         '--decimals',
         '-1',
         match='decimals')
+
+
+def _compute_prior_accepted(site):
+    """compute_prior.py: a valid file vs counting by hand."""
+    from mmcalidet.priors import Prior
+    run, put, work = site.run, site.put, site.work
+    compute = TOOLS + 'compute_prior.py'
     labels = [[0, 1], [1], [2], [0, 2], [1, 2], []]
     put(
         'valid.json',
@@ -265,6 +307,11 @@ def tools_family(audit, tmp):
             Prior.load(osp.join(work, 'valid_prior.json')).matrix, want, 1e-6)
         or 'wrong: not the counted prior')
 
+
+def _fit_site_prior(site):
+    """fit_site_prior.py: refusals before the checkpoint is read."""
+    run, put, dino = site.run, site.put, site.dino
+    bad_anns = bad_annotations()
     # --- fit_site_prior.py (refusals before the checkpoint is read)
     fit = TOOLS + 'fit_site_prior.py'
 
@@ -313,6 +360,10 @@ def tools_family(audit, tmp):
         '-1',
         match='seed')
 
+
+def _eval_priors(site):
+    """eval_priors.py: the refusals."""
+    run, dino = site.run, site.dino
     # --- eval_priors.py
     evalp = TOOLS + 'eval_priors.py'
     for name, args, match in (
@@ -340,6 +391,10 @@ def tools_family(audit, tmp):
         'work_dirs/out',
         match='missing.pth')
 
+
+def _cache_and_test(site):
+    """cache_decoder_outputs.py and tools/test.py: the refusals."""
+    run, dino = site.run, site.dino
     # --- cache_decoder_outputs.py and tools/test.py
     cache = TOOLS + 'cache_decoder_outputs.py'
     run('cache_decoder_outputs.py --out an existing file',
@@ -386,6 +441,10 @@ def tools_family(audit, tmp):
         'wd',
         match='non-finite')
 
+
+def _export_onnx(site):
+    """export_onnx.py: the refusals."""
+    run, fcos = site.run, site.fcos
     # --- export_onnx.py (no checkpoint: 'none')
     export = 'tools/deployment/export_onnx.py'
     for name, args, match in (
@@ -416,6 +475,11 @@ def tools_family(audit, tmp):
         f'{UNWRITABLE}/x.onnx',
         match='cannot|no such file')
 
+
+def _onnx_demo(site):
+    """onnx_demo.py on a graph exported here."""
+    from mmcalidet.deploy import export_onnx
+    run, work, tmp = site.run, site.work, site.tmp
     # --- onnx_demo.py on a graph exported here
     from audit_families import prior_moving_model
     graph = osp.join(tmp, 'graph.onnx')
@@ -468,6 +532,11 @@ def tools_family(audit, tmp):
         expect='accept',
         check=onnx_preds)
 
+
+def _image_demo(site):
+    """image_demo.py on a saved checkpoint."""
+    run, work, dino = site.run, site.work, site.dino
+    image = osp.join(work, 'images', 'a.jpg')
     # --- image_demo.py on a saved checkpoint
     from mmcalidet.apis import inference_detector, init_detector
     cfg = get_config(DINO)
@@ -541,3 +610,14 @@ def tools_family(audit, tmp):
         'image_ok',
         expect='accept',
         check=demo_preds)
+
+
+def tools_family(audit, tmp):
+    """The tools' tries, section by section, in one working folder."""
+    site = _Site(audit, tmp)
+    _set_up(site)
+    for section in (_edit_prior_refusals, _edit_prior_accepted,
+                    _compute_prior_refusals, _compute_prior_accepted,
+                    _fit_site_prior, _eval_priors, _cache_and_test,
+                    _export_onnx, _onnx_demo, _image_demo):
+        section(site)
