@@ -2,7 +2,9 @@
 """tools/misc/check_tables.py: the evaluation tables of the seeded tiny
 detectors are those recorded in tests/data/check_tables.json (before the
 head-kind adapters) within the tool's float tolerance, under its pinned
-arithmetic, and a real difference is named."""
+arithmetic, and a real difference is named. The record is compared on any
+x86-64 CPU for the detectors whose tables another CPU leaves within the
+tolerance (:data:`PORTABLE`)."""
 import copy
 import json
 import os.path as osp
@@ -15,6 +17,12 @@ from testing import PROJECT_ROOT, run_tool
 
 TOOL = 'tools/misc/check_tables.py'
 RECORD = osp.join(PROJECT_ROOT, 'tests', 'data', 'check_tables.json')
+#: the detectors whose recorded tables an Intel Xeon and an AMD EPYC VM
+#: both give within the tool's tolerance; the untrained RTMDet's near-tied
+#: scores keep other boxes on the AMD EPYC even under the pinned
+#: arithmetic (a box sum 7.7 % off, one detection more), so its tables are
+#: compared on the machine that recorded them (the tool's own use)
+PORTABLE = ('dino', 'deformable-detr', 'faster-rcnn')
 
 
 def tool_module():
@@ -94,6 +102,13 @@ def test_tables_are_those_recorded_before_the_adapters(tool, record):
     # the pinned arithmetic set here, so that the run gets a new
     # interpreter (torch reads it when it loads)
     res = run_tool(
-        TOOL, '--compare', RECORD, threads=1, env=tool['ARITHMETIC'])
+        TOOL,
+        '--compare',
+        RECORD,
+        '--detectors',
+        *PORTABLE,
+        threads=1,
+        env=tool['ARITHMETIC'])
     assert res.returncode == 0, res.stderr[-2000:]
-    assert 'tables agree' in res.stdout
+    assert f'of {len(PORTABLE)} detectors ({", ".join(PORTABLE)})' \
+        in res.stdout

@@ -27,10 +27,12 @@ images at 128 x 128 on the CPU) it computes, as the tools do
 The arithmetic is pinned (:data:`ARITHMETIC`, set before torch loads: the
 tool starts itself again with it when it is not set): torch's own kernels,
 MKL's (conditional numerical reproducibility) and oneDNN's at AVX2, one
-thread, so that every x86-64 CPU with AVX2 runs the same kernels. Without
-it another CPU's MKL picks other kernels, and the untrained RTMDet's
-near-tied scores then keep other boxes (8.9 % off a box sum, one detection
-more). Timings are left out; the torch version and the arithmetic are
+thread. Without it another CPU's MKL picks other kernels, and the
+untrained RTMDet's near-tied scores then keep other boxes (8.9 % off a box
+sum, one detection more); with it the DINO's, Deformable DETR's and Faster
+R-CNN's tables agree between an Intel Xeon and an AMD EPYC VM, the RTMDet's
+do not (a box sum 7.7 % off): compare an RTMDet record on the machine that
+wrote it. Timings are left out; the torch version and the arithmetic are
 recorded. With
 ``--compare FILE`` the tool recomputes and exits 1 naming the first value
 that differs; 0 when every one agrees. Integers, strings and booleans agree
