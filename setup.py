@@ -100,6 +100,7 @@ def get_extensions() -> list:
     """The Cython extensions: the statistics' counting core and the CPU's
     multi-scale deformable attention (:data:`EXTENSIONS`).
 
+    Compiled at ``-O3`` unless ``MMCALIDET_EXT_OPT`` names another level.
     None when ``MMCALIDET_NO_EXT=1``: tools/setup_env.sh then installs the
     package (editable) without them, and puts the compiled modules in place
     from its cache, or builds them there with ``build_ext --inplace``.
@@ -109,6 +110,12 @@ def get_extensions() -> list:
     """
     if os.environ.get('MMCALIDET_NO_EXT') == '1':
         return []
+    # the compiler's optimisation level (MMCALIDET_EXT_OPT, default -O3): a
+    # build that only checks what a wheel holds can take -O0
+    optimization = os.environ.get('MMCALIDET_EXT_OPT', '-O3')
+    if optimization not in ('-O0', '-O1', '-O2', '-O3'):
+        raise ValueError(f'MMCALIDET_EXT_OPT must be one of -O0 ... -O3, '
+                         f'not {optimization!r}')
     import numpy as np
     from Cython.Build import cythonize
     exts = [
@@ -117,7 +124,7 @@ def get_extensions() -> list:
             sources=[f'mmcalidet/{module.replace(".", "/")}.pyx'],
             include_dirs=[np.get_include()],
             define_macros=[('NPY_NO_DEPRECATED_API', 'NPY_1_7_API_VERSION')],
-            extra_compile_args=['-O3', '-fopenmp', *flags],
+            extra_compile_args=[optimization, '-fopenmp', *flags],
             extra_link_args=['-fopenmp'],
         ) for module, flags in EXTENSIONS.items()
     ]

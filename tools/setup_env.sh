@@ -162,13 +162,15 @@ PYEOF
 
 # ext_cache_key PY ROOT: the name of mmcalidet's compiled extensions in the
 # cache: a hash of their sources (mmcalidet/**/*.pyx, .pxd, .pxi and
-# setup.py, which holds the compiler flags), the Cython and numpy versions, PY's extension
+# setup.py, which holds the compiler flags, and MMCALIDET_EXT_OPT, which
+# picks their optimisation level), the Cython and numpy versions, PY's extension
 # suffix (Python version and platform) and the C compiler's version.
 # Nothing when PY lacks Cython or numpy.
 ext_cache_key() {
     "$1" - "$2" <<'PYEOF'
 import glob
 import hashlib
+import os
 import os.path as osp
 import subprocess
 import sys
@@ -183,6 +185,7 @@ try:
 except metadata.PackageNotFoundError:
     sys.exit(0)
 h.update(sysconfig.get_config_var('EXT_SUFFIX').encode())
+h.update(os.environ.get('MMCALIDET_EXT_OPT', '-O3').encode())
 cc = (sysconfig.get_config_var('CC') or 'cc').split()[0]
 try:
     h.update(subprocess.run([cc, '--version'], capture_output=True,

@@ -205,8 +205,11 @@ def test_extension_cache_key_follows_the_sources(tmp_path):
     (priors / '_core.pyx').write_text('def f(): return 2\n')
     changed = call(f'ext_cache_key {sys.executable} {tmp_path}')
     (tmp_path / 'setup.py').write_text('flags = ["-O2"]\n')
-    assert len({key, changed,
-                call(f'ext_cache_key {sys.executable} {tmp_path}')}) == 3
+    other_flags = call(f'ext_cache_key {sys.executable} {tmp_path}')
+    # the optimisation level setup.py reads from the environment
+    level = call(f'ext_cache_key {sys.executable} {tmp_path}',
+                 MMCALIDET_EXT_OPT='-O0')
+    assert len({key, changed, other_flags, level}) == 4
 
 
 def test_extension_cache_key_covers_every_cython_folder(tmp_path):
