@@ -12,6 +12,7 @@ from ._utils import (PROJECT_ROOT, brute_force_prior, build_detector,
                      set_known_scores, train_steps)
 from .detector_checks import (check_bad_priors_refused,
                               check_califormer_trains, check_inference_priors)
+from .logging_state import logging_restored
 
 __all__ = [
     'match_config_classes', 'known_scores_setup',
@@ -21,5 +22,5 @@ __all__ = [
     'run_tool_in_process', 'popen_tool', 'random_label_lists',
     'brute_force_prior',
     'captured_log', 'damage_cache_file', 'check_bad_priors_refused',
-    'check_inference_priors', 'check_califormer_trains'
+    'check_inference_priors', 'check_califormer_trains', 'logging_restored'
 ]

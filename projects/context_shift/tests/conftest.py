@@ -2,16 +2,15 @@
 """The project's tests run from the repository root (``python -m pytest``
 puts it on ``sys.path``); the tools they start find the project through
 ``PYTHONPATH``, as a user's shell does."""
-import contextlib
 import importlib.util
-import logging
 import os
 import os.path as osp
-import warnings
 from types import ModuleType
-from typing import Callable, Iterator, List, Tuple
+from typing import Callable, List, Tuple
 
 import pytest
+
+from testing.logging_state import logging_restored
 
 ROOT = osp.dirname(
     osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
@@ -98,32 +97,6 @@ def train_recipe(tmp_path, monkeypatch):
     return train
 
 
-@contextlib.contextmanager
-def _logging_restored() -> Iterator[None]:
-    """Give back, after the block, the console handlers of mmengine's
-    current logger and Python's warnings, which ``log_to_file`` (the
-    benchmark's start) sends to a file for the rest of the process."""
-    from mmengine.logging import MMLogger
-    logger = MMLogger.get_current_instance()
-    warnings_logger = logging.getLogger('py.warnings')
-    handlers = list(logger.handlers)
-    warnings_handlers = list(warnings_logger.handlers)
-    propagate = warnings_logger.propagate
-    showwarning = warnings.showwarning
-    try:
-        yield
-    finally:
-        for handler in logger.handlers + warnings_logger.handlers:
-            if handler not in handlers + warnings_handlers:
-                handler.close()
-        logger.handlers = handlers
-        warnings_logger.handlers = warnings_handlers
-        warnings_logger.propagate = propagate
-        if warnings.showwarning is not showwarning:
-            logging.captureWarnings(False)
-            warnings.showwarning = showwarning
-
-
 @pytest.fixture
 def benchmark_tool() -> ModuleType:
     """``projects/context_shift/tools/benchmark.py`` loaded as a module."""
@@ -152,7 +125,7 @@ def run_benchmark(benchmark_tool, capfd,
 
     def run(args: List[str]) -> Tuple[int, str]:
         capfd.readouterr()
-        with _logging_restored():
+        with logging_restored():
             code = benchmark_tool.main(args)
         captured = capfd.readouterr()
         return code, captured.out + captured.err

@@ -11,7 +11,7 @@ from mmengine.config import Config
 from mmcalidet.calibration import DEFAULT_TRUST_RADIUS
 from projects.context_shift.context_shift import make_context_shift
 from projects.context_shift.context_shift import training as training_module
-from testing import run_tool
+from testing import logging_restored, popen_tool, run_tool_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -23,17 +23,13 @@ PAPER = osp.join('projects', 'context_shift', 'configs',
 SITES = ['like_train', 'left_only', 'crossed', 'swapped']
 
 
-def _run(args, timeout=900):
-    """The benchmark's command line in a process of its own, forked from the
-    tool server (:func:`testing.run_tool`: no new interpreter's imports),
-    from the repository root; its trainings are new interpreters, as a
-    user's."""
-    res = run_tool(TOOL, *args, timeout=timeout, cwd=ROOT)
-    return res.returncode, res.stdout + res.stderr
-
-
 @pytest.fixture(scope='module')
 def bench(tmp_path_factory):
+    """One benchmark run (4 DINO iterations, 3 calibrator updates) that the
+    tests share: its command line in this process
+    (:func:`testing.run_tool_in_process`: the script as ``__main__``), its
+    two trainings ``tools/train.py`` processes forked from the tool server
+    (:func:`testing.popen_tool`: no new interpreter's imports)."""
     root = tmp_path_factory.mktemp('bench')
     data = str(root / 'data')
     make_context_shift(
@@ -68,7 +64,11 @@ def bench(tmp_path_factory):
         'model.bbox_head.califormer.num_layers=2',
         'param_scheduler.0.milestones=[100]'
     ]
-    code, log = _run(args)
+    with pytest.MonkeyPatch.context() as patch, logging_restored():
+        patch.setattr(training_module, 'launch', popen_tool)
+        patch.delenv('MMCALIDET_CS_DATA', raising=False)
+        res = run_tool_in_process(TOOL, *args, cwd=ROOT)
+    code, log = res.returncode, res.stdout + res.stderr
     assert code == 0, log[-4000:]
     return root, args, log
 
