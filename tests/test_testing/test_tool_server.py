@@ -106,9 +106,8 @@ def test_a_run_over_its_time_is_killed_and_the_server_goes_on(
 
 
 def test_run_tool_forks_only_where_the_imports_are_the_runs(
-        monkeypatch, tmp_path):
+        server, monkeypatch, tmp_path):
     base = os.environ.get('PYTHONPATH', '')
-    server = ToolServer(dict(os.environ))
     assert server.serves(dict(os.environ))
     assert not server.serves(dict(os.environ, MMCALIDET_LIGHT='1'))
     # a folder of new modules before the server's PYTHONPATH: served
@@ -125,16 +124,16 @@ def test_run_tool_forks_only_where_the_imports_are_the_runs(
         dict(os.environ, PYTHONPATH=os.pathsep.join([str(shadow), base])))
     if base:
         assert not server.serves(dict(os.environ, PYTHONPATH=str(probes)))
-    server.close()
     runs = []
+    start = server.start
 
-    class Recording(ToolServer):
+    def recording(*args, **kwargs):
+        runs.append(args)
+        return start(*args, **kwargs)
 
-        def start(self, *args, **kwargs):
-            runs.append(args)
-            return super().start(*args, **kwargs)
-
-    monkeypatch.setattr(_utils, '_SERVER', [Recording(dict(os.environ))])
+    # run_tool's server: this module's, its runs recorded
+    monkeypatch.setattr(server, 'start', recording)
+    monkeypatch.setattr(_utils, '_SERVER', [server])
     res = run_tool('tools/analysis_tools/compute_prior.py', '--help')
     assert res.returncode == 0 and 'usage' in res.stdout
     assert len(runs) == 1
@@ -152,15 +151,12 @@ def test_run_tool_forks_only_where_the_imports_are_the_runs(
     # and none at all where asked
     monkeypatch.setenv('MMCALIDET_TOOL_SERVER', '0')
     assert _utils._tool_server() is None
-    # the server ends with its client
-    proc = _utils._SERVER[0]._proc
-    _utils._SERVER[0].close()
-    assert proc.poll() is not None
 
 
 def test_popen_tool_appends_to_the_log_and_reads_as_a_popen(
-        monkeypatch, script, tmp_path):
-    monkeypatch.setattr(_utils, '_SERVER', [ToolServer(dict(os.environ))])
+        server, monkeypatch, script, tmp_path):
+    """(The last test of the module: it ends the module's server.)"""
+    monkeypatch.setattr(_utils, '_SERVER', [server])
     log = tmp_path / 'train.log'
     env = dict(os.environ, PROBE='log')
     env.pop('MMCALIDET_LIGHT', None)
@@ -199,4 +195,7 @@ def test_popen_tool_appends_to_the_log_and_reads_as_a_popen(
                            stdout=f,
                            stderr=subprocess.STDOUT)
     assert isinstance(other, subprocess.Popen) and other.wait() == 0
-    _utils._SERVER[0].close()
+    # the server ends with its client
+    proc = server._proc
+    server.close()
+    assert proc.poll() is not None
