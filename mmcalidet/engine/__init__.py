@@ -8,11 +8,13 @@ a resumed run restores
 (``run_seed.py``), snapshots at chosen iterations
 (``snapshot_hook.py``) and the optimizer wrappers' parts
 (``merged_groups_optim.py``, ``fused_clip_optim.py``,
-``calibrator_optim.py``)."""
+``calibrator_optim.py``) and the iteration-based training loop of the CPU
+configs (``iter_train_loop.py``)."""
 from .calibrator_optim import CalibratorOptimWrapperConstructor
 from .checkpoint_hooks import (AtomicCheckpointHook, CheckpointCompatHook,
                                IterationSeedHook)
 from .fused_clip_optim import FusedClipOptimWrapper, total_grad_norm
+from .iter_train_loop import PromptIterBasedTrainLoop
 from .loops import (CachedTestLoop, PriorSweepTestLoop,
                     SelfCalibrationTestLoop, SubsetEvalTestLoop)
 from .merged_groups_optim import (MergedGroupsOptimWrapperConstructor,
@@ -29,5 +31,5 @@ __all__ = [
     'SnapshotHook', 'CalibratorOptimWrapperConstructor', 'restore_run_seed',
     'checkpoint_to_resume', 'MergedGroupsOptimWrapperConstructor',
     'merge_param_groups', 'PriorClassesHook', 'FusedClipOptimWrapper',
-    'total_grad_norm'
+    'total_grad_norm', 'PromptIterBasedTrainLoop'
 ]

@@ -1,7 +1,9 @@
 # Copyright (c) mmcalidet contributors. All rights reserved.
 """IterationSeedHook: a resumed run repeats the uninterrupted one, with and
-without data loader workers, on a toy model whose data pipeline and
-forward both draw from the global generators (fast; the tiny CaliDINO
+without data loader workers, in mmengine's iteration-based loop (with
+workers), the CPU configs' PromptIterBasedTrainLoop (without) and an
+epoch-based one, on a toy model whose data pipeline and forward both draw
+from the global generators (fast; the tiny CaliDINO
 killed and resumed is tests/test_tools/test_dist_and_resume.py)."""
 import random
 import uuid
@@ -14,7 +16,7 @@ from mmengine.runner import Runner
 from torch import nn
 from torch.utils.data import Dataset
 
-from mmcalidet.engine import IterationSeedHook
+from mmcalidet.engine import IterationSeedHook, PromptIterBasedTrainLoop
 
 pytestmark = pytest.mark.slow
 
@@ -64,6 +66,8 @@ def train(work_dir,
     by_epoch = loop == 'epoch'
     train_cfg = dict(by_epoch=True, max_epochs=length) if by_epoch else \
         dict(by_epoch=False, max_iters=length)
+    if loop == 'prompt':  # the CPU configs' loop (no sleep at a restart)
+        train_cfg = dict(type=PromptIterBasedTrainLoop, max_iters=length)
     runner = Runner(
         model=model,
         work_dir=str(work_dir),
@@ -98,7 +102,7 @@ def resumed_and_whole(tmp_path, loop, num_workers):
     return resumed, whole
 
 
-@pytest.mark.parametrize('loop,num_workers', [('iter', 0), ('iter', 1),
+@pytest.mark.parametrize('loop,num_workers', [('prompt', 0), ('iter', 1),
                                               ('epoch', 0)])
 def test_resume_repeats_the_uninterrupted_run(tmp_path, loop, num_workers):
     resumed, whole = resumed_and_whole(tmp_path, loop, num_workers)
@@ -117,7 +121,7 @@ def test_without_seeded_fetches_a_resume_augments_differently(
     # pipeline in this process, the batches after the resume differ
     monkeypatch.setattr(IterationSeedHook, 'before_train',
                         lambda self, runner: None)
-    resumed, whole = resumed_and_whole(tmp_path, 'iter', 0)
+    resumed, whole = resumed_and_whole(tmp_path, 'prompt', 0)
     indices = [r[0][:, 0] for r in resumed.records]
     assert all(
         torch.equal(a, b[0][:, 0])

@@ -22,7 +22,7 @@
 max_iters = 400
 tiny_train_cfg = dict(
     _delete_=True,
-    type='IterBasedTrainLoop',
+    type='PromptIterBasedTrainLoop',
     max_iters=max_iters,
     val_interval=200)
 tiny_param_scheduler = [
