@@ -131,7 +131,7 @@ def test_calibrator_configs(name):
     assert cfg.optim_wrapper.constructor == \
         'CalibratorOptimWrapperConstructor'
     assert cfg.optim_wrapper.clip_grad.max_norm == 0.1  # DINO's
-    assert cfg.train_cfg.type == 'IterBasedTrainLoop'
+    assert cfg.train_cfg.type == 'PromptIterBasedTrainLoop'
     parent = get_config(
         name.replace('_cached', '').replace('-cached_coco', '-6e_coco'))
     # the parent's head but for the CaliFormer's initial output (V' = 0:
