@@ -15,9 +15,12 @@ from mmcalidet.calibration import DEFAULT_TRUST_RADIUS
 from mmcalidet.utils.model_heads import classifying_head
 from projects.context_shift.context_shift import (SITES, detector_configs,
                                                   schedule)
-from testing import PROJECT_ROOT, build_detector
+from projects.context_shift.context_shift import training as training_module
+from testing import (PROJECT_ROOT, build_detector, logging_restored,
+                     popen_tool, run_tool_in_process)
 
 CONFIGS = osp.join(PROJECT_ROOT, 'projects', 'context_shift', 'configs')
+TOOL = osp.join('projects', 'context_shift', 'tools', 'benchmark.py')
 DINO = osp.join(CONFIGS, 'dino_tiny_context-shift.py')
 #: per --detector: plain and calibrator configs, names, the training
 #: cache's folder, its items per image (RTMDet: every location of a 128 px
@@ -139,38 +142,44 @@ def test_the_calirtmdets_calibrator_gets_10000_updates_at_either_budget(
                '7']))['calidet'] == 7
 
 
-@pytest.mark.slow
-def test_trains_two_iterations(data, detector, tmp_path, run_tool,
-                               monkeypatch):
-    monkeypatch.setenv('MMCALIDET_CS_DATA', data)
-    proc = run_tool(
-        'tools/train.py',
-        detector[1]['plain'],
-        '--work-dir',
-        str(tmp_path),
-        '--cfg-options',
-        'train_cfg.max_iters=2',
-        'train_cfg.val_interval=2',
-        'default_hooks.checkpoint.interval=2',
-        'default_hooks.logger.interval=1',
-        threads=1)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-3000:]
-    assert 'Iter(train) [2/2]' in log
-    assert osp.isfile(tmp_path / 'iter_2.pth')
+@pytest.fixture(scope='module', params=sorted(DETECTORS))
+def benchmarked(request, data, tmp_path_factory):
+    """``(--detector, its DETECTORS entry, work folder, exit status,
+    output)`` of one tiny benchmark run per detector (3 iterations of the
+    plain detector, 2 calibrator updates) that this module's tests share:
+    its command line in this process (:func:`testing.run_tool_in_process`),
+    its trainings ``tools/train.py`` processes forked from the tool
+    server."""
+    name = request.param
+    work = tmp_path_factory.mktemp(f'bench_{name}') / 'work'
+    with pytest.MonkeyPatch.context() as patch, logging_restored():
+        patch.setattr(training_module, 'launch', popen_tool)
+        patch.delenv('MMCALIDET_CS_DATA', raising=False)
+        res = run_tool_in_process(
+            TOOL, '--detector', name, '--data', data, '--work-dir',
+            str(work), '--dino-iters', '3', '--calibrator-updates', '2',
+            '--self-cal-iters', '2', '--fit-repeats', '2', '--score-thr',
+            '0', '--posthoc', 'reweight', '--no-progress', cwd=PROJECT_ROOT)
+    return name, DETECTORS[name], work, res.returncode, \
+        res.stdout + res.stderr
 
 
 @pytest.mark.slow
-def test_benchmark_writes_every_table(data, detector, tmp_path, run_benchmark):
-    name, d = detector
+def test_the_plain_config_trains_with_tools_train(benchmarked):
+    """The plain detector's config as ``tools/train.py`` runs it (the
+    benchmark's training: its output in the work folder's train.log)."""
+    name, _, work, code, log = benchmarked
+    assert code == 0, log[-3000:]
+    train_log = (work / name / 'train.log').read_text()
+    assert 'Saving checkpoint at 3 iterations' in train_log, \
+        train_log[-3000:]
+    assert osp.isfile(work / name / 'iter_3.pth')
+
+
+@pytest.mark.slow
+def test_benchmark_writes_every_table(benchmarked):
+    name, d, work, code, log = benchmarked
     plain_name, cali_name = d['names']
-    work = tmp_path / 'work'
-    code, log = run_benchmark([
-        '--detector', name, '--data', data, '--work-dir',
-        str(work), '--dino-iters', '3', '--calibrator-updates', '2',
-        '--self-cal-iters', '2', '--fit-repeats', '2', '--score-thr', '0',
-        '--posthoc', 'reweight', '--no-progress'
-    ])
     assert code == 0, log[-3000:]
     # the plain detector trained in its own folder, its feature cache made
     # from its last checkpoint, the CaliDet twin's CaliFormer trained on it
