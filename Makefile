@@ -74,8 +74,10 @@ test: check-data env
 	    -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 # the same without the tests marked slow (trainings, ONNX exports, tools
-# run as subprocesses): the unit tests in under two minutes on 2 cores
+# run as subprocesses): the unit tests, in FAST_JOBS workers (default: one
+# per core, at most 4: nothing here waits on another process)
+FAST_JOBS ?= $(shell n=$(NPROC); [ $$n -gt 4 ] && n=4; echo $$n)
 test-fast: check-data env
 	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) \
 	    $(PY) -m pytest tests projects -m "not slow" -q -p no:cacheprovider \
-	    --durations=20 -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
+	    --durations=20 -n $(FAST_JOBS) --dist loadfile --no-loadscope-reorder

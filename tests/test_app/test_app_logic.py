@@ -215,6 +215,7 @@ def test_without_a_demo_model_one_line_says_run_make_demo(tmp_path):
     assert ckpt.endswith('iter_10.pth') and config.endswith('x.py')
 
 
+@pytest.mark.slow  # a tool run as a subprocess
 def test_the_tool_without_a_demo_model(run_tool, tmp_path):
     out = run_tool('tools/demo/prior_app.py', '--demo-work-dir',
                    str(tmp_path / 'none'))

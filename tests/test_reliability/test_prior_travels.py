@@ -112,6 +112,7 @@ def test_set_prior_with_marginals_and_no_support_is_refused(saved):
                                   before.support)
 
 
+@pytest.mark.slow  # a tool run as a subprocess
 def test_an_edited_prior_is_read_bare(tmp_path, run_tool):
     """edit_prior.py copied E_t's num_images / images_per_class: a
     support-aware model read a hand edit as measured on 117,266 images."""
