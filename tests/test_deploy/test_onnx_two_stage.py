@@ -5,7 +5,9 @@ per-class boxes and scores; the NumPy post-processing is mmdet's
 ``multiclass_nms``; ONNX Runtime gives PyTorch's detections on real images
 under two priors, prior input or folded, and on inputs of other sizes
 whose RPN keeps other numbers of proposals than the trace's; the trace's
-rewrites are mmdet's and mmcv's results and are undone afterwards."""
+rewrites are mmdet's and mmcv's results and are undone afterwards. The
+detectors' box heads are narrower than the configs'
+(:mod:`testing.narrow_models`: the same operators, half the graph)."""
 import contextlib
 import os.path as osp
 
@@ -30,7 +32,8 @@ from mmcalidet.deploy.two_stage_export import (RoIExportWrapper,
                                                two_stage_rewrites)
 from mmcalidet.deploy.verify import (pair_dense_detections, query_boxes,
                                      synthetic_images)
-from testing import build_detector, data_root, random_prior, run_tool
+from testing import data_root, random_prior, run_tool
+from testing.narrow_models import NARROW_OPTION, build_narrow_two_stage
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +48,7 @@ IMAGES = [
 def model():
     """A tiny CaliFasterRCNN whose box head and V' are not the random
     init's (a flat softmax would score every class alike)."""
-    model = build_detector(
+    model = build_narrow_two_stage(
         'calidet/calidet_faster-rcnn_tiny_coco-mini.py', seed=0).eval()
     head = model.roi_head.bbox_head
     gen = torch.Generator().manual_seed(1)
@@ -175,7 +178,8 @@ def test_a_folded_prior_is_the_prior_inputs_graph(model, exported, tmp_path):
 
 
 def test_a_plain_faster_rcnn_exports_without_a_prior(tmp_path):
-    plain = build_detector('calidet/faster-rcnn_tiny_coco-mini.py').eval()
+    plain = build_narrow_two_stage(
+        'calidet/faster-rcnn_tiny_coco-mini.py').eval()
     with torch.no_grad():  # a class over score_thr: detections to compare
         plain.roi_head.bbox_head.fc_cls.bias[0] += 4.0
     out = export_onnx(
@@ -382,7 +386,8 @@ def test_the_export_tool_verifies_a_two_stage_checkpoint(model, tmp_path):
     res = run_tool('tools/deployment/export_onnx.py',
                    'configs/calidet/calidet_faster-rcnn_tiny_coco-mini.py',
                    checkpoint, '--out', out, '--shape', *map(str, SHAPE),
-                   '--verify', '--verify-prior', 'coco2017_val')
+                   '--verify', '--verify-prior', 'coco2017_val',
+                   '--cfg-options', NARROW_OPTION)
     assert res.returncode == 0, res.stderr[-3000:]
     assert 'verified: ONNX Runtime agrees with PyTorch' in res.stdout
     assert 'no box: True' in res.stdout
