@@ -74,7 +74,8 @@ test: check-data env
 	    -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 # the same without the tests marked slow (trainings, ONNX exports, tools
-# run as subprocesses): the unit tests, in FAST_JOBS workers (default: one
+# run as subprocesses, the prior page in a browser): the unit tests, in
+# FAST_JOBS workers (default: one
 # per core, at most 4: nothing here waits on another process)
 FAST_JOBS ?= $(shell n=$(NPROC); [ $$n -gt 4 ] && n=4; echo $$n)
 test-fast: check-data env

@@ -150,9 +150,12 @@ def run_tool_in_process(
     The script runs as ``__main__`` with its own ``sys.argv``, the project
     root as working folder and the shared data folder; this process's
     arguments, environment, working folder, streams, warning filters,
-    root logger handlers and torch threads are restored afterwards. A run
-    that trains or evaluates belongs in :func:`run_tool`, whose process
-    leaves nothing behind. A logging handler an earlier test left on a
+    root logger handlers and torch threads are restored afterwards (the
+    handlers mmengine's logger gets from a tool's ``log_to_file`` too, with
+    :func:`testing.logging_restored` around the call). A run that trains in
+    its own process belongs in :func:`run_tool`, whose process leaves
+    nothing behind; one that starts its trainings as processes (the
+    benchmark's, forked by :func:`popen_tool`) may run here. A logging handler an earlier test left on a
     closed stream fails silently meanwhile, as it would not exist in a new
     process.
 

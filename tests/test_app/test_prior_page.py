@@ -12,6 +12,10 @@ import pytest
 
 from testing.app_model import coco_mini_val_image
 
+# a server and a browser (another process): the tier of the tools run as
+# subprocesses
+pytestmark = pytest.mark.slow
+
 CHROMIUM = shutil.which('chromium') or '/usr/bin/chromium'
 #: the flags of an offline, headless, throw-away chromium
 CHROMIUM_ARGS = ('--headless', '--no-sandbox', '--disable-gpu',

@@ -10,7 +10,8 @@ import pytest
 from mmengine.runner import save_checkpoint
 
 from projects.context_shift.context_shift import training
-from testing import PROJECT_ROOT, build_detector, run_tool, run_tool_in_process
+from testing import (PROJECT_ROOT, build_detector, logging_restored,
+                     run_tool_in_process)
 
 TOOL = 'projects/context_shift/experiments/calibrator_curve.py'
 CACHED = 'configs/calidet/calidet_dino_tiny_coco-mini_cached.py'
@@ -18,7 +19,11 @@ DINO = 'configs/calidet/dino_tiny_coco-mini.py'
 
 
 def run(args):
-    proc = run_tool(TOOL, *args, threads=1)
+    """The tool's command line in this process (its evaluation of the
+    snapshots); its training a ``tools/train.py`` process forked from the
+    tool server (conftest's ``_trainings_forked``)."""
+    with logging_restored():
+        proc = run_tool_in_process(TOOL, *args)
     return proc.returncode, proc.stdout + proc.stderr
 
 
