@@ -105,6 +105,24 @@ def test_light_import_skips_torch():
 
 
 @pytest.mark.slow
+def test_train_help_loads_neither_torch_nor_mmdet():
+    """``mim train`` runs ``tools/train.py -h`` (through the .mim link)
+    before every training: its help comes before the heavy imports."""
+    code = ('import runpy, sys; sys.argv = ["train.py", "-h"]\n'
+            'try:\n'
+            f'    runpy.run_path({osp.join(ROOT, "tools", "train.py")!r}, '
+            'run_name="__main__")\n'
+            'except SystemExit as e:\n'
+            '    print("exit", e.code, "torch" in sys.modules, '
+            '"mmdet" in sys.modules)\n')
+    out = subprocess.run([sys.executable, '-c', code],
+                         capture_output=True,
+                         text=True,
+                         check=True).stdout
+    assert '--cfg-options' in out and '--launcher' in out
+    assert out.strip().endswith('exit 0 False False'), out
+
+
 def test_regular_wheel_ships_tools_configs_priors_and_extension(tmp_path):
     """``pip install .`` (not editable) must carry what ``mim`` and users
     need: the compiled core, the shipped priors and copies of tools/ and
