@@ -113,8 +113,8 @@ def run_benchmark(benchmark_tool, capfd,
                   monkeypatch) -> Callable[[List[str]], Tuple[int, str]]:
     """The benchmark's ``main()`` in this process, from the repository root,
     for the tests of what it does rather than of its command line (that is
-    started as a user does in ``test_context_shift_benchmark.py``): one
-    start-up of torch and mmdet less per run. Its trainings are still
+    :func:`benchmark_command_line`'s): one start-up of torch and mmdet less
+    per run. Its trainings are still
     ``tools/train.py`` processes. Call it with the arguments; it returns the
     exit status and what the run printed (its own and its subprocesses'
     output, as a terminal gets it). The logging it sends to its work
@@ -129,5 +129,30 @@ def run_benchmark(benchmark_tool, capfd,
             code = benchmark_tool.main(args)
         captured = capfd.readouterr()
         return code, captured.out + captured.err
+
+    return run
+
+
+@pytest.fixture(scope='session')
+def benchmark_command_line() -> Callable[..., Tuple[int, str]]:
+    """The benchmark's command line for the module fixtures that share one
+    run (``_trainings_forked`` is a test's fixture, set up after them): the
+    script as ``__main__`` in this process, from the repository root
+    (:func:`testing.run_tool_in_process`), its trainings ``tools/train.py``
+    processes forked from the tool server (:func:`testing.popen_tool`: no
+    new interpreter's imports). The logging it sends to its work folder and
+    the benchmark data folder it names in the environment are given back
+    afterwards. Call it with the arguments; it returns the exit status and
+    what the run printed."""
+    from projects.context_shift.context_shift import training
+    from testing import popen_tool, run_tool_in_process
+    tool = osp.join('projects', 'context_shift', 'tools', 'benchmark.py')
+
+    def run(*args: str) -> Tuple[int, str]:
+        with pytest.MonkeyPatch.context() as patch, logging_restored():
+            patch.setattr(training, 'launch', popen_tool)
+            patch.delenv('MMCALIDET_CS_DATA', raising=False)
+            res = run_tool_in_process(tool, *args, cwd=ROOT)
+        return res.returncode, res.stdout + res.stderr
 
     return run

@@ -11,25 +11,21 @@ from mmengine.config import Config
 from mmcalidet.calibration import DEFAULT_TRUST_RADIUS
 from projects.context_shift.context_shift import make_context_shift
 from projects.context_shift.context_shift import training as training_module
-from testing import logging_restored, popen_tool, run_tool_in_process
 
 pytestmark = pytest.mark.slow
 
 ROOT = osp.dirname(
     osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-TOOL = osp.join('projects', 'context_shift', 'tools', 'benchmark.py')
 PAPER = osp.join('projects', 'context_shift', 'configs',
                  'calidet_dino_tiny_context-shift_cached_paper.py')
 SITES = ['like_train', 'left_only', 'crossed', 'swapped']
 
 
 @pytest.fixture(scope='module')
-def bench(tmp_path_factory):
+def bench(tmp_path_factory, benchmark_command_line):
     """One benchmark run (4 DINO iterations, 3 calibrator updates) that the
-    tests share: its command line in this process
-    (:func:`testing.run_tool_in_process`: the script as ``__main__``), its
-    two trainings ``tools/train.py`` processes forked from the tool server
-    (:func:`testing.popen_tool`: no new interpreter's imports)."""
+    tests share (conftest's ``benchmark_command_line``: in this process,
+    its two trainings forked from the tool server)."""
     root = tmp_path_factory.mktemp('bench')
     data = str(root / 'data')
     make_context_shift(
@@ -64,11 +60,7 @@ def bench(tmp_path_factory):
         'model.bbox_head.califormer.num_layers=2',
         'param_scheduler.0.milestones=[100]'
     ]
-    with pytest.MonkeyPatch.context() as patch, logging_restored():
-        patch.setattr(training_module, 'launch', popen_tool)
-        patch.delenv('MMCALIDET_CS_DATA', raising=False)
-        res = run_tool_in_process(TOOL, *args, cwd=ROOT)
-    code, log = res.returncode, res.stdout + res.stderr
+    code, log = benchmark_command_line(*args)
     assert code == 0, log[-4000:]
     return root, args, log
 

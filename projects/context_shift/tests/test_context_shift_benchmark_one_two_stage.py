@@ -15,12 +15,9 @@ from mmcalidet.calibration import DEFAULT_TRUST_RADIUS
 from mmcalidet.utils.model_heads import classifying_head
 from projects.context_shift.context_shift import (SITES, detector_configs,
                                                   schedule)
-from projects.context_shift.context_shift import training as training_module
-from testing import (PROJECT_ROOT, build_detector, logging_restored,
-                     popen_tool, run_tool_in_process)
+from testing import PROJECT_ROOT, build_detector
 
 CONFIGS = osp.join(PROJECT_ROOT, 'projects', 'context_shift', 'configs')
-TOOL = osp.join('projects', 'context_shift', 'tools', 'benchmark.py')
 DINO = osp.join(CONFIGS, 'dino_tiny_context-shift.py')
 #: per --detector: plain and calibrator configs, names, the training
 #: cache's folder, its items per image (RTMDet: every location of a 128 px
@@ -143,25 +140,19 @@ def test_the_calirtmdets_calibrator_gets_10000_updates_at_either_budget(
 
 
 @pytest.fixture(scope='module', params=sorted(DETECTORS))
-def benchmarked(request, data, tmp_path_factory):
+def benchmarked(request, data, tmp_path_factory, benchmark_command_line):
     """``(--detector, its DETECTORS entry, work folder, exit status,
     output)`` of one tiny benchmark run per detector (3 iterations of the
-    plain detector, 2 calibrator updates) that this module's tests share:
-    its command line in this process (:func:`testing.run_tool_in_process`),
-    its trainings ``tools/train.py`` processes forked from the tool
-    server."""
+    plain detector, 2 calibrator updates) that this module's tests share
+    (conftest's ``benchmark_command_line``)."""
     name = request.param
     work = tmp_path_factory.mktemp(f'bench_{name}') / 'work'
-    with pytest.MonkeyPatch.context() as patch, logging_restored():
-        patch.setattr(training_module, 'launch', popen_tool)
-        patch.delenv('MMCALIDET_CS_DATA', raising=False)
-        res = run_tool_in_process(
-            TOOL, '--detector', name, '--data', data, '--work-dir',
-            str(work), '--dino-iters', '3', '--calibrator-updates', '2',
-            '--self-cal-iters', '2', '--fit-repeats', '2', '--score-thr',
-            '0', '--posthoc', 'reweight', '--no-progress', cwd=PROJECT_ROOT)
-    return name, DETECTORS[name], work, res.returncode, \
-        res.stdout + res.stderr
+    code, log = benchmark_command_line(
+        '--detector', name, '--data', data, '--work-dir', str(work),
+        '--dino-iters', '3', '--calibrator-updates', '2', '--self-cal-iters',
+        '2', '--fit-repeats', '2', '--score-thr', '0', '--posthoc',
+        'reweight', '--no-progress')
+    return name, DETECTORS[name], work, code, log
 
 
 @pytest.mark.slow
