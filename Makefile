@@ -75,8 +75,8 @@ test: check-data env
 
 # the same without the tests marked slow (trainings, ONNX exports, tools
 # run as subprocesses, the prior page in a browser): the unit tests, in
-# FAST_JOBS workers (default: one
-# per core, at most 4: nothing here waits on another process)
+# FAST_JOBS workers (default: one per core, at most 4: nothing here waits
+# on another process)
 FAST_JOBS ?= $(shell n=$(NPROC); [ $$n -gt 4 ] && n=4; echo $$n)
 test-fast: check-data env
 	OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) \

@@ -155,9 +155,9 @@ def run_tool_in_process(
     :func:`testing.logging_restored` around the call). A run that trains in
     its own process belongs in :func:`run_tool`, whose process leaves
     nothing behind; one that starts its trainings as processes (the
-    benchmark's, forked by :func:`popen_tool`) may run here. A logging handler an earlier test left on a
-    closed stream fails silently meanwhile, as it would not exist in a new
-    process.
+    benchmark's, forked by :func:`popen_tool`) may run here. A logging
+    handler an earlier test left on a closed stream fails silently
+    meanwhile, as it would not exist in a new process.
 
     Args:
         script (str): path relative to the project root (or absolute).

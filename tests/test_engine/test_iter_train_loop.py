@@ -8,15 +8,14 @@ import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
-from mmengine.model import BaseModel
 from mmengine.runner import IterBasedTrainLoop, Runner
 from mmengine.runner import loops as mmengine_loops
-from torch import nn
 from torch.utils.data import Dataset
 
 from mmcalidet.engine.iter_train_loop import (PromptIterBasedTrainLoop,
                                               _PromptRestarts)
 from testing import PROJECT_ROOT
+from testing.toy_training import NoisyModel
 
 
 class Drawing(Dataset):
@@ -30,23 +29,9 @@ class Drawing(Dataset):
         return dict(inputs=torch.tensor([index, np.random.rand()]))
 
 
-class Recording(BaseModel):
-    """Records every batch and a draw of its own; learns from both."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(2))
-        self.records = []
-
-    def forward(self, inputs, data_samples=None, mode='loss'):
-        noise = torch.rand(2)
-        self.records.append((inputs.clone(), noise))
-        return dict(loss=((self.weight - inputs.mean(0) - noise)**2).sum())
-
-
 def train(work_dir, loop: str, num_workers: int = 0, iters: int = 8):
     """Train ``iters`` iterations (more than two passes) from a seed."""
-    model = Recording()
+    model = NoisyModel(width=2)
     runner = Runner(
         model=model,
         work_dir=str(work_dir),

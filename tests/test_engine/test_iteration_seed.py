@@ -11,12 +11,11 @@ import uuid
 import numpy as np
 import pytest
 import torch
-from mmengine.model import BaseModel
 from mmengine.runner import Runner
-from torch import nn
 from torch.utils.data import Dataset
 
 from mmcalidet.engine import IterationSeedHook, PromptIterBasedTrainLoop
+from testing.toy_training import NoisyModel
 
 pytestmark = pytest.mark.slow
 
@@ -36,21 +35,6 @@ class RandomAugmentDataset(Dataset):
                 random.random(),
                 float(torch.rand(()))
             ]))
-
-
-class NoisyModel(BaseModel):
-    """Records every batch and a draw of its own (like DINO's denoising
-    queries), and learns from both."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(4))
-        self.records = []
-
-    def forward(self, inputs, data_samples=None, mode='loss'):
-        noise = torch.rand(4)
-        self.records.append((inputs.clone(), noise))
-        return dict(loss=((self.weight - inputs.mean(0) - noise)**2).sum())
 
 
 def train(work_dir,
