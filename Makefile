@@ -59,8 +59,9 @@ stats-demo: check-data env
 
 # the suite in TEST_JOBS worker processes (default: one per core and one
 # more, at most 4: a third worker on 2 cores runs while the others wait on
-# data loader workers, servers and the browser, 371 -> 343 s on an AMD EPYC
-# VM; a test file stays in one worker, so its module fixtures run once;
+# data loader workers, servers and the browser: pytest 371 -> 343 s with
+# -n 3 against -n 2, back to back on a 2-core AMD EPYC VM, 2026-12-08; a
+# test file stays in one worker, so its module fixtures run once;
 # the files go out in conftest.py's order, those with most slow tests
 # first), each with TEST_THREADS torch threads (default: the cores shared
 # out); TEST_JOBS=0 runs it in this process
